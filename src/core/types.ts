@@ -1,0 +1,91 @@
+/**
+ * Plain domain data shared by the core, the stores, the summarisers and the
+ * service. No protobuf types here: the service converts at its edge, so the
+ * core and the stores stay independent of the wire format.
+ */
+
+/** Who wrote a message. */
+export type Role = "system" | "user" | "assistant" | "tool";
+
+/** One function call requested by an assistant message. */
+export interface ToolCall {
+  id: string;
+  name: string;
+  /** JSON text, exactly as the model produced it. */
+  arguments: string;
+}
+
+/** A message as a client sends it. Empty optional fields are left out. */
+export interface ChatMessage {
+  role: Role;
+  content: string;
+  name?: string;
+  toolCalls?: ToolCall[];
+  toolCallId?: string;
+  metadata?: Record<string, string>;
+}
+
+/** A message as stored: with its seq and the time it was stored. */
+export interface StoredMessage extends ChatMessage {
+  /** 1, 2, 3 … per thread incarnation; never reused or shifted. */
+  seq: number;
+  /** Milliseconds since the Unix epoch. */
+  createTime: number;
+}
+
+/** Options common to every strategy. */
+interface StrategyBase {
+  /** System messages are left out of recall (the seed's return_system=False). */
+  excludeSystem: boolean;
+  /** Hard ceiling on messages kept per thread. */
+  maxStored: number;
+}
+
+/** A strategy with every default filled in, as a thread keeps it. */
+export type Strategy =
+  | (StrategyBase & { kind: "buffer"; /** 0: all. */ maxMessages: number })
+  | (StrategyBase & { kind: "window"; window: number })
+  | (StrategyBase & {
+      kind: "summary";
+      window: number;
+      summarizeEvery: number;
+      /** Name of the summariser, resolved (never empty). */
+      model: string;
+    });
+
+/** A thread's state, without its messages. */
+export interface ThreadState {
+  threadId: string;
+  /**
+   * Changes each time the thread is created anew after a Clear, so that work
+   * computed for an earlier incarnation is never written into a later one.
+   */
+  incarnation: string;
+  strategy: Strategy;
+  /** Seq of the newest message ever added to this incarnation; 0 when none. */
+  lastSeq: number;
+  /** Newest seq folded into the summary; 0 when none. */
+  summarizedThroughSeq: number;
+  summary: string;
+  /** Milliseconds since the Unix epoch. */
+  createTime: number;
+  updateTime: number;
+}
+
+/** What happened to a thread, as the event log records it. */
+export type EventBody =
+  | { type: "messages_added"; firstSeq: number; lastSeq: number }
+  | { type: "summary_updated"; summary: string; summarizedThroughSeq: number; foldedCount: number }
+  | { type: "thread_cleared" }
+  | { type: "summary_failed"; reason: string; attempt: number };
+
+export type EventType = EventBody["type"];
+
+/** An event of a namespace's log. */
+export type MemoryEvent = EventBody & {
+  /** The store's position of this event; opaque outside the store. */
+  cursor: string;
+  threadId: string;
+  /** Milliseconds since the Unix epoch. */
+  time: number;
+};

@@ -1,0 +1,154 @@
+import type {
+  ChatMessage,
+  MemoryEvent,
+  StoredMessage,
+  Strategy,
+  ThreadState,
+} from "../core/types.js";
+
+/**
+ * The Store contract: everything the service keeps, for one or many server
+ * replicas. Every method is atomic on its own; the semantics below are what
+ * test/store/contract.ts checks against every implementation.
+ *
+ * Events: every mutation appends its event (messages_added, summary_updated,
+ * thread_cleared, summary_failed) to the namespace's log in the same atomic
+ * step, so the log and the state never disagree.
+ */
+export interface Store {
+  /**
+   * Appends messages atomically with consecutive seqs, trims to the strategy's
+   * max_stored (see core/append.ts trimCount), records the idempotency key and
+   * logs messages_added (when at least one message was added).
+   *
+   * A request_id seen before for this thread incarnation (within retention)
+   * with the same requestHash returns the first result with `replayed: true`
+   * and changes nothing; with another hash it throws invalid_argument.
+   * Otherwise runs core/append.ts decideAppend (aborted, failed_precondition).
+   */
+  append(cmd: AppendCommand): Promise<AppendResult>;
+
+  /** The thread and its stored messages, oldest first; undefined if it does not exist. */
+  read(namespace: string, threadId: string): Promise<ThreadSnapshot | undefined>;
+
+  /** The thread without its messages; undefined if it does not exist. */
+  getThread(namespace: string, threadId: string): Promise<ThreadState | undefined>;
+
+  /**
+   * Writes a new summary if the thread still has `incarnation`, its
+   * summarized_through_seq still equals `fromSeq`, and `leaseToken` is the
+   * current fold lease (fencing). Then trims folded messages beyond max_stored
+   * and logs summary_updated. Returns the thread after the commit, or
+   * undefined (nothing written) when any check fails.
+   */
+  commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined>;
+
+  /** Logs summary_failed for the thread if it still has `incarnation`. */
+  recordFoldFailure(cmd: FoldFailureCommand): Promise<void>;
+
+  /**
+   * Takes the thread's fold lease for `ttlMs` if nobody holds it; returns a
+   * fencing token (strictly increasing per thread) or undefined.
+   */
+  acquireFoldLease(namespace: string, threadId: string, ttlMs: number): Promise<number | undefined>;
+
+  /** Releases the lease if `token` still holds it. */
+  releaseFoldLease(namespace: string, threadId: string, token: number): Promise<void>;
+
+  /** Removes one thread; logs thread_cleared. Returns whether it existed. */
+  clear(namespace: string, threadId: string, now: number): Promise<boolean>;
+
+  /** Removes every thread of the namespace; one thread_cleared each. Returns the count. */
+  clearAll(namespace: string, now: number): Promise<number>;
+
+  /** Thread ids of the namespace greater than `after`, ascending (byte order), at most `limit`. */
+  listThreads(namespace: string, after: string, limit: number): Promise<string[]>;
+
+  /**
+   * Events of the namespace after `cursor` (exclusive), oldest first, at most
+   * `limit`. Throws out_of_range when events after `cursor` were already
+   * dropped from the retained history, invalid_argument when the cursor is not
+   * one of this store's.
+   */
+  readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]>;
+
+  /** The cursor of the newest event of the namespace ("from now on"). */
+  headCursor(namespace: string): Promise<string>;
+
+  /** Negative, zero or positive as cursor a is before, equal to or after b. */
+  compareCursors(a: string, b: string): number;
+
+  /**
+   * Calls `listener` with every event of the namespace logged after this call,
+   * in log order, each once, until the returned function is called.
+   */
+  subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void;
+
+  /** Releases connections and timers. */
+  close(): Promise<void>;
+}
+
+export interface AppendCommand {
+  namespace: string;
+  threadId: string;
+  messages: ChatMessage[];
+  /** The request's strategy, resolved; undefined when the request left it out. */
+  strategy: Strategy | undefined;
+  /** Used when the thread is created and the request left the strategy out. */
+  defaultStrategy: Strategy;
+  replaceStrategy: boolean;
+  /** Empty: no idempotency. */
+  requestId: string;
+  /** Digest of the request's payload, to tell a retry from a different request. */
+  requestHash: string;
+  expectedLastSeq: number | undefined;
+  now: number;
+}
+
+export interface AppendResult {
+  thread: ThreadState;
+  /** 0 when no message was added. */
+  firstSeq: number;
+  lastSeq: number;
+  /** True when this was a retry of an earlier request_id. */
+  replayed: boolean;
+}
+
+export interface ThreadSnapshot {
+  thread: ThreadState;
+  messages: StoredMessage[];
+}
+
+export interface CommitSummaryCommand {
+  namespace: string;
+  threadId: string;
+  incarnation: string;
+  leaseToken: number;
+  /** The summarized_through_seq the fold started from. */
+  fromSeq: number;
+  /** The newest seq folded into `summary`. */
+  throughSeq: number;
+  summary: string;
+  foldedCount: number;
+  now: number;
+}
+
+export interface FoldFailureCommand {
+  namespace: string;
+  threadId: string;
+  incarnation: string;
+  reason: string;
+  attempt: number;
+  now: number;
+}
+
+/** Limits every store applies. */
+export interface StoreLimits {
+  /** Events kept per namespace for Watch resume. */
+  eventRetention: number;
+  /** How long a request_id is remembered, in ms. */
+  idempotencyRetentionMs: number;
+  /** How many request_ids are remembered per thread. */
+  idempotencyMaxPerThread: number;
+}
+
