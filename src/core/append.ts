@@ -1,6 +1,6 @@
 import { MemoryError } from "./errors.js";
 import { sameStrategy, strategyKey } from "./strategy.js";
-import type { Strategy, ThreadState } from "./types.js";
+import type { Role, Strategy, ThreadState } from "./types.js";
 
 /**
  * The rules an Add must pass against the thread as it is at the moment of the
@@ -40,19 +40,36 @@ export function decideAppend(
  * How many of the oldest stored messages to drop so the thread keeps at most
  * `maxStored`. For the summary strategy only messages already folded into the
  * summary may go: dropping unfolded ones would lose them from both the summary
- * and the recalled list.
+ * and the recalled list. Tool results left at the front without their call are
+ * dropped too, so a trimmed thread never starts with an orphaned tool result.
  *
- * @param seqsOldestFirst seqs of the stored messages, oldest first.
+ * @param messages the stored messages, oldest first.
  */
 export function trimCount(
   strategy: Strategy,
-  seqsOldestFirst: readonly number[],
+  messages: readonly { seq: number; role: Role }[],
   summarizedThroughSeq: number,
 ): number {
-  const excess = seqsOldestFirst.length - strategy.maxStored;
+  const excess = messages.length - strategy.maxStored;
   if (excess <= 0) return 0;
-  if (strategy.kind !== "summary") return excess;
-  let folded = 0;
-  while (folded < excess && (seqsOldestFirst[folded] ?? Infinity) <= summarizedThroughSeq) folded++;
-  return folded;
+  // Summary threads may only lose what the summary already holds.
+  const mayDrop = (i: number): boolean =>
+    strategy.kind !== "summary" || (messages[i]?.seq ?? Infinity) <= summarizedThroughSeq;
+  let n = 0;
+  while (n < excess && mayDrop(n)) n++;
+  if (n === 0) return 0;
+  while (n < messages.length && messages[n]?.role === "tool" && mayDrop(n)) n++;
+  return n;
+}
+
+/**
+ * Whether a thread's summary stays valid when its strategy changes: only
+ * between summary strategies that see the same messages. Otherwise the summary
+ * is dropped and everything still stored is folded again from the start, so
+ * no message stored under the other strategy falls between summary and list.
+ */
+export function keepsSummary(from: Strategy, to: Strategy): boolean {
+  return (
+    from.kind === "summary" && to.kind === "summary" && from.excludeSystem === to.excludeSystem
+  );
 }

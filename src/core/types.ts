@@ -43,7 +43,11 @@ interface StrategyBase {
 
 /** A strategy with every default filled in, as a thread keeps it. */
 export type Strategy =
-  | (StrategyBase & { kind: "buffer"; /** 0: all. */ maxMessages: number })
+  | (StrategyBase & {
+      kind: "buffer";
+      /** 0: all. */
+      maxMessages: number;
+    })
   | (StrategyBase & { kind: "window"; window: number })
   | (StrategyBase & {
       kind: "summary";
@@ -67,6 +71,8 @@ export interface ThreadState {
   /** Newest seq folded into the summary; 0 when none. */
   summarizedThroughSeq: number;
   summary: string;
+  /** When the summary was last written (ms since the epoch); 0 when none. */
+  summaryTime: number;
   /** Milliseconds since the Unix epoch. */
   createTime: number;
   updateTime: number;

@@ -151,4 +151,3 @@ export interface StoreLimits {
   /** How many request_ids are remembered per thread. */
   idempotencyMaxPerThread: number;
 }
-

@@ -1,0 +1,335 @@
+import type { LogLevel } from "./logger.js";
+
+/**
+ * The one configuration of the server: every setting is a flag
+ * (`--http-port 8080` or `--http-port=8080`) with an environment variable
+ * (`WINDLASS_HTTP_PORT`); a flag wins over the environment. Secrets (API
+ * keys, auth tokens) come from the environment only, so they never show up in
+ * a process listing. Bad values stop start-up with one line naming the setting.
+ */
+export interface Config {
+  host: string;
+  grpcPort: number;
+  httpPort: number;
+  store: StoreConfig;
+  summarizer: "extractive" | "openai";
+  openai:
+    | { baseUrl: string; model: string; apiKey: string; timeoutMs: number; maxRetries: number }
+    | undefined;
+  defaultStrategy: "buffer" | "window" | "summary";
+  maxMessageBytes: number;
+  maxMessagesPerAdd: number;
+  getFoldWaitMs: number;
+  progressIntervalMs: number;
+  watchBuffer: number;
+  eventRetention: number;
+  maxConcurrentFolds: number;
+  shutdownGraceMs: number;
+  /** Bearer token -> namespace; undefined: no auth, one namespace. */
+  authTokens: Map<string, string> | undefined;
+  tls: { certFile: string; keyFile: string; clientCaFile: string | undefined } | undefined;
+  logLevel: LogLevel;
+}
+
+export type StoreConfig =
+  | { kind: "memory" }
+  | { kind: "sqlite"; path: string }
+  | { kind: "redis"; url: string };
+
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+}
+
+interface Setting {
+  flag: string;
+  env: string;
+  secret?: boolean;
+  help: string;
+  default?: string;
+}
+
+/** Every setting, in the order `--help` and the README list them. */
+export const SETTINGS = {
+  host: { flag: "host", env: "WINDLASS_HOST", default: "127.0.0.1", help: "address to listen on" },
+  port: {
+    flag: "port",
+    env: "WINDLASS_PORT",
+    default: "50051",
+    help: "gRPC port (grpc-js); 0 picks a free one",
+  },
+  httpPort: {
+    flag: "http-port",
+    env: "WINDLASS_HTTP_PORT",
+    default: "8080",
+    help: "Connect / gRPC-Web / JSON port, HTTP/1.1 and h2c; 0 picks a free one",
+  },
+  store: {
+    flag: "store",
+    env: "WINDLASS_STORE",
+    default: "memory",
+    help: "memory | sqlite:PATH | redis://HOST:PORT/DB",
+  },
+  summarizer: {
+    flag: "summarizer",
+    env: "WINDLASS_SUMMARIZER",
+    default: "extractive",
+    help: "default summariser: extractive | openai",
+  },
+  openaiBaseUrl: {
+    flag: "openai-base-url",
+    env: "WINDLASS_OPENAI_BASE_URL",
+    help: "OpenAI-compatible API base URL, e.g. http://127.0.0.1:11434/v1; enables the openai summariser",
+  },
+  openaiModel: {
+    flag: "openai-model",
+    env: "WINDLASS_OPENAI_MODEL",
+    default: "gpt-4o-mini",
+    help: "model name sent to the OpenAI-compatible API",
+  },
+  openaiApiKey: {
+    flag: "openai-api-key",
+    env: "WINDLASS_OPENAI_API_KEY",
+    secret: true,
+    help: "API key (environment only)",
+  },
+  openaiTimeoutMs: {
+    flag: "openai-timeout-ms",
+    env: "WINDLASS_OPENAI_TIMEOUT_MS",
+    default: "30000",
+    help: "per-attempt timeout of a summary call",
+  },
+  openaiMaxRetries: {
+    flag: "openai-max-retries",
+    env: "WINDLASS_OPENAI_MAX_RETRIES",
+    default: "2",
+    help: "retries of a failed summary call",
+  },
+  defaultStrategy: {
+    flag: "default-strategy",
+    env: "WINDLASS_DEFAULT_STRATEGY",
+    default: "window",
+    help: "strategy of threads created without one: buffer | window | summary",
+  },
+  maxMessageBytes: {
+    flag: "max-message-bytes",
+    env: "WINDLASS_MAX_MESSAGE_BYTES",
+    default: String(4 * 1024 * 1024),
+    help: "largest request or response message",
+  },
+  maxMessagesPerAdd: {
+    flag: "max-messages-per-add",
+    env: "WINDLASS_MAX_MESSAGES_PER_ADD",
+    default: "1000",
+    help: "most messages one Add may carry",
+  },
+  getFoldWaitMs: {
+    flag: "get-fold-wait-ms",
+    env: "WINDLASS_GET_FOLD_WAIT_MS",
+    default: "5000",
+    help: "longest a Get waits for a running summary fold",
+  },
+  progressIntervalMs: {
+    flag: "progress-interval-ms",
+    env: "WINDLASS_PROGRESS_INTERVAL_MS",
+    default: "30000",
+    help: "Progress events on idle Watch streams",
+  },
+  watchBuffer: {
+    flag: "watch-buffer",
+    env: "WINDLASS_WATCH_BUFFER",
+    default: "1000",
+    help: "events a watcher may fall behind before RESOURCE_EXHAUSTED",
+  },
+  eventRetention: {
+    flag: "event-retention",
+    env: "WINDLASS_EVENT_RETENTION",
+    default: "10000",
+    help: "events kept per namespace for Watch resume",
+  },
+  maxConcurrentFolds: {
+    flag: "max-concurrent-folds",
+    env: "WINDLASS_MAX_CONCURRENT_FOLDS",
+    default: "8",
+    help: "summary model calls at once",
+  },
+  shutdownGraceMs: {
+    flag: "shutdown-grace-ms",
+    env: "WINDLASS_SHUTDOWN_GRACE_MS",
+    default: "5000",
+    help: "time in-flight calls get on SIGTERM/SIGINT",
+  },
+  authTokens: {
+    flag: "auth-tokens",
+    env: "WINDLASS_AUTH_TOKENS",
+    secret: true,
+    help: "TOKEN=NAMESPACE[,…]: require bearer tokens (environment only)",
+  },
+  tlsCert: { flag: "tls-cert", env: "WINDLASS_TLS_CERT", help: "PEM certificate file: serve TLS" },
+  tlsKey: { flag: "tls-key", env: "WINDLASS_TLS_KEY", help: "PEM private key file for --tls-cert" },
+  tlsClientCa: {
+    flag: "tls-client-ca",
+    env: "WINDLASS_TLS_CLIENT_CA",
+    help: "PEM CA file: require client certificates signed by it",
+  },
+  logLevel: {
+    flag: "log-level",
+    env: "WINDLASS_LOG_LEVEL",
+    default: "info",
+    help: "debug | info | warn | error",
+  },
+} satisfies Record<string, Setting>;
+
+type Key = keyof typeof SETTINGS;
+
+/** Reads and validates the configuration; throws ConfigError with one clear line. */
+export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Config {
+  const flags = parseFlags(argv);
+  const raw = (key: Key): string | undefined => {
+    const s: Setting = SETTINGS[key];
+    const fromFlag = flags.get(s.flag);
+    if (fromFlag !== undefined && s.secret) {
+      throw new ConfigError(`--${s.flag} is a secret: set ${s.env} in the environment instead`);
+    }
+    return fromFlag ?? nonEmpty(env[s.env]) ?? s.default;
+  };
+  const str = (key: Key): string => raw(key) ?? "";
+  const int = (key: Key, min: number, max = Number.MAX_SAFE_INTEGER): number => {
+    const s: Setting = SETTINGS[key];
+    const text = str(key);
+    const n = Number(text);
+    if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < min || n > max) {
+      throw new ConfigError(
+        `--${s.flag} / ${s.env}: "${text}" is not a whole number from ${min} to ${max}`,
+      );
+    }
+    return n;
+  };
+  const oneOf = <T extends string>(key: Key, values: readonly T[]): T => {
+    const s: Setting = SETTINGS[key];
+    const v = str(key);
+    if (!(values as readonly string[]).includes(v)) {
+      throw new ConfigError(`--${s.flag} / ${s.env}: "${v}" is not one of ${values.join(", ")}`);
+    }
+    return v as T;
+  };
+
+  const summarizer = oneOf("summarizer", ["extractive", "openai"] as const);
+  const baseUrl = raw("openaiBaseUrl");
+  if (baseUrl !== undefined && !/^https?:\/\/[^\s]+$/.test(baseUrl)) {
+    throw new ConfigError(
+      `--openai-base-url / WINDLASS_OPENAI_BASE_URL: "${baseUrl}" is not an http(s) URL`,
+    );
+  }
+  if (summarizer === "openai" && baseUrl === undefined) {
+    throw new ConfigError("--summarizer openai needs --openai-base-url / WINDLASS_OPENAI_BASE_URL");
+  }
+  const tlsCert = raw("tlsCert");
+  const tlsKey = raw("tlsKey");
+  if ((tlsCert === undefined) !== (tlsKey === undefined)) {
+    throw new ConfigError("--tls-cert and --tls-key go together: set both or neither");
+  }
+  const tlsClientCa = raw("tlsClientCa");
+  if (tlsClientCa !== undefined && tlsCert === undefined) {
+    throw new ConfigError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+
+  return {
+    host: str("host"),
+    grpcPort: int("port", 0, 65535),
+    httpPort: int("httpPort", 0, 65535),
+    store: parseStore(str("store")),
+    summarizer,
+    openai:
+      baseUrl === undefined
+        ? undefined
+        : {
+            baseUrl,
+            model: str("openaiModel"),
+            apiKey: raw("openaiApiKey") ?? "",
+            timeoutMs: int("openaiTimeoutMs", 1),
+            maxRetries: int("openaiMaxRetries", 0, 10),
+          },
+    defaultStrategy: oneOf("defaultStrategy", ["buffer", "window", "summary"] as const),
+    maxMessageBytes: int("maxMessageBytes", 1024, 1024 * 1024 * 1024),
+    maxMessagesPerAdd: int("maxMessagesPerAdd", 1, 1_000_000),
+    getFoldWaitMs: int("getFoldWaitMs", 0),
+    progressIntervalMs: int("progressIntervalMs", 10),
+    watchBuffer: int("watchBuffer", 1),
+    eventRetention: int("eventRetention", 1),
+    maxConcurrentFolds: int("maxConcurrentFolds", 1, 10_000),
+    shutdownGraceMs: int("shutdownGraceMs", 0),
+    authTokens: parseAuthTokens(raw("authTokens")),
+    tls:
+      tlsCert === undefined || tlsKey === undefined
+        ? undefined
+        : { certFile: tlsCert, keyFile: tlsKey, clientCaFile: tlsClientCa },
+    logLevel: oneOf("logLevel", ["debug", "info", "warn", "error"] as const),
+  };
+}
+
+function nonEmpty(v: string | undefined): string | undefined {
+  return v === undefined || v === "" ? undefined : v;
+}
+
+function parseFlags(argv: readonly string[]): Map<string, string> {
+  const known = new Set(Object.values(SETTINGS).map((s: Setting) => s.flag));
+  const out = new Map<string, string>();
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] ?? "";
+    if (!arg.startsWith("--")) throw new ConfigError(`unexpected argument "${arg}"`);
+    const eq = arg.indexOf("=");
+    const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq);
+    if (!known.has(name)) throw new ConfigError(`unknown flag --${name} (see --help)`);
+    let value: string | undefined;
+    if (eq === -1) {
+      value = argv[++i];
+      if (value === undefined) throw new ConfigError(`--${name} needs a value`);
+    } else {
+      value = arg.slice(eq + 1);
+    }
+    out.set(name, value);
+  }
+  return out;
+}
+
+function parseStore(v: string): StoreConfig {
+  if (v === "memory") return { kind: "memory" };
+  if (v.startsWith("sqlite:") && v.length > "sqlite:".length) {
+    return { kind: "sqlite", path: v.slice("sqlite:".length) };
+  }
+  if (/^rediss?:\/\/\S+$/.test(v)) return { kind: "redis", url: v };
+  throw new ConfigError(
+    `--store / WINDLASS_STORE: "${v}" is not memory, sqlite:PATH or redis://HOST:PORT/DB`,
+  );
+}
+
+function parseAuthTokens(v: string | undefined): Map<string, string> | undefined {
+  if (v === undefined) return undefined;
+  const map = new Map<string, string>();
+  for (const [i, pair] of v.split(",").entries()) {
+    const eq = pair.indexOf("=");
+    const token = pair.slice(0, eq).trim();
+    const namespace = pair.slice(eq + 1).trim();
+    if (eq <= 0 || token === "" || namespace === "") {
+      // Never echo the value: it holds secrets.
+      throw new ConfigError(`WINDLASS_AUTH_TOKENS: entry ${i + 1} is not TOKEN=NAMESPACE`);
+    }
+    map.set(token, namespace);
+  }
+  return map;
+}
+
+/** The text of `windlass-memory --help`. */
+export function helpText(): string {
+  const lines = [
+    "Usage: windlass-memory serve [flags]",
+    "",
+    "Flags (each also an environment variable):",
+  ];
+  for (const s of Object.values(SETTINGS) as Setting[]) {
+    const def = s.default === undefined ? "" : ` (default ${s.default})`;
+    const name = s.secret ? `${s.env} (env only)` : `--${s.flag} / ${s.env}`;
+    lines.push(`  ${name}${def}`, `      ${s.help}`);
+  }
+  return lines.join("\n");
+}

@@ -1,0 +1,272 @@
+import { planFold } from "../core/recall.js";
+import type { Logger } from "../logger.js";
+import type { Store } from "../store/store.js";
+import type { SummarizerRegistry } from "../summarizer/registry.js";
+
+export interface FoldSchedulerOptions {
+  store: Store;
+  summarizers: SummarizerRegistry;
+  logger: Logger;
+  /** Model calls running at once, across all threads. */
+  maxConcurrent: number;
+  /** Threads waiting for a fold slot; a kick beyond it is dropped (the next Add or Get kicks again). */
+  maxPending: number;
+  /** How long a fold may hold a thread's lease; the model call is aborted before it runs out. */
+  leaseMs: number;
+  retryInitialMs: number;
+  retryMaxMs: number;
+  now: () => number;
+}
+
+/** Why a thread's summary cannot be brought up to date. */
+export interface FoldFailure {
+  incarnation: string;
+  reason: string;
+  attempt: number;
+}
+
+interface FoldState {
+  namespace: string;
+  threadId: string;
+  queued: boolean;
+  running: boolean;
+  /** Kicked while running: plan again when the current fold ends. */
+  again: boolean;
+  /** Smallest recall size asked for since the last plan (a Get's limit). */
+  requestedSize: number | undefined;
+  /** A Get gave up waiting for the running fold: later Gets do not wait for it. */
+  slow: boolean;
+  failure: FoldFailure | undefined;
+  retryTimer: NodeJS.Timeout | undefined;
+}
+
+/**
+ * Runs summary folds in the background: at most one at a time per thread
+ * (a lease in the store makes that hold across replicas too), at most
+ * `maxConcurrent` model calls in all, a bounded queue of waiting threads,
+ * and retries with exponential backoff after a failure. A fold commits
+ * through the store's compare-and-set, so a thread cleared or folded by
+ * someone else meanwhile never gets this fold's summary.
+ */
+export class FoldScheduler {
+  private readonly states = new Map<string, FoldState>();
+  private readonly queue: FoldState[] = [];
+  private active = 0;
+  private readonly closing = new AbortController();
+  private readonly running = new Set<Promise<void>>();
+
+  constructor(private readonly opts: FoldSchedulerOptions) {}
+
+  /** Plans a fold for the thread soon; `size` is a Get's recall size when it is not the strategy's. */
+  kick(namespace: string, threadId: string, size?: number): void {
+    if (this.closing.signal.aborted) return;
+    const st = this.state(namespace, threadId);
+    if (size !== undefined) st.requestedSize = Math.min(size, st.requestedSize ?? size);
+    if (st.running) {
+      st.again = true;
+      return;
+    }
+    if (st.queued || st.retryTimer !== undefined) return;
+    if (this.queue.length >= this.opts.maxPending) {
+      this.opts.logger.warn("fold queue full; fold deferred to the next kick", {
+        pending: this.queue.length,
+      });
+      this.forgetIfIdle(st);
+      return;
+    }
+    st.queued = true;
+    this.queue.push(st);
+    this.pump();
+  }
+
+  /** The current failure of the thread's folds, if it is for this incarnation. */
+  failure(namespace: string, threadId: string, incarnation: string): FoldFailure | undefined {
+    const f = this.states.get(key(namespace, threadId))?.failure;
+    return f?.incarnation === incarnation ? f : undefined;
+  }
+
+  isRunning(namespace: string, threadId: string): boolean {
+    return this.states.get(key(namespace, threadId))?.running ?? false;
+  }
+
+  /** Whether a Get already gave up waiting for the fold now running. */
+  isSlow(namespace: string, threadId: string): boolean {
+    const st = this.states.get(key(namespace, threadId));
+    return st?.running === true && st.slow;
+  }
+
+  markSlow(namespace: string, threadId: string): void {
+    const st = this.states.get(key(namespace, threadId));
+    if (st?.running) st.slow = true;
+  }
+
+  /** The thread was cleared: drop its retry and failure (its folds can no longer commit). */
+  forget(namespace: string, threadId: string): void {
+    const st = this.states.get(key(namespace, threadId));
+    if (st === undefined) return;
+    clearTimeout(st.retryTimer);
+    st.retryTimer = undefined;
+    st.failure = undefined;
+    this.forgetIfIdle(st);
+  }
+
+  /** Aborts running model calls, drops queued work and waits for the folds to settle. */
+  async close(): Promise<void> {
+    this.closing.abort(new Error("shutting down"));
+    for (const st of this.states.values()) clearTimeout(st.retryTimer);
+    this.queue.length = 0;
+    await Promise.allSettled([...this.running]);
+    this.states.clear();
+  }
+
+  private state(namespace: string, threadId: string): FoldState {
+    const k = key(namespace, threadId);
+    let st = this.states.get(k);
+    if (st === undefined) {
+      st = {
+        namespace,
+        threadId,
+        queued: false,
+        running: false,
+        again: false,
+        requestedSize: undefined,
+        slow: false,
+        failure: undefined,
+        retryTimer: undefined,
+      };
+      this.states.set(k, st);
+    }
+    return st;
+  }
+
+  private forgetIfIdle(st: FoldState): void {
+    if (!st.queued && !st.running && st.failure === undefined && st.retryTimer === undefined) {
+      this.states.delete(key(st.namespace, st.threadId));
+    }
+  }
+
+  private pump(): void {
+    while (this.active < this.opts.maxConcurrent && this.queue.length > 0) {
+      const st = this.queue.shift();
+      if (st === undefined) break;
+      st.queued = false;
+      st.running = true;
+      this.active++;
+      const run = this.foldAll(st)
+        .catch((err: unknown) => this.opts.logger.error("fold crashed", { err }))
+        .finally(() => {
+          this.active--;
+          st.running = false;
+          st.slow = false;
+          this.running.delete(run);
+          if (st.again && !this.closing.signal.aborted) {
+            st.again = false;
+            this.kick(st.namespace, st.threadId);
+          } else {
+            this.forgetIfIdle(st);
+          }
+          this.pump();
+        });
+      this.running.add(run);
+    }
+  }
+
+  /** Folds until nothing is due, another holder has the lease, or a fold fails. */
+  private async foldAll(st: FoldState): Promise<void> {
+    for (;;) {
+      if (this.closing.signal.aborted) return;
+      const more = await this.foldOnce(st);
+      if (!more) return;
+    }
+  }
+
+  /** One fold under the lease. Returns whether to plan again. */
+  private async foldOnce(st: FoldState): Promise<boolean> {
+    const { store, summarizers, logger } = this.opts;
+    const token = await store.acquireFoldLease(st.namespace, st.threadId, this.opts.leaseMs);
+    // Another replica is folding this thread; its summary_updated event wakes our waiters.
+    if (token === undefined) return false;
+    let incarnation = "";
+    try {
+      const snap = await store.read(st.namespace, st.threadId);
+      if (snap === undefined || snap.thread.strategy.kind !== "summary") return false;
+      const strategy = snap.thread.strategy;
+      incarnation = snap.thread.incarnation;
+      const size = Math.min(st.requestedSize ?? strategy.window, strategy.window);
+      st.requestedSize = undefined;
+      const plan = planFold(strategy, snap.messages, snap.thread.summarizedThroughSeq, size);
+      if (plan === undefined) return false;
+      const summarizer = summarizers.get(strategy.model);
+      // Leave time to commit before the lease can pass to someone else.
+      const callTimeout = Math.max(1, this.opts.leaseMs - 1000);
+      const signal = AbortSignal.any([this.closing.signal, AbortSignal.timeout(callTimeout)]);
+      const started = this.opts.now();
+      const summary = await summarizer.summarize(
+        { previousSummary: snap.thread.summary, messages: plan.messages },
+        signal,
+      );
+      const committed = await store.commitSummary({
+        namespace: st.namespace,
+        threadId: st.threadId,
+        incarnation,
+        leaseToken: token,
+        fromSeq: snap.thread.summarizedThroughSeq,
+        throughSeq: plan.throughSeq,
+        summary,
+        foldedCount: plan.messages.length,
+        now: this.opts.now(),
+      });
+      st.failure = undefined;
+      logger.debug("fold", {
+        namespace: st.namespace,
+        folded: plan.messages.length,
+        ms: this.opts.now() - started,
+        committed: committed !== undefined,
+      });
+      return committed !== undefined;
+    } catch (err) {
+      if (this.closing.signal.aborted || incarnation === "") return false;
+      await this.recordFailure(st, incarnation, err);
+      return false;
+    } finally {
+      await store.releaseFoldLease(st.namespace, st.threadId, token).catch(() => {});
+    }
+  }
+
+  private async recordFailure(st: FoldState, incarnation: string, err: unknown): Promise<void> {
+    const attempt = (st.failure?.incarnation === incarnation ? st.failure.attempt : 0) + 1;
+    const reason = failureReason(err);
+    st.failure = { incarnation, reason, attempt };
+    this.opts.logger.warn("fold failed; will retry", { namespace: st.namespace, attempt, reason });
+    await this.opts.store
+      .recordFoldFailure({
+        namespace: st.namespace,
+        threadId: st.threadId,
+        incarnation,
+        reason,
+        attempt,
+        now: this.opts.now(),
+      })
+      .catch((e: unknown) => this.opts.logger.warn("could not log a fold failure", { err: e }));
+    const base = Math.min(this.opts.retryMaxMs, this.opts.retryInitialMs * 2 ** (attempt - 1));
+    const delay = base / 2 + Math.random() * (base / 2);
+    st.retryTimer = setTimeout(() => {
+      st.retryTimer = undefined;
+      this.kick(st.namespace, st.threadId);
+    }, delay);
+    st.retryTimer.unref();
+  }
+}
+
+function key(namespace: string, threadId: string): string {
+  return `${namespace}\u0000${threadId}`;
+}
+
+/** A reason safe to show clients: the error's own message, never a stack. */
+function failureReason(err: unknown): string {
+  if (err instanceof Error) {
+    if (err.name === "TimeoutError") return "the summariser did not answer in time";
+    return err.message.slice(0, 500);
+  }
+  return "the summariser failed";
+}

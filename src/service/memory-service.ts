@@ -1,0 +1,360 @@
+import { createHash } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import {
+  type AddRequest,
+  type AddResponse,
+  AddResponseSchema,
+  type ClearRequest,
+  type ClearResponse,
+  ClearResponseSchema,
+  type GetRequest,
+  type GetResponse,
+  GetResponseSchema,
+  type ListThreadsRequest,
+  type ListThreadsResponse,
+  ListThreadsResponseSchema,
+  type WatchRequest,
+  type WatchResponse,
+} from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { invalidArgument, MemoryError } from "../core/errors.js";
+import { planFold, recall, recallSize } from "../core/recall.js";
+import { resolveStrategy, type StrategyDraft, strategyKey } from "../core/strategy.js";
+import type { ChatMessage, Strategy, ThreadState } from "../core/types.js";
+import type { Logger } from "../logger.js";
+import type { Store, ThreadSnapshot } from "../store/store.js";
+import type { SummarizerRegistry } from "../summarizer/registry.js";
+import type { CallContext, MemoryServiceCore } from "./context.js";
+import {
+  MAX_REQUEST_ID_BYTES,
+  messageFromPb,
+  messageToPb,
+  safeNumber,
+  strategyDraftFromPb,
+  threadIdFrom,
+  threadToPb,
+} from "./convert.js";
+import { EventHub } from "./event-hub.js";
+import { FoldScheduler } from "./fold-scheduler.js";
+import { watchEvents } from "./watch.js";
+
+/** Limits and timings of the service; src/config.ts fills them from flags and env. */
+export interface ServiceLimits {
+  /** Most messages one Add may carry. */
+  maxMessagesPerAdd: number;
+  /** Upper bound a strategy's max_stored may ask for. */
+  maxStoredLimit: number;
+  /** Longest a Get waits for a due or running fold, whatever its deadline. */
+  getFoldWaitMs: number;
+  /** Events a watcher may fall behind before it is ended with RESOURCE_EXHAUSTED. */
+  watchBuffer: number;
+  /** Idle streams get a Progress event this often. */
+  progressIntervalMs: number;
+  maxConcurrentFolds: number;
+  maxPendingFolds: number;
+  foldLeaseMs: number;
+  foldRetryInitialMs: number;
+  foldRetryMaxMs: number;
+}
+
+export const DEFAULT_SERVICE_LIMITS: ServiceLimits = {
+  maxMessagesPerAdd: 1000,
+  maxStoredLimit: 100_000,
+  getFoldWaitMs: 5000,
+  watchBuffer: 1000,
+  progressIntervalMs: 30_000,
+  maxConcurrentFolds: 8,
+  maxPendingFolds: 10_000,
+  foldLeaseMs: 60_000,
+  foldRetryInitialMs: 1000,
+  foldRetryMaxMs: 60_000,
+};
+
+export interface MemoryServiceOptions {
+  store: Store;
+  summarizers: SummarizerRegistry;
+  /** Strategy of threads created without one. */
+  defaultStrategy: Strategy;
+  limits?: Partial<ServiceLimits>;
+  logger: Logger;
+  now?: () => number;
+}
+
+export interface MemoryService extends MemoryServiceCore {
+  /** Ends Watch streams with UNAVAILABLE and stops background folds. The store stays open. */
+  close(): Promise<void>;
+}
+
+const PAGE_SIZE_DEFAULT = 100;
+const PAGE_SIZE_MAX = 1000;
+
+/**
+ * The MemoryService behaviour over a Store and the summarisers: validation,
+ * recall, background folds, Watch. Transport-free (see context.ts).
+ */
+export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
+  const limits: ServiceLimits = { ...DEFAULT_SERVICE_LIMITS, ...opts.limits };
+  const { store, summarizers, logger } = opts;
+  const now = opts.now ?? Date.now;
+  const hub = new EventHub(store);
+  const folds = new FoldScheduler({
+    store,
+    summarizers,
+    logger,
+    maxConcurrent: limits.maxConcurrentFolds,
+    maxPending: limits.maxPendingFolds,
+    leaseMs: limits.foldLeaseMs,
+    retryInitialMs: limits.foldRetryInitialMs,
+    retryMaxMs: limits.foldRetryMaxMs,
+    now,
+  });
+  const shutdown = new AbortController();
+
+  const resolve = (draft: StrategyDraft): Strategy =>
+    resolveStrategy(draft, {
+      defaultStrategy: opts.defaultStrategy,
+      defaultModel: summarizers.defaultName,
+      hasModel: (name) => summarizers.has(name),
+      maxStoredLimit: limits.maxStoredLimit,
+      field: "strategy",
+    });
+
+  function assertOpen(): void {
+    if (shutdown.signal.aborted)
+      throw new MemoryError("unavailable", "the server is shutting down");
+  }
+
+  /** Starts a fold when one may be due; the cheap count check avoids a read on most Adds. */
+  function maybeKick(namespace: string, t: ThreadState): void {
+    const s = t.strategy;
+    if (s.kind !== "summary") return;
+    if (t.lastSeq - t.summarizedThroughSeq - s.window >= s.summarizeEvery) {
+      folds.kick(namespace, t.threadId);
+    }
+  }
+
+  async function add(req: AddRequest, ctx: CallContext): Promise<AddResponse> {
+    assertOpen();
+    const threadId = threadIdFrom(req.threadId);
+    if (req.messages.length > limits.maxMessagesPerAdd) {
+      throw invalidArgument(
+        "messages",
+        `at most ${limits.maxMessagesPerAdd} messages per Add (got ${req.messages.length})`,
+      );
+    }
+    if (Buffer.byteLength(req.requestId, "utf8") > MAX_REQUEST_ID_BYTES) {
+      throw invalidArgument("request_id", `must be at most ${MAX_REQUEST_ID_BYTES} bytes`);
+    }
+    const messages = req.messages.map((m, i) => messageFromPb(m, `messages[${i}]`));
+    const draft = strategyDraftFromPb(req.strategy);
+    const strategy = draft === undefined ? undefined : resolve(draft);
+    if (req.replaceStrategy && strategy === undefined) {
+      throw invalidArgument("strategy", "must be set when replace_strategy is");
+    }
+    const expectedLastSeq =
+      req.expectedLastSeq === undefined
+        ? undefined
+        : safeNumber(req.expectedLastSeq, "expected_last_seq");
+    const result = await store.append({
+      namespace: ctx.namespace,
+      threadId,
+      messages,
+      strategy,
+      defaultStrategy: opts.defaultStrategy,
+      replaceStrategy: req.replaceStrategy,
+      requestId: req.requestId,
+      requestHash:
+        req.requestId === ""
+          ? ""
+          : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq),
+      expectedLastSeq,
+      now: now(),
+    });
+    if (!result.replayed) maybeKick(ctx.namespace, result.thread);
+    return create(AddResponseSchema, {
+      thread: threadToPb(result.thread),
+      firstSeq: BigInt(result.firstSeq),
+      lastSeq: BigInt(result.lastSeq),
+    });
+  }
+
+  async function get(req: GetRequest, ctx: CallContext): Promise<GetResponse> {
+    assertOpen();
+    const threadId = threadIdFrom(req.threadId);
+    const limit = req.limit;
+    let snap = await store.read(ctx.namespace, threadId);
+    if (snap === undefined) return create(GetResponseSchema, {});
+    if (snap.thread.strategy.kind !== "summary" || req.allowStale) return respond(snap, limit);
+
+    const size = recallSize(snap.thread.strategy, limit);
+    const waitUntil = Math.min(
+      now() + limits.getFoldWaitMs,
+      ctx.deadline === undefined ? Number.POSITIVE_INFINITY : ctx.deadline - 50,
+    );
+    for (;;) {
+      const s = snap.thread.strategy;
+      if (s.kind !== "summary") return respond(snap, limit);
+      if (planFold(s, snap.messages, snap.thread.summarizedThroughSeq, size) === undefined) {
+        return respond(snap, limit);
+      }
+      const failure = folds.failure(ctx.namespace, threadId, snap.thread.incarnation);
+      if (failure !== undefined) {
+        return respond(
+          snap,
+          limit,
+          `summary fold failed (attempt ${failure.attempt}): ${failure.reason}`,
+        );
+      }
+      if (folds.isSlow(ctx.namespace, threadId)) {
+        return respond(snap, limit, "summary fold still running: the summariser is slow");
+      }
+      const remaining = waitUntil - now();
+      if (remaining <= 0) {
+        folds.markSlow(ctx.namespace, threadId);
+        return respond(snap, limit, "summary fold still running when the wait ended");
+      }
+      // Listen before kicking, so the fold's event cannot slip past.
+      const settled = hub.waitFor(
+        ctx.namespace,
+        threadId,
+        (e) =>
+          e.type === "summary_updated" ||
+          e.type === "summary_failed" ||
+          e.type === "thread_cleared",
+        remaining,
+        AbortSignal.any([ctx.signal, shutdown.signal]),
+      );
+      folds.kick(ctx.namespace, threadId, size);
+      await settled;
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+      assertOpen();
+      const next = await store.read(ctx.namespace, threadId);
+      if (next === undefined) return create(GetResponseSchema, {});
+      snap = next;
+    }
+  }
+
+  function respond(
+    snap: ThreadSnapshot,
+    limit: number | undefined,
+    degradedReason = "",
+  ): GetResponse {
+    const t = snap.thread;
+    const r = recall(
+      t.strategy,
+      {
+        summary: t.summary,
+        summarizedThroughSeq: t.summarizedThroughSeq,
+        summaryTime: t.updateTime,
+      },
+      snap.messages,
+      { limit, degraded: degradedReason !== "" },
+    );
+    return create(GetResponseSchema, {
+      messages: r.messages.map(messageToPb),
+      summary: r.summary,
+      thread: threadToPb(t),
+      degraded: degradedReason !== "",
+      degradedReason,
+    });
+  }
+
+  async function clear(req: ClearRequest, ctx: CallContext): Promise<ClearResponse> {
+    assertOpen();
+    if (req.all) {
+      if (req.threadId !== "") {
+        throw invalidArgument("thread_id", "must be empty when all is set");
+      }
+      const ids: string[] = [];
+      // Collect ids first so their fold state can be dropped after the clear.
+      for (let after = ""; ; ) {
+        const page = await store.listThreads(ctx.namespace, after, PAGE_SIZE_MAX);
+        ids.push(...page);
+        if (page.length < PAGE_SIZE_MAX) break;
+        after = page[page.length - 1] ?? "";
+      }
+      const cleared = await store.clearAll(ctx.namespace, now());
+      for (const id of ids) folds.forget(ctx.namespace, id);
+      return create(ClearResponseSchema, { clearedThreads: cleared });
+    }
+    const threadId = threadIdFrom(req.threadId);
+    const existed = await store.clear(ctx.namespace, threadId, now());
+    folds.forget(ctx.namespace, threadId);
+    return create(ClearResponseSchema, { clearedThreads: existed ? 1 : 0 });
+  }
+
+  async function listThreads(
+    req: ListThreadsRequest,
+    ctx: CallContext,
+  ): Promise<ListThreadsResponse> {
+    assertOpen();
+    const pageSize = req.pageSize === 0 ? PAGE_SIZE_DEFAULT : Math.min(req.pageSize, PAGE_SIZE_MAX);
+    const after = decodePageToken(req.pageToken);
+    const ids = await store.listThreads(ctx.namespace, after, pageSize + 1);
+    const page = ids.slice(0, pageSize);
+    const last = page[page.length - 1];
+    return create(ListThreadsResponseSchema, {
+      threadIds: page,
+      nextPageToken: ids.length > pageSize && last !== undefined ? encodePageToken(last) : "",
+    });
+  }
+
+  function watch(req: WatchRequest, ctx: CallContext): AsyncIterable<WatchResponse> {
+    assertOpen();
+    return watchEvents(req, ctx, {
+      store,
+      hub,
+      shutdown: shutdown.signal,
+      watchBuffer: limits.watchBuffer,
+      progressIntervalMs: limits.progressIntervalMs,
+      now,
+    });
+  }
+
+  return {
+    add,
+    get,
+    clear,
+    listThreads,
+    watch,
+    async close() {
+      shutdown.abort(new MemoryError("unavailable", "the server is shutting down"));
+      await folds.close();
+    },
+  };
+}
+
+/** Digest of what an Add asks for, to tell a retry from another request with the same id. */
+function requestHash(
+  messages: ChatMessage[],
+  strategy: Strategy | undefined,
+  replace: boolean,
+  expectedLastSeq: number | undefined,
+): string {
+  const canonical = messages.map((m) => ({
+    ...m,
+    metadata: m.metadata === undefined ? undefined : Object.entries(m.metadata).sort(),
+  }));
+  return createHash("sha256")
+    .update(
+      JSON.stringify([
+        canonical,
+        strategy === undefined ? null : strategyKey(strategy),
+        replace,
+        expectedLastSeq ?? null,
+      ]),
+    )
+    .digest("base64url");
+}
+
+function encodePageToken(lastId: string): string {
+  return Buffer.from(`p1:${lastId}`, "utf8").toString("base64url");
+}
+
+function decodePageToken(token: string): string {
+  if (token === "") return "";
+  const text = Buffer.from(token, "base64url").toString("utf8");
+  if (!text.startsWith("p1:") || Buffer.from(text, "utf8").toString("base64url") !== token) {
+    throw invalidArgument("page_token", "is not a token this server issued");
+  }
+  return text.slice(3);
+}

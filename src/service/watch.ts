@@ -1,0 +1,158 @@
+import type { WatchRequest, WatchResponse } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { MemoryError } from "../core/errors.js";
+import type { EventType } from "../core/types.js";
+import type { Store } from "../store/store.js";
+import type { CallContext } from "./context.js";
+import {
+  decodeResumeToken,
+  encodeResumeToken,
+  eventToPb,
+  eventTypeFromPb,
+  progressToPb,
+  threadIdFrom,
+} from "./convert.js";
+import type { EventHub } from "./event-hub.js";
+
+export interface WatchDeps {
+  store: Store;
+  hub: EventHub;
+  /** Aborts when the server shuts down: streams end with UNAVAILABLE. */
+  shutdown: AbortSignal;
+  watchBuffer: number;
+  progressIntervalMs: number;
+  now: () => number;
+}
+
+const READ_BATCH = 256;
+const INITIAL_STATE_PAGE = 500;
+
+/**
+ * One Watch stream. It reads the namespace's event log from its own cursor
+ * (so resuming and following are the same loop, and a watcher holds no copy
+ * of the events), and the hub only wakes it. How far it has fallen behind is
+ * counted as events are logged: past `watchBuffer` unread events the stream
+ * ends with RESOURCE_EXHAUSTED, so a slow client never holds up others or
+ * makes the server buffer for it.
+ */
+export async function* watchEvents(
+  req: WatchRequest,
+  ctx: CallContext,
+  deps: WatchDeps,
+): AsyncGenerator<WatchResponse> {
+  const threadIds = new Set(req.threadIds.map((id, i) => threadIdFrom(id, `thread_ids[${i}]`)));
+  const types = new Set<EventType>(
+    req.eventTypes.map((t, i) => eventTypeFromPb(t, `event_types[${i}]`)),
+  );
+  const startCursor = req.resumeToken === "" ? undefined : decodeResumeToken(req.resumeToken);
+
+  let behind = 0;
+  let wake: (() => void) | undefined;
+  let dirty = true;
+  const unlisten = deps.hub.listen(ctx.namespace, (events) => {
+    behind += events.length;
+    dirty = true;
+    wake?.();
+  });
+  const stop = AbortSignal.any([ctx.signal, deps.shutdown]);
+  const onStop = () => wake?.();
+  stop.addEventListener("abort", onStop);
+
+  try {
+    let cursor = startCursor ?? (await deps.store.headCursor(ctx.namespace));
+    if (startCursor !== undefined) {
+      // Fail now, not at the first event, when the token is stale or foreign.
+      await deps.store.readEvents(ctx.namespace, cursor, 1);
+    }
+
+    if (req.sendInitialState) {
+      const token = encodeResumeToken(cursor);
+      for await (const t of watchedThreads(ctx.namespace, threadIds, deps.store)) {
+        if (t.summary === "") continue;
+        yield eventToPb(
+          {
+            type: "summary_updated",
+            summary: t.summary,
+            summarizedThroughSeq: t.summarizedThroughSeq,
+            foldedCount: 0,
+            cursor,
+            threadId: t.threadId,
+            time: t.updateTime,
+          },
+          token,
+        );
+      }
+    }
+
+    let lastSent = deps.now();
+    for (;;) {
+      throwIfStopped(stop, ctx, deps.shutdown);
+      if (behind > deps.watchBuffer) {
+        throw new MemoryError(
+          "resource_exhausted",
+          `watch fell more than ${deps.watchBuffer} events behind; resume from the last resume_token`,
+        );
+      }
+      if (dirty) {
+        dirty = false;
+        for (;;) {
+          const events = await deps.store.readEvents(ctx.namespace, cursor, READ_BATCH);
+          for (const e of events) {
+            cursor = e.cursor;
+            behind = Math.max(0, behind - 1);
+            if (threadIds.size > 0 && !threadIds.has(e.threadId)) continue;
+            if (types.size > 0 && !types.has(e.type)) continue;
+            yield eventToPb(e, encodeResumeToken(e.cursor));
+            lastSent = deps.now();
+            throwIfStopped(stop, ctx, deps.shutdown);
+          }
+          if (events.length < READ_BATCH) break;
+        }
+        continue;
+      }
+      const idleFor = deps.now() - lastSent;
+      if (idleFor >= deps.progressIntervalMs) {
+        yield progressToPb(encodeResumeToken(cursor), deps.now());
+        lastSent = deps.now();
+        continue;
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, deps.progressIntervalMs - idleFor);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        if (dirty || stop.aborted) wake();
+      });
+      wake = undefined;
+    }
+  } finally {
+    unlisten();
+    stop.removeEventListener("abort", onStop);
+  }
+}
+
+function throwIfStopped(stop: AbortSignal, ctx: CallContext, shutdown: AbortSignal): void {
+  if (!stop.aborted) return;
+  // The client's own cancel or deadline wins over shutdown: it is what the caller asked for.
+  throw ctx.signal.aborted ? ctx.signal.reason : shutdown.reason;
+}
+
+/** The threads a Watch names, or every thread of the namespace, that exist now. */
+async function* watchedThreads(namespace: string, ids: Set<string>, store: Store) {
+  if (ids.size > 0) {
+    for (const id of ids) {
+      const t = await store.getThread(namespace, id);
+      if (t !== undefined) yield t;
+    }
+    return;
+  }
+  for (let after = ""; ; ) {
+    const page = await store.listThreads(namespace, after, INITIAL_STATE_PAGE);
+    for (const id of page) {
+      const t = await store.getThread(namespace, id);
+      if (t !== undefined) yield t;
+    }
+    if (page.length < INITIAL_STATE_PAGE) return;
+    after = page[page.length - 1] ?? "";
+  }
+}

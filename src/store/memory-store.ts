@@ -1,0 +1,329 @@
+import { randomUUID } from "node:crypto";
+import { decideAppend, trimCount } from "../core/append.js";
+import { invalidArgument, MemoryError } from "../core/errors.js";
+import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../core/types.js";
+import type {
+  AppendCommand,
+  AppendResult,
+  CommitSummaryCommand,
+  FoldFailureCommand,
+  Store,
+  StoreLimits,
+  ThreadSnapshot,
+} from "./store.js";
+
+/** Defaults shared by the stores (see StoreLimits). */
+export const DEFAULT_STORE_LIMITS: StoreLimits = {
+  eventRetention: 10_000,
+  idempotencyRetentionMs: 24 * 60 * 60 * 1000,
+  idempotencyMaxPerThread: 1000,
+};
+
+interface IdempotencyRecord {
+  hash: string;
+  result: AppendResult;
+  time: number;
+}
+
+interface ThreadRecord {
+  state: ThreadState;
+  messages: StoredMessage[];
+  /** request_id -> first result; Map keeps insertion order, so the oldest go first. */
+  requests: Map<string, IdempotencyRecord>;
+}
+
+interface Lease {
+  token: number;
+  expiresAt: number;
+}
+
+interface NamespaceState {
+  threads: Map<string, ThreadRecord>;
+  /** Retained events; events[i] has number firstEventNo + i. */
+  events: MemoryEvent[];
+  firstEventNo: number;
+  nextEventNo: number;
+  listeners: Set<(events: MemoryEvent[]) => void>;
+}
+
+/**
+ * The in-process store: one node, and the reference implementation of the
+ * Store contract. Every method runs synchronously to completion inside the
+ * event loop, which is what makes each one atomic.
+ *
+ * Cursors are "<store epoch>.<event number>": a cursor from before a restart
+ * (another epoch) refers to history this process never had, so it is
+ * out_of_range, never silently resumed from somewhere else.
+ */
+export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
+  const lim = { ...DEFAULT_STORE_LIMITS, ...limits };
+  const epoch = randomUUID().slice(0, 8);
+  const namespaces = new Map<string, NamespaceState>();
+  const leases = new Map<string, Lease>();
+  let leaseCounter = 0;
+
+  function ns(name: string): NamespaceState {
+    let s = namespaces.get(name);
+    if (s === undefined) {
+      s = { threads: new Map(), events: [], firstEventNo: 1, nextEventNo: 1, listeners: new Set() };
+      namespaces.set(name, s);
+    }
+    return s;
+  }
+
+  function log(s: NamespaceState, threadId: string, time: number, body: EventBody): MemoryEvent {
+    const no = s.nextEventNo++;
+    const event: MemoryEvent = { ...body, cursor: `${epoch}.${no}`, threadId, time };
+    s.events.push(event);
+    // Drop in chunks so trimming stays amortised O(1) per event.
+    const excess = s.events.length - lim.eventRetention;
+    if (excess > 0 && (excess >= 64 || s.events.length > lim.eventRetention * 2)) {
+      s.events.splice(0, excess);
+      s.firstEventNo += excess;
+    }
+    return event;
+  }
+
+  function publish(s: NamespaceState, events: MemoryEvent[]): void {
+    if (events.length === 0) return;
+    for (const listener of s.listeners) listener(events);
+  }
+
+  function parseCursor(cursor: string): number {
+    const dot = cursor.indexOf(".");
+    const no = Number(cursor.slice(dot + 1));
+    if (dot <= 0 || !Number.isSafeInteger(no) || no < 0) {
+      throw invalidArgument("resume_token", "is not a token this server issued");
+    }
+    if (cursor.slice(0, dot) !== epoch) {
+      throw new MemoryError(
+        "out_of_range",
+        "resume_token: the history it refers to is no longer retained (the server restarted); re-read with Get and watch from now",
+        { field: "resume_token" },
+      );
+    }
+    return no;
+  }
+
+  const copyThread = (t: ThreadState): ThreadState => ({ ...t });
+
+  function dropExpiredRequests(rec: ThreadRecord, now: number): void {
+    for (const [id, r] of rec.requests) {
+      if (
+        rec.requests.size <= lim.idempotencyMaxPerThread &&
+        now - r.time < lim.idempotencyRetentionMs
+      )
+        break;
+      rec.requests.delete(id);
+    }
+  }
+
+  function trim(rec: ThreadRecord): void {
+    const n = trimCount(
+      rec.state.strategy,
+      rec.messages.map((m) => m.seq),
+      rec.state.summarizedThroughSeq,
+    );
+    if (n > 0) rec.messages.splice(0, n);
+  }
+
+  return {
+    async append(cmd: AppendCommand): Promise<AppendResult> {
+      const s = ns(cmd.namespace);
+      const existing = s.threads.get(cmd.threadId);
+      if (cmd.requestId !== "" && existing !== undefined) {
+        const seen = existing.requests.get(cmd.requestId);
+        if (seen !== undefined && cmd.now - seen.time < lim.idempotencyRetentionMs) {
+          if (seen.hash !== cmd.requestHash) {
+            throw invalidArgument(
+              "request_id",
+              "was already used for a different request on this thread",
+            );
+          }
+          return { ...seen.result, thread: copyThread(seen.result.thread), replayed: true };
+        }
+      }
+      const strategy = decideAppend(existing?.state, cmd);
+      const rec: ThreadRecord = existing ?? {
+        state: {
+          threadId: cmd.threadId,
+          incarnation: randomUUID(),
+          strategy,
+          lastSeq: 0,
+          summarizedThroughSeq: 0,
+          summary: "",
+          createTime: cmd.now,
+          updateTime: cmd.now,
+        },
+        messages: [],
+        requests: new Map(),
+      };
+      if (existing === undefined) s.threads.set(cmd.threadId, rec);
+      rec.state.strategy = strategy;
+      const firstSeq = cmd.messages.length > 0 ? rec.state.lastSeq + 1 : 0;
+      for (const m of cmd.messages) {
+        rec.messages.push(Object.freeze({ ...m, seq: ++rec.state.lastSeq, createTime: cmd.now }));
+      }
+      const lastSeq = cmd.messages.length > 0 ? rec.state.lastSeq : 0;
+      if (cmd.messages.length > 0) rec.state.updateTime = cmd.now;
+      trim(rec);
+      const result: AppendResult = {
+        thread: copyThread(rec.state),
+        firstSeq,
+        lastSeq,
+        replayed: false,
+      };
+      if (cmd.requestId !== "") {
+        rec.requests.set(cmd.requestId, { hash: cmd.requestHash, result, time: cmd.now });
+        dropExpiredRequests(rec, cmd.now);
+      }
+      if (cmd.messages.length > 0) {
+        publish(s, [log(s, cmd.threadId, cmd.now, { type: "messages_added", firstSeq, lastSeq })]);
+      }
+      return { ...result, thread: copyThread(rec.state) };
+    },
+
+    async read(namespace: string, threadId: string): Promise<ThreadSnapshot | undefined> {
+      const rec = namespaces.get(namespace)?.threads.get(threadId);
+      if (rec === undefined) return undefined;
+      return { thread: copyThread(rec.state), messages: rec.messages.slice() };
+    },
+
+    async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
+      const rec = namespaces.get(namespace)?.threads.get(threadId);
+      return rec === undefined ? undefined : copyThread(rec.state);
+    },
+
+    async commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {
+      const s = namespaces.get(cmd.namespace);
+      const rec = s?.threads.get(cmd.threadId);
+      const lease = leases.get(leaseKey(cmd.namespace, cmd.threadId));
+      if (
+        s === undefined ||
+        rec === undefined ||
+        rec.state.incarnation !== cmd.incarnation ||
+        rec.state.summarizedThroughSeq !== cmd.fromSeq ||
+        cmd.throughSeq <= cmd.fromSeq ||
+        lease === undefined ||
+        lease.token !== cmd.leaseToken
+      ) {
+        return undefined;
+      }
+      rec.state.summary = cmd.summary;
+      rec.state.summarizedThroughSeq = cmd.throughSeq;
+      rec.state.updateTime = cmd.now;
+      trim(rec);
+      publish(s, [
+        log(s, cmd.threadId, cmd.now, {
+          type: "summary_updated",
+          summary: cmd.summary,
+          summarizedThroughSeq: cmd.throughSeq,
+          foldedCount: cmd.foldedCount,
+        }),
+      ]);
+      return copyThread(rec.state);
+    },
+
+    async recordFoldFailure(cmd: FoldFailureCommand): Promise<void> {
+      const s = namespaces.get(cmd.namespace);
+      const rec = s?.threads.get(cmd.threadId);
+      if (s === undefined || rec === undefined || rec.state.incarnation !== cmd.incarnation) return;
+      publish(s, [
+        log(s, cmd.threadId, cmd.now, {
+          type: "summary_failed",
+          reason: cmd.reason,
+          attempt: cmd.attempt,
+        }),
+      ]);
+    },
+
+    async acquireFoldLease(namespace, threadId, ttlMs) {
+      const key = leaseKey(namespace, threadId);
+      const now = Date.now();
+      const held = leases.get(key);
+      if (held !== undefined && held.expiresAt > now) return undefined;
+      const token = ++leaseCounter;
+      leases.set(key, { token, expiresAt: now + ttlMs });
+      return token;
+    },
+
+    async releaseFoldLease(namespace, threadId, token) {
+      const key = leaseKey(namespace, threadId);
+      if (leases.get(key)?.token === token) leases.delete(key);
+    },
+
+    async clear(namespace: string, threadId: string, now: number): Promise<boolean> {
+      const s = namespaces.get(namespace);
+      if (s === undefined || !s.threads.delete(threadId)) return false;
+      publish(s, [log(s, threadId, now, { type: "thread_cleared" })]);
+      return true;
+    },
+
+    async clearAll(namespace: string, now: number): Promise<number> {
+      const s = namespaces.get(namespace);
+      if (s === undefined) return 0;
+      const ids = [...s.threads.keys()].sort(compareBytes);
+      s.threads.clear();
+      publish(
+        s,
+        ids.map((id) => log(s, id, now, { type: "thread_cleared" })),
+      );
+      return ids.length;
+    },
+
+    async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
+      const s = namespaces.get(namespace);
+      if (s === undefined) return [];
+      return [...s.threads.keys()]
+        .filter((id) => compareBytes(id, after) > 0)
+        .sort(compareBytes)
+        .slice(0, limit);
+    },
+
+    async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
+      const no = parseCursor(cursor);
+      const s = ns(namespace);
+      if (no >= s.nextEventNo) {
+        throw invalidArgument("resume_token", "refers to an event this server never logged");
+      }
+      if (no + 1 < s.firstEventNo) {
+        throw new MemoryError(
+          "out_of_range",
+          "resume_token: the events after it are no longer retained; re-read with Get and watch from now",
+          { field: "resume_token" },
+        );
+      }
+      const from = no + 1 - s.firstEventNo;
+      return s.events.slice(from, from + limit);
+    },
+
+    async headCursor(namespace: string): Promise<string> {
+      return `${epoch}.${ns(namespace).nextEventNo - 1}`;
+    },
+
+    compareCursors(a: string, b: string): number {
+      return parseCursor(a) - parseCursor(b);
+    },
+
+    subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void {
+      const s = ns(namespace);
+      s.listeners.add(listener);
+      return () => {
+        s.listeners.delete(listener);
+      };
+    },
+
+    async close(): Promise<void> {
+      for (const s of namespaces.values()) s.listeners.clear();
+    },
+  };
+}
+
+function leaseKey(namespace: string, threadId: string): string {
+  return `${namespace}\u0000${threadId}`;
+}
+
+/** Byte order of UTF-8, which is the order ListThreads promises. */
+export function compareBytes(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+}
