@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { decideAppend, trimCount } from "../core/append.js";
+import { decideAppend, keepsSummary, trimCount } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../core/types.js";
 import type {
@@ -119,11 +119,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   }
 
   function trim(rec: ThreadRecord): void {
-    const n = trimCount(
-      rec.state.strategy,
-      rec.messages.map((m) => m.seq),
-      rec.state.summarizedThroughSeq,
-    );
+    const n = trimCount(rec.state.strategy, rec.messages, rec.state.summarizedThroughSeq);
     if (n > 0) rec.messages.splice(0, n);
   }
 
@@ -152,6 +148,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
           lastSeq: 0,
           summarizedThroughSeq: 0,
           summary: "",
+          summaryTime: 0,
           createTime: cmd.now,
           updateTime: cmd.now,
         },
@@ -159,6 +156,11 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         requests: new Map(),
       };
       if (existing === undefined) s.threads.set(cmd.threadId, rec);
+      if (!keepsSummary(rec.state.strategy, strategy)) {
+        rec.state.summary = "";
+        rec.state.summaryTime = 0;
+        rec.state.summarizedThroughSeq = 0;
+      }
       rec.state.strategy = strategy;
       const firstSeq = cmd.messages.length > 0 ? rec.state.lastSeq + 1 : 0;
       for (const m of cmd.messages) {
@@ -210,6 +212,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         return undefined;
       }
       rec.state.summary = cmd.summary;
+      rec.state.summaryTime = cmd.now;
       rec.state.summarizedThroughSeq = cmd.throughSeq;
       rec.state.updateTime = cmd.now;
       trim(rec);
