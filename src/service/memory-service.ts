@@ -244,7 +244,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       {
         summary: t.summary,
         summarizedThroughSeq: t.summarizedThroughSeq,
-        summaryTime: t.updateTime,
+        summaryTime: t.summaryTime,
       },
       snap.messages,
       { limit, degraded: degradedReason !== "" },

@@ -76,7 +76,7 @@ export async function* watchEvents(
             foldedCount: 0,
             cursor,
             threadId: t.threadId,
-            time: t.updateTime,
+            time: t.summaryTime,
           },
           token,
         );
