@@ -1,0 +1,135 @@
+import { MemoryError } from "../core/errors.js";
+
+/**
+ * The life of calls in flight, shared by both transports: each call gets an
+ * AbortSignal whose reason says why it ended (client cancel, deadline,
+ * shutdown), and shutdown can find the calls it has to end.
+ *
+ * Abort reasons are MemoryErrors, so a core that rethrows `ctx.signal.reason`
+ * (or calls `signal.throwIfAborted()`) produces an error the error table maps
+ * to CANCELLED, DEADLINE_EXCEEDED or UNAVAILABLE without special cases.
+ */
+
+/** The client went away or cancelled the call. */
+export function cancelledByClient(): MemoryError {
+  return new MemoryError("cancelled", "call cancelled by the client");
+}
+
+/** The deadline the client set has passed. */
+export function deadlineExceeded(): MemoryError {
+  return new MemoryError("deadline_exceeded", "deadline exceeded");
+}
+
+/** The server is shutting down; the client should retry elsewhere. */
+export function serverShuttingDown(): MemoryError {
+  return new MemoryError("unavailable", "server shutting down");
+}
+
+/**
+ * A client cancels at its own deadline, and the server computes the same
+ * deadline from the timeout header plus the time the request took to arrive,
+ * so the cancel can land a little before the server's deadline. A cancel this
+ * close to the deadline counts as the deadline.
+ */
+export const DEADLINE_SLACK_MS = 25;
+
+/** Why a call the client stopped has ended: its deadline, or a plain cancel. */
+export function clientStopReason(deadline: number | undefined): MemoryError {
+  const atDeadline = deadline !== undefined && Date.now() >= deadline - DEADLINE_SLACK_MS;
+  return atDeadline ? deadlineExceeded() : cancelledByClient();
+}
+
+/** Streams (Watch) end as shutdown starts; unary calls may finish. */
+export type CallKind = "unary" | "stream";
+
+/** One call in flight. */
+export interface ActiveCall {
+  /** Aborted on client cancel, deadline or shutdown; `reason` is a MemoryError saying which. */
+  readonly signal: AbortSignal;
+  /** Absolute deadline in ms since the epoch, if the client set one. */
+  readonly deadline: number | undefined;
+  /** Aborts the call's signal. The first reason wins. */
+  abort(reason: MemoryError): void;
+  /** Untracks the call and stops its deadline timer. Idempotent. */
+  end(): void;
+}
+
+// setTimeout fires at once for delays above 2^31-1 ms; such deadlines (24
+// days away) are treated as none.
+const MAX_TIMER_DELAY_MS = 2_147_483_647;
+
+interface Entry {
+  readonly kind: CallKind;
+  readonly controller: AbortController;
+}
+
+/** Tracks the calls in flight of one or more servers. */
+export class CallRegistry {
+  readonly #entries = new Set<Entry>();
+  #refuseStreams = false;
+  #refuseAll = false;
+
+  /** Number of calls in flight. */
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /**
+   * Registers a call. Its signal aborts with `deadlineExceeded()` when
+   * `deadline` passes; it is already aborted when the call arrives after
+   * shutdown has ended calls of its kind.
+   */
+  begin(kind: CallKind, deadline: number | undefined): ActiveCall {
+    const controller = new AbortController();
+    const entry: Entry = { kind, controller };
+    const abort = (reason: MemoryError): void => {
+      if (!controller.signal.aborted) controller.abort(reason);
+    };
+    let timer: NodeJS.Timeout | undefined;
+    if (deadline !== undefined) {
+      const delay = deadline - Date.now();
+      if (delay <= 0) {
+        abort(deadlineExceeded());
+      } else if (delay <= MAX_TIMER_DELAY_MS) {
+        timer = setTimeout(() => abort(deadlineExceeded()), delay);
+        // A call's deadline must not keep the process alive on its own.
+        timer.unref();
+      }
+    }
+    if (this.#refuseAll || (kind === "stream" && this.#refuseStreams)) {
+      abort(serverShuttingDown());
+    }
+    this.#entries.add(entry);
+    return {
+      signal: controller.signal,
+      deadline,
+      abort,
+      end: () => {
+        if (timer !== undefined) clearTimeout(timer);
+        this.#entries.delete(entry);
+      },
+    };
+  }
+
+  /**
+   * First step of shutdown: aborts every open stream, and every stream that
+   * begins from now on, with `serverShuttingDown()`. Unary calls go on.
+   */
+  endStreams(): void {
+    this.#refuseStreams = true;
+    for (const entry of this.#entries) {
+      if (entry.kind === "stream") abortWith(entry, serverShuttingDown());
+    }
+  }
+
+  /** Last step of shutdown: aborts every call, and every call begun later. */
+  abortAll(): void {
+    this.#refuseStreams = true;
+    this.#refuseAll = true;
+    for (const entry of this.#entries) abortWith(entry, serverShuttingDown());
+  }
+}
+
+function abortWith(entry: Entry, reason: MemoryError): void {
+  if (!entry.controller.signal.aborted) entry.controller.abort(reason);
+}

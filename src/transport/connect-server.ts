@@ -1,0 +1,238 @@
+import * as http2 from "node:http2";
+import type { AddressInfo, Server as NetServer } from "node:net";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import type { Logger } from "../logger.js";
+import type { CallContext, MemoryServiceCore } from "../service/context.js";
+import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
+import type { Authenticator } from "./auth.js";
+import {
+  type ActiveCall,
+  type CallKind,
+  type CallRegistry,
+  clientStopReason,
+  deadlineExceeded,
+} from "./call-registry.js";
+import { createCleartextHttpListener, type HttpRequestHandler } from "./cleartext-http-listener.js";
+import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
+import { HttpConnections } from "./http-connections.js";
+import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import { pemBuffer, type TlsOptions } from "./tls.js";
+
+/**
+ * The Connect server: @connectrpc/connect-node serving MemoryService over the
+ * same core as the gRPC server, for the Connect protocol (JSON or binary,
+ * browsers, curl), gRPC-Web, and gRPC. One port carries HTTP/1.1 and HTTP/2:
+ * cleartext via first-bytes sniffing, TLS via ALPN.
+ */
+export interface ConnectServerOptions {
+  readonly core: MemoryServiceCore;
+  readonly host: string;
+  /** 0 picks a free port; `ConnectServer.port` is the one bound. */
+  readonly port: number;
+  /** Largest message read or written, in bytes (readMaxBytes / writeMaxBytes). Default 4 MiB. */
+  readonly maxMessageBytes?: number;
+  readonly authenticator: Authenticator;
+  /** Where calls in flight are tracked for shutdown; may be shared with the gRPC server. */
+  readonly calls: CallRegistry;
+  readonly logger: Logger;
+  readonly tls?: TlsOptions;
+}
+
+export interface ConnectServer {
+  /** The port bound. */
+  readonly port: number;
+  /**
+   * Stops accepting connections, lets requests in flight finish, and
+   * resolves when every connection is closed.
+   */
+  close(): Promise<void>;
+  /** Closes every connection now. */
+  forceClose(): void;
+}
+
+/** Starts the Connect server and resolves once it is listening. */
+export async function startConnectServer(options: ConnectServerOptions): Promise<ConnectServer> {
+  const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const adapter = connectNodeAdapter({
+    routes: (router) => router.service(MemoryService, memoryServiceImpl(options)),
+    readMaxBytes: maxMessageBytes,
+    writeMaxBytes: maxMessageBytes,
+  });
+  const connections = new HttpConnections();
+  const handler: HttpRequestHandler = (req, res) => {
+    connections.trackRequest(req, res);
+    adapter(req, res);
+  };
+  const listener =
+    options.tls === undefined
+      ? createCleartextHttpListener(handler, connections)
+      : createTlsListener(handler, connections, options.tls);
+  await listen(listener, options.host, options.port);
+  const address = listener.address() as AddressInfo;
+  let closing: Promise<void> | undefined;
+  return {
+    port: address.port,
+    close() {
+      closing ??= new Promise((resolve) => {
+        listener.close(() => resolve());
+        connections.closeGracefully();
+      });
+      return closing;
+    },
+    forceClose() {
+      connections.destroyAll();
+    },
+  };
+}
+
+type Deps = Pick<ConnectServerOptions, "authenticator" | "calls" | "logger">;
+
+/** One thin handler per RPC: authenticate, call the core, map errors through the table. */
+function memoryServiceImpl(options: ConnectServerOptions): ServiceImpl<typeof MemoryService> {
+  const { core } = options;
+  return {
+    add: (req, hctx) => unary(options, hctx, (ctx) => core.add(req, ctx)),
+    get: (req, hctx) => unary(options, hctx, (ctx) => core.get(req, ctx)),
+    clear: (req, hctx) => unary(options, hctx, (ctx) => core.clear(req, ctx)),
+    listThreads: (req, hctx) => unary(options, hctx, (ctx) => core.listThreads(req, ctx)),
+    watch: (req, hctx) => serverStreaming(options, hctx, (ctx) => core.watch(req, ctx)),
+  };
+}
+
+async function unary<O>(
+  deps: Deps,
+  hctx: HandlerContext,
+  invoke: (ctx: CallContext) => Promise<O>,
+): Promise<O> {
+  const active = beginConnectCall(deps.calls, "unary", hctx);
+  try {
+    return await invoke(callContext(deps, hctx, active));
+  } catch (err) {
+    throw toConnectError(toClientError(err, errorScope(deps, hctx, active)));
+  } finally {
+    active.end();
+  }
+}
+
+/**
+ * Relays the core's events. connect-node pulls the next event only after the
+ * previous one is written, so a slow client holds back the core instead of
+ * filling memory. When the call's signal aborts, the stream ends with the
+ * abort reason (CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE), never with OK or
+ * INTERNAL, whether the core throws, returns, or does not react.
+ */
+async function* serverStreaming<O>(
+  deps: Deps,
+  hctx: HandlerContext,
+  open: (ctx: CallContext) => AsyncIterable<O>,
+): AsyncGenerator<O> {
+  const active = beginConnectCall(deps.calls, "stream", hctx);
+  const { signal } = active;
+  let events: AsyncIterator<O> | undefined;
+  let writing = false;
+  try {
+    events = open(callContext(deps, hctx, active))[Symbol.asyncIterator]();
+    for (;;) {
+      const next = await nextUnlessAborted(events, signal);
+      if (next === undefined || next.done === true) break;
+      writing = true;
+      yield next.value;
+      writing = false;
+    }
+    if (signal.aborted) throw signal.reason;
+  } catch (err) {
+    // connect-node throws its own write failures (the client went away) into
+    // the generator at the yield: not the core's errors, so not mapped or
+    // logged as internal.
+    if (writing) throw err;
+    throw toConnectError(toClientError(err, errorScope(deps, hctx, active)));
+  } finally {
+    active.end();
+    releaseIterator(events, (err) =>
+      deps.logger.warn("watch iterator failed while closing", { method: methodName(hctx), err }),
+    );
+  }
+}
+
+/**
+ * Tracks a call and ties its signal to Connect's: connect-node aborts
+ * `hctx.signal` when the client goes away (reason: a ConnectError or none) or
+ * at the deadline (a DeadlineExceeded ConnectError). Shutdown aborts the
+ * tracked signal directly, which Connect's own shutdownSignal could not do
+ * without also cutting unary calls short.
+ */
+function beginConnectCall(calls: CallRegistry, kind: CallKind, hctx: HandlerContext): ActiveCall {
+  const timeoutMs = hctx.timeoutMs();
+  const active = calls.begin(kind, timeoutMs === undefined ? undefined : Date.now() + timeoutMs);
+  const onAbort = (): void => {
+    const reason: unknown = hctx.signal.reason;
+    const timedOut = reason instanceof ConnectError && reason.code === Code.DeadlineExceeded;
+    active.abort(timedOut ? deadlineExceeded() : clientStopReason(active.deadline));
+  };
+  if (hctx.signal.aborted) onAbort();
+  else hctx.signal.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: active.signal,
+    deadline: active.deadline,
+    abort: active.abort,
+    end() {
+      hctx.signal.removeEventListener("abort", onAbort);
+      active.end();
+    },
+  };
+}
+
+/** Throws MemoryError("unauthenticated") when auth is on and the token is not good. */
+function callContext(deps: Deps, hctx: HandlerContext, active: ActiveCall): CallContext {
+  const namespace = deps.authenticator.namespaceOf(
+    hctx.requestHeader.get("authorization") ?? undefined,
+  );
+  return { namespace, signal: active.signal, deadline: active.deadline };
+}
+
+function errorScope(deps: Deps, hctx: HandlerContext, active: ActiveCall): ErrorScope {
+  return { method: methodName(hctx), signal: active.signal, logger: deps.logger };
+}
+
+function methodName(hctx: HandlerContext): string {
+  return `${hctx.service.typeName}/${hctx.method.name}`;
+}
+
+/** TLS: ALPN chooses HTTP/2 or HTTP/1.1, so one http2 secure server does both. */
+function createTlsListener(
+  handler: HttpRequestHandler,
+  connections: HttpConnections,
+  tls: TlsOptions,
+): http2.Http2SecureServer {
+  const clientCa = tls.clientCa === undefined ? undefined : pemBuffer(tls.clientCa);
+  const server = http2.createSecureServer(
+    {
+      allowHTTP1: true,
+      cert: pemBuffer(tls.cert),
+      key: pemBuffer(tls.key),
+      ...(clientCa === undefined
+        ? {}
+        : { ca: clientCa, requestCert: true, rejectUnauthorized: true }),
+    },
+    handler,
+  );
+  server.on("connection", (socket) => connections.acceptSocket(socket));
+  server.on("secureConnection", (socket) => {
+    if (socket.alpnProtocol !== "h2") connections.acceptHttp1(socket);
+  });
+  server.on("session", (session) => connections.acceptSession(session));
+  return server;
+}
+
+function listen(server: NetServer, host: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+}

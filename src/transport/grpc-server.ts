@@ -1,0 +1,259 @@
+import { once } from "node:events";
+import type {
+  DescMessage,
+  DescMethodServerStreaming,
+  DescMethodUnary,
+  MessageShape,
+} from "@bufbuild/protobuf";
+import {
+  type handleServerStreamingCall,
+  type handleUnaryCall,
+  type Metadata,
+  Server,
+  ServerCredentials,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type UntypedHandleCall,
+} from "@grpc/grpc-js";
+import { HealthImplementation } from "grpc-health-check";
+import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import type { Logger } from "../logger.js";
+import type { CallContext, MemoryServiceCore } from "../service/context.js";
+import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
+import type { Authenticator } from "./auth.js";
+import {
+  type ActiveCall,
+  type CallKind,
+  type CallRegistry,
+  clientStopReason,
+} from "./call-registry.js";
+import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
+import { createReflectionService } from "./grpc-reflection.js";
+import { grpcServiceDefinition } from "./grpc-service-definition.js";
+import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import { pemBuffer, type TlsOptions } from "./tls.js";
+
+/**
+ * The gRPC server: @grpc/grpc-js serving MemoryService over the
+ * transport-free core, plus grpc.health.v1.Health and server reflection.
+ * grpc-js is the hot path (about 5x less CPU per call than connect-node for
+ * gRPC, DESIGN.md section 6), so gRPC clients come here and the Connect
+ * server covers Connect, gRPC-Web and JSON.
+ */
+export interface GrpcServerOptions {
+  readonly core: MemoryServiceCore;
+  readonly host: string;
+  /** 0 picks a free port; `GrpcServer.port` is the one bound. */
+  readonly port: number;
+  /** Largest message received or sent, in bytes. Default 4 MiB. */
+  readonly maxMessageBytes?: number;
+  readonly authenticator: Authenticator;
+  /** Where calls in flight are tracked for shutdown; may be shared with the Connect server. */
+  readonly calls: CallRegistry;
+  readonly logger: Logger;
+  readonly tls?: TlsOptions;
+}
+
+export interface GrpcServer {
+  /** The port bound. */
+  readonly port: number;
+  /** Health status of "" and of "windlass.memory.v1.MemoryService". */
+  setServing(serving: boolean): void;
+  /**
+   * Stops accepting connections and calls (GOAWAY), lets calls in flight
+   * finish, and resolves when every connection is closed.
+   */
+  close(): Promise<void>;
+  /** Cancels every call and closes every connection now. */
+  forceClose(): void;
+}
+
+/** The health service names this server reports: the whole server and MemoryService. */
+export const HEALTH_SERVICE_NAMES = ["", MemoryService.typeName] as const;
+
+/** Starts the gRPC server and resolves once it is bound. */
+export async function startGrpcServer(options: GrpcServerOptions): Promise<GrpcServer> {
+  const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const server = new Server({
+    "grpc.max_receive_message_length": maxMessageBytes,
+    "grpc.max_send_message_length": maxMessageBytes,
+  });
+  const health = new HealthImplementation(
+    Object.fromEntries(HEALTH_SERVICE_NAMES.map((name) => [name, "SERVING"])),
+  );
+  health.addToServer(server);
+  createReflectionService().addToServer(server);
+  server.addService(grpcServiceDefinition(MemoryService), memoryServiceHandlers(options));
+
+  const port = await bind(server, hostPort(options.host, options.port), credentials(options.tls));
+  let closing: Promise<void> | undefined;
+  return {
+    port,
+    setServing(serving) {
+      for (const name of HEALTH_SERVICE_NAMES) {
+        health.setStatus(name, serving ? "SERVING" : "NOT_SERVING");
+      }
+    },
+    close() {
+      closing ??= new Promise((resolve) => server.tryShutdown(() => resolve()));
+      return closing;
+    },
+    forceClose() {
+      server.forceShutdown();
+    },
+  };
+}
+
+type Deps = Pick<GrpcServerOptions, "authenticator" | "calls" | "logger">;
+
+/**
+ * One thin handler per RPC: authenticate, call the core, map errors through
+ * the table, respond. `satisfies` keeps the keys in step with the descriptor.
+ */
+function memoryServiceHandlers(options: GrpcServerOptions) {
+  const { core } = options;
+  const methods = MemoryService.method;
+  return {
+    add: unary(options, methods.add, (req, ctx) => core.add(req, ctx)),
+    get: unary(options, methods.get, (req, ctx) => core.get(req, ctx)),
+    clear: unary(options, methods.clear, (req, ctx) => core.clear(req, ctx)),
+    listThreads: unary(options, methods.listThreads, (req, ctx) => core.listThreads(req, ctx)),
+    watch: serverStreaming(options, methods.watch, (req, ctx) => core.watch(req, ctx)),
+  } satisfies Record<keyof typeof methods, UntypedHandleCall>;
+}
+
+function unary<I extends DescMessage, O extends DescMessage>(
+  deps: Deps,
+  method: DescMethodUnary<I, O>,
+  invoke: (request: MessageShape<I>, ctx: CallContext) => Promise<MessageShape<O>>,
+): handleUnaryCall<MessageShape<I>, MessageShape<O>> {
+  const name = `${method.parent.typeName}/${method.name}`;
+  return (call, callback) => {
+    const active = beginGrpcCall(deps.calls, "unary", call);
+    const scope: ErrorScope = { method: name, signal: active.signal, logger: deps.logger };
+    const respond = async (): Promise<void> => {
+      try {
+        const response = await invoke(call.request, callContext(deps, call.metadata, active));
+        callback(null, response);
+      } catch (err) {
+        callback(toGrpcStatus(toClientError(err, scope)));
+      } finally {
+        active.end();
+      }
+    };
+    void respond();
+  };
+}
+
+function serverStreaming<I extends DescMessage, O extends DescMessage>(
+  deps: Deps,
+  method: DescMethodServerStreaming<I, O>,
+  open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
+): handleServerStreamingCall<MessageShape<I>, MessageShape<O>> {
+  const name = `${method.parent.typeName}/${method.name}`;
+  return (call) => {
+    void pump(deps, name, call, open);
+  };
+}
+
+/**
+ * Copies the core's events to the call. Writes respect backpressure: when
+ * grpc-js's buffer is full (the client or the network is slow) the next event
+ * is pulled only after 'drain', so a slow client holds at most the stream's
+ * buffer plus the HTTP/2 window here; keeping up is the core's job (it ends a
+ * watcher that falls too far behind with RESOURCE_EXHAUSTED). Cancellation,
+ * deadline and shutdown abort the wait and release the core's iterator.
+ */
+async function pump<I extends DescMessage, O extends DescMessage>(
+  deps: Deps,
+  name: string,
+  call: ServerWritableStream<MessageShape<I>, MessageShape<O>>,
+  open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
+): Promise<void> {
+  const active = beginGrpcCall(deps.calls, "stream", call);
+  const { signal } = active;
+  const scope: ErrorScope = { method: name, signal, logger: deps.logger };
+  let events: AsyncIterator<MessageShape<O>> | undefined;
+  try {
+    events = open(call.request, callContext(deps, call.metadata, active))[Symbol.asyncIterator]();
+    for (;;) {
+      const next = await nextUnlessAborted(events, signal);
+      if (next === undefined || next.done === true) break;
+      if (!call.write(next.value)) await once(call, "drain", { signal });
+    }
+    // A core may simply return when the signal aborts; the client must
+    // still learn why the stream ended.
+    if (signal.aborted) throw signal.reason;
+    call.end();
+  } catch (err) {
+    // A cancelled call (client gone, or deadline already reported by
+    // grpc-js) has nobody to tell; its write errors are no news either.
+    if (!call.cancelled) call.emit("error", toGrpcStatus(toClientError(err, scope)));
+  } finally {
+    active.end();
+    releaseIterator(events, (err) =>
+      deps.logger.warn("watch iterator failed while closing", { method: name, err }),
+    );
+  }
+}
+
+type SurfaceCall = Pick<
+  ServerUnaryCall<unknown, unknown>,
+  "cancelled" | "getDeadline" | "on" | "off"
+>;
+
+/**
+ * Tracks a call and ties its signal to grpc-js events: 'cancelled' fires when
+ * the client cancels, and also when grpc-js ends the call at its deadline,
+ * so a cancel at the deadline counts as the deadline.
+ */
+function beginGrpcCall(calls: CallRegistry, kind: CallKind, call: SurfaceCall): ActiveCall {
+  const active = calls.begin(kind, deadlineOf(call));
+  const onCancelled = (): void => active.abort(clientStopReason(active.deadline));
+  call.on("cancelled", onCancelled);
+  if (call.cancelled) onCancelled();
+  return {
+    signal: active.signal,
+    deadline: active.deadline,
+    abort: active.abort,
+    end() {
+      call.off("cancelled", onCancelled);
+      active.end();
+    },
+  };
+}
+
+/** Throws MemoryError("unauthenticated") when auth is on and the token is not good. */
+function callContext(deps: Deps, metadata: Metadata, active: ActiveCall): CallContext {
+  const [authorization] = metadata.get("authorization");
+  const namespace = deps.authenticator.namespaceOf(
+    typeof authorization === "string" ? authorization : undefined,
+  );
+  return { namespace, signal: active.signal, deadline: active.deadline };
+}
+
+function deadlineOf(call: SurfaceCall): number | undefined {
+  const deadline = call.getDeadline();
+  const ms = deadline instanceof Date ? deadline.getTime() : deadline;
+  return Number.isFinite(ms) ? ms : undefined;
+}
+
+function credentials(tls: TlsOptions | undefined): ServerCredentials {
+  if (tls === undefined) return ServerCredentials.createInsecure();
+  const clientCa = tls.clientCa === undefined ? null : pemBuffer(tls.clientCa);
+  return ServerCredentials.createSsl(
+    clientCa,
+    [{ cert_chain: pemBuffer(tls.cert), private_key: pemBuffer(tls.key) }],
+    clientCa !== null,
+  );
+}
+
+function hostPort(host: string, port: number): string {
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+function bind(server: Server, address: string, creds: ServerCredentials): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.bindAsync(address, creds, (err, port) => (err === null ? resolve(port) : reject(err)));
+  });
+}

@@ -1,0 +1,49 @@
+import {
+  type DescMethod,
+  type DescService,
+  fromBinary,
+  type Message,
+  toBinary,
+} from "@bufbuild/protobuf";
+import type { MethodDefinition, ServiceDefinition } from "@grpc/grpc-js";
+
+/**
+ * grpc-js service definitions built from protobuf-es descriptors, so the
+ * grpc-js server (and test clients) use the same generated schemas as the
+ * Connect side: no proto-loader, no .proto files read at run time, and
+ * messages are protobuf-es messages on both sides.
+ *
+ * Keys are the methods' local names ("listThreads"); `originalName` is the
+ * proto name ("ListThreads").
+ */
+export function grpcServiceDefinition(service: DescService): ServiceDefinition {
+  const definition: Record<string, MethodDefinition<Message, Message>> = {};
+  for (const method of service.methods) {
+    definition[method.localName] = grpcMethodDefinition(method);
+  }
+  return definition;
+}
+
+/** The HTTP/2 path of a method: "/windlass.memory.v1.MemoryService/Add". */
+export function grpcMethodPath(method: DescMethod): string {
+  return `/${method.parent.typeName}/${method.name}`;
+}
+
+function grpcMethodDefinition(method: DescMethod): MethodDefinition<Message, Message> {
+  const kind = method.methodKind;
+  return {
+    path: grpcMethodPath(method),
+    requestStream: kind === "client_streaming" || kind === "bidi_streaming",
+    responseStream: kind === "server_streaming" || kind === "bidi_streaming",
+    requestSerialize: (message) => asBuffer(toBinary(method.input, message)),
+    requestDeserialize: (bytes) => fromBinary(method.input, bytes),
+    responseSerialize: (message) => asBuffer(toBinary(method.output, message)),
+    responseDeserialize: (bytes) => fromBinary(method.output, bytes),
+    originalName: method.name,
+  };
+}
+
+// grpc-js wants a Buffer; wrapping the same memory avoids a copy per message.
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
