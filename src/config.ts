@@ -184,13 +184,14 @@ type Key = keyof typeof SETTINGS;
 /** Reads and validates the configuration; throws ConfigError with one clear line. */
 export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Config {
   const flags = parseFlags(argv);
-  const raw = (key: Key): string | undefined => {
-    const s: Setting = SETTINGS[key];
-    const fromFlag = flags.get(s.flag);
-    if (fromFlag !== undefined && s.secret) {
+  for (const s of Object.values(SETTINGS) as Setting[]) {
+    if (s.secret && flags.has(s.flag)) {
       throw new ConfigError(`--${s.flag} is a secret: set ${s.env} in the environment instead`);
     }
-    return fromFlag ?? nonEmpty(env[s.env]) ?? s.default;
+  }
+  const raw = (key: Key): string | undefined => {
+    const s: Setting = SETTINGS[key];
+    return flags.get(s.flag) ?? nonEmpty(env[s.env]) ?? s.default;
   };
   const str = (key: Key): string => raw(key) ?? "";
   const int = (key: Key, min: number, max = Number.MAX_SAFE_INTEGER): number => {

@@ -1,0 +1,83 @@
+import { describe, expect, it } from "vitest";
+import { ConfigError, helpText, loadConfig } from "../src/config.js";
+
+describe("configuration", () => {
+  it("has the documented defaults", () => {
+    const c = loadConfig([], {});
+    expect(c).toMatchObject({
+      host: "127.0.0.1",
+      grpcPort: 50051,
+      httpPort: 8080,
+      store: { kind: "memory" },
+      summarizer: "extractive",
+      openai: undefined,
+      defaultStrategy: "window",
+      maxMessageBytes: 4 * 1024 * 1024,
+      maxMessagesPerAdd: 1000,
+      authTokens: undefined,
+      tls: undefined,
+      logLevel: "info",
+    });
+  });
+
+  it("reads WINDLASS_ variables, and flags win over them", () => {
+    const env = {
+      WINDLASS_HOST: "0.0.0.0",
+      WINDLASS_PORT: "6000",
+      WINDLASS_HTTP_PORT: "6001",
+      WINDLASS_STORE: "sqlite:/tmp/m.db",
+      WINDLASS_SUMMARIZER: "openai",
+      WINDLASS_OPENAI_BASE_URL: "http://127.0.0.1:9/v1",
+      WINDLASS_OPENAI_MODEL: "llama",
+      WINDLASS_OPENAI_API_KEY: "sk-x",
+    };
+    const c = loadConfig(["--port=7000", "--store", "redis://127.0.0.1:6379/0"], env);
+    expect(c.host).toBe("0.0.0.0");
+    expect(c.grpcPort).toBe(7000);
+    expect(c.httpPort).toBe(6001);
+    expect(c.store).toEqual({ kind: "redis", url: "redis://127.0.0.1:6379/0" });
+    expect(c.openai).toMatchObject({
+      baseUrl: "http://127.0.0.1:9/v1",
+      model: "llama",
+      apiKey: "sk-x",
+    });
+    expect(loadConfig([], env).store).toEqual({ kind: "sqlite", path: "/tmp/m.db" });
+  });
+
+  it("maps bearer tokens to namespaces from the environment only", () => {
+    const c = loadConfig([], { WINDLASS_AUTH_TOKENS: "t1=team-a, t2=team-b" });
+    expect([...(c.authTokens ?? [])]).toEqual([
+      ["t1", "team-a"],
+      ["t2", "team-b"],
+    ]);
+    expect(() => loadConfig(["--auth-tokens", "t=x"], {})).toThrow(/environment/);
+    const err = (() => {
+      try {
+        loadConfig([], { WINDLASS_AUTH_TOKENS: "secret-without-namespace" });
+      } catch (e) {
+        return e as Error;
+      }
+    })();
+    expect(err).toBeInstanceOf(ConfigError);
+    expect(err?.message).not.toContain("secret-without-namespace");
+  });
+
+  it.each([
+    [["--http-port", "-1"], /--http-port/],
+    [["--max-message-bytes", "12abc"], /--max-message-bytes/],
+    [["--default-strategy", "fancy"], /buffer, window, summary/],
+    [["--log-level", "loud"], /--log-level/],
+    [["--tls-cert", "/c.pem"], /go together/],
+    [["--openai-base-url", "ftp://x"], /http\(s\) URL/],
+    [["serve"], /unexpected argument/],
+    [["--port"], /needs a value/],
+  ])("refuses %j", (argv, message) => {
+    expect(() => loadConfig(argv, {})).toThrow(message);
+  });
+
+  it("lists every setting in --help", () => {
+    const text = helpText();
+    expect(text).toContain("WINDLASS_OPENAI_API_KEY (env only)");
+    expect(text).toContain("--get-fold-wait-ms / WINDLASS_GET_FOLD_WAIT_MS");
+  });
+});

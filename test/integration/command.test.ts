@@ -1,0 +1,131 @@
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { once } from "node:events";
+import { existsSync } from "node:fs";
+import { promisify } from "node:util";
+import { afterEach, describe, expect, it } from "vitest";
+
+/**
+ * The `windlass-memory` command as an operator runs it: the compiled bin
+ * (npm test builds it first), real signals, real exit statuses, curl.
+ */
+const BIN = new URL("../../bin/windlass-memory.js", import.meta.url).pathname;
+const run = promisify(execFile);
+
+interface Served {
+  child: ChildProcess;
+  grpcPort: number;
+  httpPort: number;
+  stderr: () => string;
+}
+
+async function serve(args: string[] = [], env: Record<string, string> = {}): Promise<Served> {
+  const child = spawn(
+    process.execPath,
+    [BIN, "serve", "--port", "0", "--http-port", "0", ...args],
+    {
+      env: { PATH: process.env.PATH ?? "", ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  let err = "";
+  child.stderr?.on("data", (d: Buffer) => {
+    err += d.toString();
+  });
+  let out = "";
+  const ports = await new Promise<[number, number]>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no listening line; stderr: ${err}`)), 10_000);
+    child.stdout?.on("data", (d: Buffer) => {
+      out += d.toString();
+      const m = /gRPC [\d.]+:(\d+), Connect\/gRPC-Web\/JSON http:\/\/[\d.]+:(\d+)/.exec(out);
+      if (m !== null) {
+        clearTimeout(timer);
+        resolve([Number(m[1]), Number(m[2])]);
+      }
+    });
+    child.once("exit", (code) => reject(new Error(`exited ${code}: ${err}`)));
+  });
+  return { child, grpcPort: ports[0], httpPort: ports[1], stderr: () => err };
+}
+
+describe("the windlass-memory command", () => {
+  const children: ChildProcess[] = [];
+  afterEach(() => {
+    for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
+    children.length = 0;
+  });
+
+  it("serves Connect JSON to curl with default settings and stops cleanly on SIGTERM", async () => {
+    expect(existsSync("/usr/bin/curl") || process.env.CI !== "true").toBe(true);
+    const s = await serve();
+    children.push(s.child);
+    const url = `http://127.0.0.1:${s.httpPort}/windlass.memory.v1.MemoryService`;
+    const add = await run("curl", [
+      "-sS",
+      "-X",
+      "POST",
+      "-H",
+      "Content-Type: application/json",
+      "--data",
+      '{"threadId":"t1","messages":[{"role":"ROLE_USER","content":"hello"}]}',
+      `${url}/Add`,
+    ]);
+    expect(JSON.parse(add.stdout)).toMatchObject({ firstSeq: "1", lastSeq: "1" });
+    const get = await run("curl", [
+      "-sS",
+      "-H",
+      "Content-Type: application/json",
+      "--data",
+      '{"threadId":"t1"}',
+      `${url}/Get`,
+    ]);
+    expect(JSON.parse(get.stdout).messages[0]).toMatchObject({
+      role: "ROLE_USER",
+      content: "hello",
+    });
+    const bad = await run("curl", [
+      "-sS",
+      "-H",
+      "Content-Type: application/json",
+      "--data",
+      '{"messages":[{"content":"x"}]}',
+      `${url}/Add`,
+    ]);
+    expect(JSON.parse(bad.stdout)).toMatchObject({ code: "invalid_argument" });
+    expect(JSON.parse(bad.stdout).message).toContain("messages[0].role");
+
+    const started = Date.now();
+    s.child.kill("SIGTERM");
+    const [code] = (await once(s.child, "exit")) as [number | null];
+    expect(code).toBe(0);
+    expect(Date.now() - started).toBeLessThan(6000);
+    // Logs are JSON lines, and never carry message contents.
+    for (const line of s.stderr().trim().split("\n")) expect(() => JSON.parse(line)).not.toThrow();
+    expect(s.stderr()).not.toContain("hello");
+  });
+
+  it.each([
+    [["--port", "70000"], {}, "--port / WINDLASS_PORT"],
+    [["--store", "mongodb://x"], {}, "--store / WINDLASS_STORE"],
+    [["--bogus"], {}, "unknown flag --bogus"],
+    [[], { WINDLASS_SUMMARIZER: "openai" }, "needs --openai-base-url"],
+    [["--openai-api-key", "sk-secret"], {}, "WINDLASS_OPENAI_API_KEY"],
+  ])("refuses bad configuration %j with one clear line and status 2", async (args, env, text) => {
+    const r = await run(process.execPath, [BIN, "serve", ...args], {
+      env: { PATH: process.env.PATH ?? "", ...env },
+    }).then(
+      () => ({ code: 0, stderr: "" }),
+      (e: { code: number; stderr: string }) => e,
+    );
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toContain(text);
+    expect(r.stderr).not.toContain("sk-secret");
+  });
+
+  it("prints its flags with --help", async () => {
+    const r = await run(process.execPath, [BIN, "--help"]);
+    for (const env of ["WINDLASS_HOST", "WINDLASS_PORT", "WINDLASS_HTTP_PORT", "WINDLASS_STORE"]) {
+      expect(r.stdout).toContain(env);
+    }
+  });
+});
