@@ -7,5 +7,6 @@ export default defineConfig({
     hookTimeout: 30_000,
     // Integration tests start servers on free ports; two workers fit 2 cores.
     maxWorkers: 2,
+    reporters: ["default", "./test/support/closing-line-reporter.ts"],
   },
 });
