@@ -1,0 +1,347 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { MemoryError } from "../../src/core/errors.js";
+import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
+import type { AppendCommand, Store, StoreLimits } from "../../src/store/store.js";
+
+/** Makes a fresh, empty store with the limits a case needs. */
+export type StoreFactory = (limits: Partial<StoreLimits>) => Promise<Store>;
+
+const window20: Extract<Strategy, { kind: "window" }> = {
+  kind: "window",
+  window: 20,
+  excludeSystem: false,
+  maxStored: 1000,
+};
+const summary: Strategy = {
+  kind: "summary",
+  window: 2,
+  summarizeEvery: 2,
+  model: "extractive",
+  excludeSystem: false,
+  maxStored: 1000,
+};
+const user = (content: string): ChatMessage => ({ role: "user", content });
+
+function cmd(over: Partial<AppendCommand> = {}): AppendCommand {
+  return {
+    namespace: "ns",
+    threadId: "t",
+    messages: [user("a")],
+    strategy: undefined,
+    defaultStrategy: window20,
+    replaceStrategy: false,
+    requestId: "",
+    requestHash: "",
+    expectedLastSeq: undefined,
+    now: 1000,
+    ...over,
+  };
+}
+
+async function rejects(p: Promise<unknown>, code: string): Promise<MemoryError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(MemoryError);
+    expect((err as MemoryError).code).toBe(code);
+    return err as MemoryError;
+  }
+  throw new Error(`expected a ${code} error`);
+}
+
+/**
+ * The Store contract, written once and run against every implementation
+ * (one *.test.ts per store calls this with its factory).
+ */
+export function runStoreContract(name: string, factory: StoreFactory): void {
+  describe(`Store contract: ${name}`, () => {
+    let store: Store;
+    beforeEach(async () => {
+      store = await factory({});
+    });
+    afterEach(async () => {
+      await store.close();
+    });
+
+    it("assigns consecutive seqs from 1 and reads messages back in order", async () => {
+      const r1 = await store.append(cmd({ messages: [user("a"), user("b")] }));
+      expect([r1.firstSeq, r1.lastSeq, r1.thread.lastSeq]).toEqual([1, 2, 2]);
+      const r2 = await store.append(cmd({ messages: [user("c")], now: 2000 }));
+      expect([r2.firstSeq, r2.lastSeq]).toEqual([3, 3]);
+      const snap = await store.read("ns", "t");
+      expect(snap?.messages.map((m) => [m.seq, m.content])).toEqual([
+        [1, "a"],
+        [2, "b"],
+        [3, "c"],
+      ]);
+      expect(snap?.messages[2]?.createTime).toBe(2000);
+      expect(snap?.thread.strategy).toEqual(window20);
+      expect(snap?.thread.createTime).toBe(1000);
+      expect(snap?.thread.updateTime).toBe(2000);
+    });
+
+    it("keeps every message field", async () => {
+      const m: ChatMessage = {
+        role: "assistant",
+        content: "",
+        name: "bot",
+        toolCalls: [{ id: "c1", name: "f", arguments: '{"x":1}' }],
+        metadata: { k: "v" },
+      };
+      const t: ChatMessage = { role: "tool", content: "42", toolCallId: "c1" };
+      await store.append(cmd({ messages: [m, t] }));
+      const snap = await store.read("ns", "t");
+      expect(snap?.messages[0]).toMatchObject(m);
+      expect(snap?.messages[1]).toMatchObject(t);
+    });
+
+    it("returns undefined for a thread that does not exist and keeps namespaces apart", async () => {
+      await store.append(cmd());
+      expect(await store.read("other", "t")).toBeUndefined();
+      expect(await store.getThread("ns", "nope")).toBeUndefined();
+      expect(await store.listThreads("other", "", 10)).toEqual([]);
+    });
+
+    it("creates a thread with an empty Add and adds no event for it", async () => {
+      const head = await store.headCursor("ns");
+      const r = await store.append(cmd({ messages: [] }));
+      expect([r.firstSeq, r.lastSeq, r.thread.lastSeq]).toEqual([0, 0, 0]);
+      expect(await store.listThreads("ns", "", 10)).toEqual(["t"]);
+      expect(await store.readEvents("ns", head, 10)).toEqual([]);
+    });
+
+    it("trims the oldest beyond max_stored without reusing seqs", async () => {
+      const small: Strategy = { ...window20, maxStored: 3 };
+      await store.append(cmd({ strategy: small, messages: [user("1"), user("2")] }));
+      await store.append(cmd({ messages: [user("3"), user("4"), user("5")] }));
+      const snap = await store.read("ns", "t");
+      expect(snap?.messages.map((m) => m.seq)).toEqual([3, 4, 5]);
+      const r = await store.append(cmd({ messages: [user("6")] }));
+      expect(r.firstSeq).toBe(6);
+    });
+
+    it("trims only summarised messages for the summary strategy", async () => {
+      const s: Strategy = { ...summary, maxStored: 2 };
+      await store.append(cmd({ strategy: s, messages: [user("1"), user("2"), user("3")] }));
+      expect((await store.read("ns", "t"))?.messages.map((m) => m.seq)).toEqual([1, 2, 3]);
+      const thread = await store.getThread("ns", "t");
+      const token = await store.acquireFoldLease("ns", "t", 10_000);
+      expect(token).toBeDefined();
+      const after = await store.commitSummary({
+        namespace: "ns",
+        threadId: "t",
+        incarnation: thread?.incarnation ?? "",
+        leaseToken: token ?? 0,
+        fromSeq: 0,
+        throughSeq: 2,
+        summary: "s",
+        foldedCount: 2,
+        now: 5,
+      });
+      expect(after?.summarizedThroughSeq).toBe(2);
+      expect((await store.read("ns", "t"))?.messages.map((m) => m.seq)).toEqual([2, 3]);
+    });
+
+    it("enforces expected_last_seq and the thread's strategy atomically", async () => {
+      await rejects(store.append(cmd({ expectedLastSeq: 1 })), "aborted");
+      expect(await store.read("ns", "t")).toBeUndefined();
+      await store.append(cmd({ expectedLastSeq: 0 }));
+      await rejects(store.append(cmd({ expectedLastSeq: 0 })), "aborted");
+      const err = await rejects(
+        store.append(cmd({ strategy: { ...window20, window: 5 } })),
+        "failed_precondition",
+      );
+      expect(err.message).toContain("window=20");
+      expect(err.message).toContain("window=5");
+      expect((await store.read("ns", "t"))?.messages).toHaveLength(1);
+      const r = await store.append(
+        cmd({ strategy: { ...window20, window: 5 }, replaceStrategy: true, messages: [] }),
+      );
+      expect(r.thread.strategy).toMatchObject({ window: 5 });
+      expect((await store.read("ns", "t"))?.messages).toHaveLength(1);
+    });
+
+    it("replays a repeated request_id and refuses it for another payload", async () => {
+      const first = await store.append(
+        cmd({ requestId: "r1", requestHash: "h1", messages: [user("a"), user("b")] }),
+      );
+      await store.append(cmd({ messages: [user("c")] }));
+      const again = await store.append(
+        cmd({ requestId: "r1", requestHash: "h1", messages: [user("a"), user("b")] }),
+      );
+      expect(again.replayed).toBe(true);
+      expect([again.firstSeq, again.lastSeq]).toEqual([first.firstSeq, first.lastSeq]);
+      expect((await store.read("ns", "t"))?.messages).toHaveLength(3);
+      const err = await rejects(
+        store.append(cmd({ requestId: "r1", requestHash: "h2" })),
+        "invalid_argument",
+      );
+      expect(err.field).toBe("request_id");
+      expect((await store.read("ns", "t"))?.messages).toHaveLength(3);
+    });
+
+    it("forgets request ids when the thread is cleared", async () => {
+      await store.append(cmd({ requestId: "r1", requestHash: "h1" }));
+      await store.clear("ns", "t", 2000);
+      const r = await store.append(cmd({ requestId: "r1", requestHash: "h1" }));
+      expect(r.replayed).toBe(false);
+      expect(r.firstSeq).toBe(1);
+    });
+
+    it("starts a cleared thread again from seq 1 with a new incarnation", async () => {
+      const a = await store.append(cmd({ messages: [user("a"), user("b")] }));
+      expect(await store.clear("ns", "t", 2000)).toBe(true);
+      expect(await store.clear("ns", "t", 2000)).toBe(false);
+      expect(await store.read("ns", "t")).toBeUndefined();
+      const b = await store.append(cmd());
+      expect(b.firstSeq).toBe(1);
+      expect(b.thread.incarnation).not.toBe(a.thread.incarnation);
+    });
+
+    it("never commits a summary into another incarnation, a moved thread or without the lease", async () => {
+      const a = await store.append(cmd({ strategy: summary, messages: [user("1"), user("2")] }));
+      const token = (await store.acquireFoldLease("ns", "t", 10_000)) ?? 0;
+      expect(await store.acquireFoldLease("ns", "t", 10_000)).toBeUndefined();
+      const base = {
+        namespace: "ns",
+        threadId: "t",
+        incarnation: a.thread.incarnation,
+        leaseToken: token,
+        fromSeq: 0,
+        throughSeq: 1,
+        summary: "s1",
+        foldedCount: 1,
+        now: 3000,
+      };
+      expect(await store.commitSummary({ ...base, leaseToken: token + 1 })).toBeUndefined();
+      expect(await store.commitSummary({ ...base, fromSeq: 1, throughSeq: 2 })).toBeUndefined();
+      expect((await store.commitSummary(base))?.summary).toBe("s1");
+      // The same fold committed twice: the second finds summarized_through_seq moved.
+      expect(await store.commitSummary(base)).toBeUndefined();
+      await store.releaseFoldLease("ns", "t", token);
+      await store.clear("ns", "t", 4000);
+      await store.append(cmd({ strategy: summary, messages: [user("x"), user("y")] }));
+      const t2 = (await store.acquireFoldLease("ns", "t", 10_000)) ?? 0;
+      expect(t2).toBeGreaterThan(token);
+      expect(await store.commitSummary({ ...base, leaseToken: t2 })).toBeUndefined();
+      expect((await store.getThread("ns", "t"))?.summary).toBe("");
+    });
+
+    it("lets an expired lease be taken again with a larger token", async () => {
+      await store.append(cmd());
+      const t1 = (await store.acquireFoldLease("ns", "t", 30)) ?? 0;
+      await new Promise((r) => setTimeout(r, 60));
+      const t2 = await store.acquireFoldLease("ns", "t", 1000);
+      expect(t2).toBeGreaterThan(t1);
+    });
+
+    it("clears every thread of a namespace only", async () => {
+      await store.append(cmd({ threadId: "a" }));
+      await store.append(cmd({ threadId: "b" }));
+      await store.append(cmd({ namespace: "other", threadId: "c" }));
+      expect(await store.clearAll("ns", 5)).toBe(2);
+      expect(await store.listThreads("ns", "", 10)).toEqual([]);
+      expect(await store.listThreads("other", "", 10)).toEqual(["c"]);
+    });
+
+    it("lists thread ids in byte order, after a key, in pages", async () => {
+      for (const id of ["b", "a", "é", "Z", "a2"]) await store.append(cmd({ threadId: id }));
+      expect(await store.listThreads("ns", "", 10)).toEqual(["Z", "a", "a2", "b", "é"]);
+      expect(await store.listThreads("ns", "", 2)).toEqual(["Z", "a"]);
+      expect(await store.listThreads("ns", "a", 2)).toEqual(["a2", "b"]);
+    });
+
+    it("logs one event per mutation in order and resumes after any cursor", async () => {
+      const head = await store.headCursor("ns");
+      const a = await store.append(cmd({ strategy: summary, messages: [user("1"), user("2")] }));
+      const token = (await store.acquireFoldLease("ns", "t", 10_000)) ?? 0;
+      await store.commitSummary({
+        namespace: "ns",
+        threadId: "t",
+        incarnation: a.thread.incarnation,
+        leaseToken: token,
+        fromSeq: 0,
+        throughSeq: 1,
+        summary: "s",
+        foldedCount: 1,
+        now: 7,
+      });
+      await store.recordFoldFailure({
+        namespace: "ns",
+        threadId: "t",
+        incarnation: a.thread.incarnation,
+        reason: "boom",
+        attempt: 1,
+        now: 8,
+      });
+      await store.recordFoldFailure({
+        namespace: "ns",
+        threadId: "t",
+        incarnation: "stale",
+        reason: "ignored",
+        attempt: 1,
+        now: 8,
+      });
+      await store.clear("ns", "t", 9);
+      const events = await store.readEvents("ns", head, 100);
+      expect(events.map((e) => e.type)).toEqual([
+        "messages_added",
+        "summary_updated",
+        "summary_failed",
+        "thread_cleared",
+      ]);
+      expect(events[0]).toMatchObject({ threadId: "t", firstSeq: 1, lastSeq: 2 });
+      expect(events[1]).toMatchObject({ summary: "s", summarizedThroughSeq: 1, foldedCount: 1 });
+      expect(events[2]).toMatchObject({ reason: "boom", attempt: 1, time: 8 });
+      const [e0, e1, e2] = events as [MemoryEvent, MemoryEvent, MemoryEvent];
+      expect(store.compareCursors(e0.cursor, e1.cursor)).toBeLessThan(0);
+      expect(store.compareCursors(e1.cursor, e1.cursor)).toBe(0);
+      expect(store.compareCursors(head, e0.cursor)).toBeLessThan(0);
+      expect((await store.readEvents("ns", e1.cursor, 100)).map((e) => e.cursor)).toEqual(
+        events.slice(2).map((e) => e.cursor),
+      );
+      expect(await store.readEvents("ns", e0.cursor, 1)).toEqual([events[1]]);
+      expect(await store.headCursor("ns")).toBe(events[3]?.cursor);
+      expect(await store.readEvents("other", await store.headCursor("other"), 10)).toEqual([]);
+      expect(e2.cursor).not.toBe(e1.cursor);
+    });
+
+    it("refuses a malformed cursor and one whose history is gone", async () => {
+      await rejects(store.readEvents("ns", "garbage", 10), "invalid_argument");
+      const small = await factory({ eventRetention: 5 });
+      try {
+        const head = await small.headCursor("ns");
+        for (let i = 0; i < 300; i++) await small.append(cmd({ messages: [user(String(i))] }));
+        await rejects(small.readEvents("ns", head, 10), "out_of_range");
+        const recent = await small.headCursor("ns");
+        expect(await small.readEvents("ns", recent, 10)).toEqual([]);
+      } finally {
+        await small.close();
+      }
+    });
+
+    it("delivers every later event to subscribers, in order, until unsubscribed", async () => {
+      const seen: MemoryEvent[] = [];
+      const stop = store.subscribe("ns", (events) => seen.push(...events));
+      await store.append(cmd({ threadId: "a" }));
+      await store.append(cmd({ namespace: "other" }));
+      await store.clearAll("ns", 5);
+      await waitFor(() => seen.length >= 2);
+      stop();
+      await store.append(cmd({ threadId: "b" }));
+      await new Promise((r) => setTimeout(r, 50));
+      expect(seen.map((e) => [e.type, e.threadId])).toEqual([
+        ["messages_added", "a"],
+        ["thread_cleared", "a"],
+      ]);
+    });
+  });
+}
+
+async function waitFor(cond: () => boolean, ms = 2000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
