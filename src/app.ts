@@ -1,6 +1,5 @@
 import { readFileSync } from "node:fs";
 import type { Config } from "./config.js";
-import { ConfigError } from "./config.js";
 import {
   DEFAULT_MAX_STORED,
   DEFAULT_SUMMARIZE_EVERY,
@@ -10,8 +9,7 @@ import {
 import type { Strategy } from "./core/types.js";
 import type { Logger } from "./logger.js";
 import { createMemoryService, type MemoryService } from "./service/memory-service.js";
-import { createMemoryStore } from "./store/memory-store.js";
-import type { Store } from "./store/store.js";
+import { createStore } from "./store/create-store.js";
 import { createExtractiveSummarizer } from "./summarizer/extractive.js";
 import { createOpenAiSummarizer } from "./summarizer/openai.js";
 import { createSummarizerRegistry, type SummarizerRegistry } from "./summarizer/registry.js";
@@ -32,7 +30,7 @@ export interface App {
  * wiring only; `main.ts` adds the process concerns (argv, env, signals).
  */
 export async function startApp(config: Config, logger: Logger): Promise<App> {
-  const store = createStore(config);
+  const store = await createStore(config.store, { eventRetention: config.eventRetention });
   const summarizers = createSummarizers(config);
   const service = createMemoryService({
     store,
@@ -90,18 +88,6 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       return stopping;
     },
   };
-}
-
-function createStore(config: Config): Store {
-  switch (config.store.kind) {
-    case "memory":
-      return createMemoryStore({ eventRetention: config.eventRetention });
-    case "sqlite":
-    case "redis":
-      throw new ConfigError(
-        `--store / WINDLASS_STORE: the ${config.store.kind} store is not part of this release yet; use memory`,
-      );
-  }
 }
 
 function createSummarizers(config: Config): SummarizerRegistry {
