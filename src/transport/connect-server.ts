@@ -4,10 +4,8 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
-import type { Logger } from "../logger.js";
-import type { CallContext, MemoryServiceCore } from "../service/context.js";
+import type { CallContext } from "../service/context.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
-import type { Authenticator } from "./auth.js";
 import {
   type ActiveCall,
   type CallKind,
@@ -19,6 +17,7 @@ import { createCleartextHttpListener, type HttpRequestHandler } from "./cleartex
 import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
 import { HttpConnections } from "./http-connections.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import type { ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
 
 /**
@@ -27,19 +26,7 @@ import { pemBuffer, type TlsOptions } from "./tls.js";
  * browsers, curl), gRPC-Web, and gRPC. One port carries HTTP/1.1 and HTTP/2:
  * cleartext via first-bytes sniffing, TLS via ALPN.
  */
-export interface ConnectServerOptions {
-  readonly core: MemoryServiceCore;
-  readonly host: string;
-  /** 0 picks a free port; `ConnectServer.port` is the one bound. */
-  readonly port: number;
-  /** Largest message read or written, in bytes (readMaxBytes / writeMaxBytes). Default 4 MiB. */
-  readonly maxMessageBytes?: number;
-  readonly authenticator: Authenticator;
-  /** Where calls in flight are tracked for shutdown; may be shared with the gRPC server. */
-  readonly calls: CallRegistry;
-  readonly logger: Logger;
-  readonly tls?: TlsOptions;
-}
+export type ConnectServerOptions = ServerOptions;
 
 export interface ConnectServer {
   /** The port bound. */

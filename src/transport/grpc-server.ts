@@ -17,10 +17,8 @@ import {
 } from "@grpc/grpc-js";
 import { HealthImplementation } from "grpc-health-check";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
-import type { Logger } from "../logger.js";
-import type { CallContext, MemoryServiceCore } from "../service/context.js";
+import type { CallContext } from "../service/context.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
-import type { Authenticator } from "./auth.js";
 import {
   type ActiveCall,
   type CallKind,
@@ -31,6 +29,7 @@ import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
 import { createReflectionService } from "./grpc-reflection.js";
 import { grpcServiceDefinition } from "./grpc-service-definition.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import type { ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
 
 /**
@@ -40,19 +39,7 @@ import { pemBuffer, type TlsOptions } from "./tls.js";
  * gRPC, DESIGN.md section 6), so gRPC clients come here and the Connect
  * server covers Connect, gRPC-Web and JSON.
  */
-export interface GrpcServerOptions {
-  readonly core: MemoryServiceCore;
-  readonly host: string;
-  /** 0 picks a free port; `GrpcServer.port` is the one bound. */
-  readonly port: number;
-  /** Largest message received or sent, in bytes. Default 4 MiB. */
-  readonly maxMessageBytes?: number;
-  readonly authenticator: Authenticator;
-  /** Where calls in flight are tracked for shutdown; may be shared with the Connect server. */
-  readonly calls: CallRegistry;
-  readonly logger: Logger;
-  readonly tls?: TlsOptions;
-}
+export type GrpcServerOptions = ServerOptions;
 
 export interface GrpcServer {
   /** The port bound. */

@@ -1,0 +1,20 @@
+import type { Logger } from "../logger.js";
+import type { MemoryServiceCore } from "../service/context.js";
+import type { Authenticator } from "./auth.js";
+import type { CallRegistry } from "./call-registry.js";
+import type { TlsOptions } from "./tls.js";
+
+/** What the gRPC and the Connect server are both built from. */
+export interface ServerOptions {
+  readonly core: MemoryServiceCore;
+  readonly host: string;
+  /** 0 picks a free port; the server reports the one bound. */
+  readonly port: number;
+  /** Largest message received or sent, in bytes. Default 4 MiB. */
+  readonly maxMessageBytes?: number;
+  readonly authenticator: Authenticator;
+  /** Where calls in flight are tracked for shutdown; shared by both servers. */
+  readonly calls: CallRegistry;
+  readonly logger: Logger;
+  readonly tls?: TlsOptions;
+}
