@@ -27,7 +27,6 @@ import type { CallContext, MemoryServiceCore } from "./context.js";
 import {
   MAX_REQUEST_ID_BYTES,
   messageFromPb,
-  messageToPb,
   safeNumber,
   strategyDraftFromPb,
   threadIdFrom,
@@ -35,6 +34,7 @@ import {
 } from "./convert.js";
 import { EventHub } from "./event-hub.js";
 import { FoldScheduler } from "./fold-scheduler.js";
+import { setMessages } from "./pre-encoded.js";
 import { watchEvents } from "./watch.js";
 
 /** Limits and timings of the service; src/config.ts fills them from flags and env. */
@@ -249,13 +249,13 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       snap.messages,
       { limit, degraded: degradedReason !== "" },
     );
-    return create(GetResponseSchema, {
-      messages: r.messages.map(messageToPb),
+    const res = create(GetResponseSchema, {
       summary: r.summary,
       thread: threadToPb(t),
       degraded: degradedReason !== "",
       degradedReason,
     });
+    return setMessages(res, r.messages);
   }
 
   async function clear(req: ClearRequest, ctx: CallContext): Promise<ClearResponse> {

@@ -6,6 +6,8 @@ import {
   toBinary,
 } from "@bufbuild/protobuf";
 import type { MethodDefinition, ServiceDefinition } from "@grpc/grpc-js";
+import { type GetResponse, GetResponseSchema } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { encodeGetResponse } from "../service/pre-encoded.js";
 
 /**
  * grpc-js service definitions built from protobuf-es descriptors, so the
@@ -37,7 +39,10 @@ function grpcMethodDefinition(method: DescMethod): MethodDefinition<Message, Mes
     responseStream: kind === "server_streaming" || kind === "bidi_streaming",
     requestSerialize: (message) => asBuffer(toBinary(method.input, message)),
     requestDeserialize: (bytes) => fromBinary(method.input, bytes),
-    responseSerialize: (message) => asBuffer(toBinary(method.output, message)),
+    responseSerialize:
+      method.output.typeName === GetResponseSchema.typeName
+        ? (message) => asBuffer(encodeGetResponse(message as GetResponse))
+        : (message) => asBuffer(toBinary(method.output, message)),
     responseDeserialize: (bytes) => fromBinary(method.output, bytes),
     originalName: method.name,
   };

@@ -1,0 +1,92 @@
+import { toBinary } from "@bufbuild/protobuf";
+import {
+  type ChatMessage as ChatMessagePb,
+  ChatMessageSchema,
+  type GetResponse,
+  GetResponseSchema,
+} from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import type { StoredMessage } from "../core/types.js";
+import { messageToPb } from "./convert.js";
+
+/**
+ * Stored messages never change after their Add, yet a Get of a window sends
+ * the same ones again and again: encoding a 20-message GetResponse was the
+ * largest single cost of a Get (bench/hot-path.ts). So each stored message's
+ * wire form is built once, kept while the store keeps the message object, and
+ * a GetResponse carries its messages' bytes for the binary serializer to
+ * splice in. Readers that want objects (Connect JSON) still get `messages`.
+ */
+interface WireMessage {
+  pb: ChatMessagePb;
+  bytes: Uint8Array;
+}
+
+const wireForms = new WeakMap<StoredMessage, WireMessage>();
+
+function wireMessage(m: StoredMessage): WireMessage {
+  let w = wireForms.get(m);
+  if (w === undefined) {
+    const pb = messageToPb(m);
+    w = { pb, bytes: toBinary(ChatMessageSchema, pb) };
+    // Synthetic messages (the summary, seq 0) are built per Get: caching them would only churn.
+    if (m.seq > 0) wireForms.set(m, w);
+  }
+  return w;
+}
+
+const ENCODED_MESSAGES = Symbol("windlass.encodedMessages");
+
+interface WithEncodedMessages {
+  [ENCODED_MESSAGES]?: Uint8Array[];
+}
+
+/** Sets `res.messages` from stored messages and remembers their bytes for toBinary. */
+export function setMessages(res: GetResponse, messages: readonly StoredMessage[]): GetResponse {
+  const wire = messages.map(wireMessage);
+  res.messages = wire.map((w) => w.pb);
+  Object.defineProperty(res, ENCODED_MESSAGES, { value: wire.map((w) => w.bytes) });
+  return res;
+}
+
+/**
+ * The binary form of a GetResponse, byte-identical to toBinary's: the other
+ * fields first through protobuf-es, then field 1 (messages) spliced from the
+ * cached bytes. A response without cached bytes goes through toBinary.
+ */
+export function encodeGetResponse(res: GetResponse): Uint8Array {
+  const parts = (res as GetResponse & WithEncodedMessages)[ENCODED_MESSAGES];
+  if (parts === undefined || parts.length !== res.messages.length) {
+    return toBinary(GetResponseSchema, res);
+  }
+  const rest = toBinary(GetResponseSchema, { ...res, messages: [] });
+  let size = rest.length;
+  for (const p of parts) size += 1 + varintSize(p.length) + p.length;
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  for (const p of parts) {
+    out[at++] = 0x0a; // field 1, wire type 2 (length-delimited)
+    at = writeVarint(out, at, p.length);
+    out.set(p, at);
+    at += p.length;
+  }
+  out.set(rest, at);
+  return out;
+}
+
+function varintSize(n: number): number {
+  let size = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 128);
+    size++;
+  }
+  return size;
+}
+
+function writeVarint(buf: Uint8Array, at: number, n: number): number {
+  while (n >= 0x80) {
+    buf[at++] = (n & 0x7f) | 0x80;
+    n = Math.floor(n / 128);
+  }
+  buf[at++] = n;
+  return at;
+}
