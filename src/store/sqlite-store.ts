@@ -1,0 +1,804 @@
+import { randomBytes, randomUUID } from "node:crypto";
+import Database from "better-sqlite3";
+import { decideAppend, keepsSummary, trimCount } from "../core/append.js";
+import { invalidArgument, MemoryError } from "../core/errors.js";
+import type {
+  ChatMessage,
+  EventBody,
+  MemoryEvent,
+  Role,
+  StoredMessage,
+  Strategy,
+  ThreadState,
+} from "../core/types.js";
+import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
+import { MessageCache } from "./sqlite/message-cache.js";
+import type {
+  AppendCommand,
+  AppendResult,
+  CommitSummaryCommand,
+  FoldFailureCommand,
+  Store,
+  StoreLimits,
+  ThreadSnapshot,
+} from "./store.js";
+
+/** Version of the schema below; stored in `meta` so later releases can migrate. */
+export const SQLITE_SCHEMA_VERSION = 1;
+
+/** Options of the SQLite store beyond the limits every store shares. */
+export interface SqliteStoreOptions {
+  /**
+   * How long opening waits for another connection to let go of the file (a
+   * previous server still shutting down) before refusing. Default 5000.
+   */
+  busyTimeoutMs?: number;
+  /**
+   * Approximate size, in characters, of the messages kept in memory for the
+   * most recently used threads (see MessageCache). Default 64 Mi; 0: none.
+   */
+  cacheSize?: number;
+}
+
+/**
+ * The schema. Threads have an integer key that messages and idempotency
+ * records hang off (deleted with the thread by cascade); events are one
+ * table for every namespace, so an event's row id is its position in the log.
+ */
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS meta (
+  key TEXT PRIMARY KEY,
+  value ANY NOT NULL
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS threads (
+  id INTEGER PRIMARY KEY,
+  namespace TEXT NOT NULL,
+  thread_id TEXT NOT NULL,
+  incarnation TEXT NOT NULL,
+  strategy TEXT NOT NULL,
+  last_seq INTEGER NOT NULL,
+  summarized_through_seq INTEGER NOT NULL,
+  summary TEXT NOT NULL,
+  summary_time INTEGER NOT NULL,
+  create_time INTEGER NOT NULL,
+  update_time INTEGER NOT NULL,
+  UNIQUE (namespace, thread_id)
+) STRICT;
+
+-- Clustered by (thread, seq): recall reads one thread's messages in one range scan.
+CREATE TABLE IF NOT EXISTS messages (
+  thread INTEGER NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL,
+  role TEXT NOT NULL,
+  create_time INTEGER NOT NULL,
+  content TEXT NOT NULL,
+  extra TEXT,
+  PRIMARY KEY (thread, seq)
+) STRICT, WITHOUT ROWID;
+
+-- An index on a rowid table ends with the rowid, so (thread, time) orders a
+-- thread's records oldest first, ties in insertion order.
+CREATE TABLE IF NOT EXISTS requests (
+  no INTEGER PRIMARY KEY,
+  thread INTEGER NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+  request_id TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  result TEXT NOT NULL,
+  time INTEGER NOT NULL,
+  UNIQUE (thread, request_id)
+) STRICT;
+CREATE INDEX IF NOT EXISTS requests_by_age ON requests (thread, time);
+
+-- Not tied to threads: the fencing token must keep increasing across Clear.
+CREATE TABLE IF NOT EXISTS fold_leases (
+  namespace TEXT NOT NULL,
+  thread_id TEXT NOT NULL,
+  token INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (namespace, thread_id)
+) STRICT, WITHOUT ROWID;
+
+-- AUTOINCREMENT: an id is never issued twice, even after the newest rows go.
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  namespace TEXT NOT NULL,
+  thread_id TEXT NOT NULL,
+  time INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  body TEXT NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS events_by_namespace ON events (namespace, id);
+
+-- Per namespace: how many events are retained, and the newest id dropped.
+CREATE TABLE IF NOT EXISTS event_logs (
+  namespace TEXT PRIMARY KEY,
+  retained INTEGER NOT NULL,
+  dropped_through INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+`;
+
+interface ThreadRow {
+  id: number;
+  thread_id: string;
+  incarnation: string;
+  strategy: string;
+  last_seq: number;
+  summarized_through_seq: number;
+  summary: string;
+  summary_time: number;
+  create_time: number;
+  update_time: number;
+}
+
+/** seq, role, create_time, content, extra: read raw, as arrays, which is faster than objects. */
+type MessageRow = [number, Role, number, string, string | null];
+
+/** The optional fields of a message, stored as JSON in `messages.extra`. */
+type MessageExtra = Omit<ChatMessage, "role" | "content">;
+
+interface RequestRow {
+  hash: string;
+  result: string;
+  time: number;
+}
+
+/** What an idempotency record keeps: the first call's result. */
+type RecordedResult = Omit<AppendResult, "replayed">;
+
+interface EventRow {
+  id: number;
+  thread_id: string;
+  time: number;
+  type: EventBody["type"];
+  body: string;
+}
+
+/** A transaction's outcome, and what to do once it has committed. */
+interface Committed<T> {
+  value: T;
+  /** To publish. */
+  events: MemoryEvent[];
+  /** The thread's messages after the transaction, when they are known: to cache. */
+  messages?: { incarnation: string; list: readonly StoredMessage[] };
+  /** Incarnations that ended: to drop from the cache. */
+  ended?: string[];
+}
+
+/**
+ * The SQLite store: durable state for one server process, in one file
+ * (better-sqlite3, WAL journal).
+ *
+ * Durability. `synchronous = FULL` in WAL mode: every write (Add, Clear,
+ * summary commit, lease) is one transaction whose WAL frames are fsynced
+ * before the call returns. So:
+ * - process crash (kill -9, OOM kill, a fatal error): every acknowledged write
+ *   survives; a write that was not acknowledged is either wholly there or
+ *   wholly absent (one Add's messages are never partly stored);
+ * - power loss or OS crash: the same, provided the disk honours fsync (a
+ *   volatile write cache that ignores flushes, or macOS, where fsync does not
+ *   flush the drive, can lose the newest acknowledged writes; the file stays
+ *   consistent either way).
+ * NORMAL would survive a process crash too, and is an order of magnitude
+ * faster per commit, but on power loss it rolls back the newest commits: seqs and event
+ * ids already acknowledged would then be handed out again for other messages,
+ * and a client's resume token could silently skip events. FULL costs one
+ * fsync per write (about 0.3 ms on a virtio SSD), which blocks the event loop
+ * for that long: better-sqlite3 is synchronous, which is also what makes each
+ * method atomic.
+ *
+ * One process per file. Two server processes on one file are not supported:
+ * subscribers only hear events logged by their own process, and fold leases
+ * held by a previous process are dropped on open. The database is opened with
+ * `locking_mode = EXCLUSIVE`, so a second process (or a second store in this
+ * one) waits `busyTimeoutMs` and is then refused; the lock goes with the
+ * process, so a restart after a crash opens the file at once. While a server
+ * runs, no other process can open the file, the sqlite3 shell included:
+ * inspect or copy it with the server stopped.
+ *
+ * Because this process is the file's only user, it also keeps the messages of
+ * recently used threads in memory (MessageCache), replaced after each commit
+ * that changes them: a Get then costs what it costs on the memory store,
+ * instead of about a microsecond per stored message.
+ *
+ * Cursors are "<database id>.<event row id>": the id is random per database
+ * file, so a token from another file (or from the memory store) is
+ * out_of_range instead of resuming at an unrelated position; tokens stay
+ * valid across restarts of the same file.
+ */
+export function createSqliteStore(
+  path: string,
+  limits: Partial<StoreLimits> = {},
+  options: SqliteStoreOptions = {},
+): Store {
+  const lim = { ...DEFAULT_STORE_LIMITS, ...limits };
+  const db = openDatabase(path, options.busyTimeoutMs ?? 5000);
+  const databaseId = String(
+    db.prepare("SELECT value FROM meta WHERE key = 'database_id'").pluck().get(),
+  );
+  const cache = new MessageCache(options.cacheSize ?? 64 * 1024 * 1024);
+  const listeners = new Map<string, Set<(events: MemoryEvent[]) => void>>();
+  let closed = false;
+
+  const sql = {
+    thread: db.prepare<[string, string], ThreadRow>(
+      "SELECT * FROM threads WHERE namespace = ? AND thread_id = ?",
+    ),
+    insertThread: db.prepare<[string, string, string, string, number, number]>(
+      `INSERT INTO threads (namespace, thread_id, incarnation, strategy, last_seq,
+         summarized_through_seq, summary, summary_time, create_time, update_time)
+       VALUES (?, ?, ?, ?, 0, 0, '', 0, ?, ?)`,
+    ),
+    updateThread: db.prepare<[string, number, number, string, number, number, number]>(
+      `UPDATE threads SET strategy = ?, last_seq = ?, summarized_through_seq = ?, summary = ?,
+         summary_time = ?, update_time = ? WHERE id = ?`,
+    ),
+    deleteThread: db
+      .prepare<[string, string], string>(
+        "DELETE FROM threads WHERE namespace = ? AND thread_id = ? RETURNING incarnation",
+      )
+      .pluck(),
+    threadsOf: db.prepare<[string], { thread_id: string; incarnation: string }>(
+      "SELECT thread_id, incarnation FROM threads WHERE namespace = ? ORDER BY thread_id",
+    ),
+    deleteThreadsOf: db.prepare<[string]>("DELETE FROM threads WHERE namespace = ?"),
+    listThreads: db
+      .prepare<[string, string, number], string>(
+        "SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ? ORDER BY thread_id LIMIT ?",
+      )
+      .pluck(),
+    messages: db
+      .prepare<[number], MessageRow>(
+        "SELECT seq, role, create_time, content, extra FROM messages WHERE thread = ? ORDER BY seq",
+      )
+      .raw(),
+    insertMessage: db.prepare<[number, number, string, number, string, string | null]>(
+      "INSERT INTO messages (thread, seq, role, create_time, content, extra) VALUES (?, ?, ?, ?, ?, ?)",
+    ),
+    oldestSeq: db
+      .prepare<[number], number | null>("SELECT min(seq) FROM messages WHERE thread = ?")
+      .pluck(),
+    deleteMessagesThrough: db.prepare<[number, number]>(
+      "DELETE FROM messages WHERE thread = ? AND seq <= ?",
+    ),
+    request: db.prepare<[number, string], RequestRow>(
+      "SELECT hash, result, time FROM requests WHERE thread = ? AND request_id = ?",
+    ),
+    recordRequest: db.prepare<[number, string, string, string, number]>(
+      "INSERT OR REPLACE INTO requests (thread, request_id, hash, result, time) VALUES (?, ?, ?, ?, ?)",
+    ),
+    dropRequestsBefore: db.prepare<[number, number]>(
+      "DELETE FROM requests WHERE thread = ? AND time <= ?",
+    ),
+    countRequests: db
+      .prepare<[number], number>("SELECT count(*) FROM requests WHERE thread = ?")
+      .pluck(),
+    dropOldestRequests: db.prepare<[number, number]>(
+      `DELETE FROM requests WHERE no IN
+         (SELECT no FROM requests WHERE thread = ? ORDER BY time, no LIMIT ?)`,
+    ),
+    lease: db.prepare<[string, string], { token: number; expires_at: number }>(
+      "SELECT token, expires_at FROM fold_leases WHERE namespace = ? AND thread_id = ?",
+    ),
+    nextLeaseToken: db
+      .prepare<[], number>(
+        "UPDATE meta SET value = value + 1 WHERE key = 'lease_counter' RETURNING value",
+      )
+      .pluck(),
+    setLease: db.prepare<[string, string, number, number]>(
+      "INSERT OR REPLACE INTO fold_leases (namespace, thread_id, token, expires_at) VALUES (?, ?, ?, ?)",
+    ),
+    releaseLease: db.prepare<[string, string, number]>(
+      "DELETE FROM fold_leases WHERE namespace = ? AND thread_id = ? AND token = ?",
+    ),
+    insertEvent: db.prepare<[string, string, number, string, string]>(
+      "INSERT INTO events (namespace, thread_id, time, type, body) VALUES (?, ?, ?, ?, ?)",
+    ),
+    countEvent: db.prepare<[string], { retained: number; dropped_through: number }>(
+      `INSERT INTO event_logs (namespace, retained, dropped_through) VALUES (?, 1, 0)
+       ON CONFLICT (namespace) DO UPDATE SET retained = retained + 1
+       RETURNING retained, dropped_through`,
+    ),
+    nthEventId: db
+      .prepare<[string, number], number>(
+        "SELECT id FROM events WHERE namespace = ? ORDER BY id LIMIT 1 OFFSET ?",
+      )
+      .pluck(),
+    dropEventsThrough: db.prepare<[string, number]>(
+      "DELETE FROM events WHERE namespace = ? AND id <= ?",
+    ),
+    setEventLog: db.prepare<[number, number, string]>(
+      "UPDATE event_logs SET retained = ?, dropped_through = ? WHERE namespace = ?",
+    ),
+    droppedThrough: db
+      .prepare<[string], number>("SELECT dropped_through FROM event_logs WHERE namespace = ?")
+      .pluck(),
+    lastEventId: db
+      .prepare<[], number>("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+      .pluck(),
+    newestEventId: db
+      .prepare<[string], number | null>("SELECT max(id) FROM events WHERE namespace = ?")
+      .pluck(),
+    events: db.prepare<[string, number, number], EventRow>(
+      "SELECT id, thread_id, time, type, body FROM events WHERE namespace = ? AND id > ? ORDER BY id LIMIT ?",
+    ),
+  };
+
+  function toEvent(row: EventRow): MemoryEvent {
+    // The body was written by logEvent from an EventBody of this type.
+    const body = { type: row.type, ...JSON.parse(row.body) } as EventBody;
+    return { ...body, cursor: `${databaseId}.${row.id}`, threadId: row.thread_id, time: row.time };
+  }
+
+  /** Appends an event inside the caller's transaction and drops old ones in chunks. */
+  function logEvent(
+    namespace: string,
+    threadId: string,
+    time: number,
+    body: EventBody,
+  ): MemoryEvent {
+    const { type, ...fields } = body;
+    const id = Number(
+      sql.insertEvent.run(namespace, threadId, time, type, JSON.stringify(fields)).lastInsertRowid,
+    );
+    const log = sql.countEvent.get(namespace);
+    const excess = (log?.retained ?? 0) - lim.eventRetention;
+    // Chunks keep the delete amortised O(1) per event, as in the memory store.
+    if (
+      log !== undefined &&
+      excess > 0 &&
+      (excess >= 64 || log.retained > lim.eventRetention * 2)
+    ) {
+      const cut = sql.nthEventId.get(namespace, excess - 1);
+      if (cut !== undefined) {
+        sql.dropEventsThrough.run(namespace, cut);
+        sql.setEventLog.run(log.retained - excess, cut, namespace);
+      }
+    }
+    return { ...body, cursor: `${databaseId}.${id}`, threadId, time };
+  }
+
+  function publish(namespace: string, events: MemoryEvent[]): void {
+    if (events.length === 0) return;
+    const set = listeners.get(namespace);
+    if (set === undefined) return;
+    for (const listener of set) listener(events);
+  }
+
+  function parseCursor(cursor: string): number {
+    const m = /^([0-9a-f]+)\.(\d{1,15})$/.exec(cursor);
+    if (m === null) throw invalidArgument("resume_token", "is not a token this server issued");
+    if (m[1] !== databaseId) {
+      throw new MemoryError(
+        "out_of_range",
+        "resume_token: it refers to the history of another database; re-read with Get and watch from now",
+        { field: "resume_token" },
+      );
+    }
+    return Number(m[2]);
+  }
+
+  function loadMessages(key: number): readonly StoredMessage[] {
+    return sql.messages.all(key).map(toMessage);
+  }
+
+  /**
+   * Trims the thread, inside the caller's transaction, to its strategy's
+   * max_stored. `known` is the thread's messages if the caller knows them;
+   * returns them after the trim, when known.
+   */
+  function trim(
+    key: number,
+    state: ThreadState,
+    known: readonly StoredMessage[] | undefined,
+  ): readonly StoredMessage[] | undefined {
+    // Stored seqs are contiguous (appends add at the end, trims cut at the
+    // front), so counting needs no scan, and the messages are read only to trim.
+    const oldest = sql.oldestSeq.get(key) ?? null;
+    const count = oldest === null ? 0 : state.lastSeq - oldest + 1;
+    if (count <= state.strategy.maxStored) return known;
+    // Should the cache ever disagree with the file, the file wins.
+    const all =
+      known !== undefined && known.length === count && known[0]?.seq === oldest
+        ? known
+        : loadMessages(key);
+    const n = trimCount(state.strategy, all, state.summarizedThroughSeq);
+    const through = all[n - 1];
+    if (through === undefined) return all;
+    sql.deleteMessagesThrough.run(key, through.seq);
+    return all.slice(n);
+  }
+
+  function saveThread(key: number, t: ThreadState): void {
+    sql.updateThread.run(
+      JSON.stringify(t.strategy),
+      t.lastSeq,
+      t.summarizedThroughSeq,
+      t.summary,
+      t.summaryTime,
+      t.updateTime,
+      key,
+    );
+  }
+
+  function dropExpiredRequests(key: number, now: number): void {
+    sql.dropRequestsBefore.run(key, now - lim.idempotencyRetentionMs);
+    const excess = (sql.countRequests.get(key) ?? 0) - lim.idempotencyMaxPerThread;
+    if (excess > 0) sql.dropOldestRequests.run(key, excess);
+  }
+
+  const appendTx = db.transaction((cmd: AppendCommand): Committed<AppendResult> => {
+    const row = sql.thread.get(cmd.namespace, cmd.threadId);
+    if (cmd.requestId !== "" && row !== undefined) {
+      const seen = sql.request.get(row.id, cmd.requestId);
+      if (seen !== undefined && cmd.now - seen.time < lim.idempotencyRetentionMs) {
+        if (seen.hash !== cmd.requestHash) {
+          throw invalidArgument(
+            "request_id",
+            "was already used for a different request on this thread",
+          );
+        }
+        const first = JSON.parse(seen.result) as RecordedResult;
+        return { value: { ...first, replayed: true }, events: [] };
+      }
+    }
+    const existing = row === undefined ? undefined : toThread(row);
+    const strategy = decideAppend(existing, cmd);
+    let key: number;
+    let state: ThreadState;
+    if (row === undefined || existing === undefined) {
+      state = {
+        threadId: cmd.threadId,
+        incarnation: randomUUID(),
+        strategy,
+        lastSeq: 0,
+        summarizedThroughSeq: 0,
+        summary: "",
+        summaryTime: 0,
+        createTime: cmd.now,
+        updateTime: cmd.now,
+      };
+      key = Number(
+        sql.insertThread.run(
+          cmd.namespace,
+          cmd.threadId,
+          state.incarnation,
+          JSON.stringify(strategy),
+          cmd.now,
+          cmd.now,
+        ).lastInsertRowid,
+      );
+    } else {
+      key = row.id;
+      state = existing;
+    }
+    if (!keepsSummary(state.strategy, strategy)) {
+      state.summary = "";
+      state.summaryTime = 0;
+      state.summarizedThroughSeq = 0;
+    }
+    state.strategy = strategy;
+    const firstSeq = cmd.messages.length > 0 ? state.lastSeq + 1 : 0;
+    const added: StoredMessage[] = [];
+    for (const m of cmd.messages) {
+      const seq = ++state.lastSeq;
+      const extra = extraOf(m);
+      sql.insertMessage.run(key, seq, m.role, cmd.now, m.content, extra);
+      added.push(toMessage([seq, m.role, cmd.now, m.content, extra]));
+    }
+    const lastSeq = cmd.messages.length > 0 ? state.lastSeq : 0;
+    if (cmd.messages.length > 0) state.updateTime = cmd.now;
+    // A new thread's messages are all known; an existing one's if cached.
+    const before = existing === undefined ? [] : cache.get(state.incarnation);
+    const after = trim(key, state, before === undefined ? undefined : [...before, ...added]);
+    saveThread(key, state);
+    const result: RecordedResult = { thread: state, firstSeq, lastSeq };
+    if (cmd.requestId !== "") {
+      sql.recordRequest.run(key, cmd.requestId, cmd.requestHash, JSON.stringify(result), cmd.now);
+      dropExpiredRequests(key, cmd.now);
+    }
+    const events =
+      cmd.messages.length > 0
+        ? [
+            logEvent(cmd.namespace, cmd.threadId, cmd.now, {
+              type: "messages_added",
+              firstSeq,
+              lastSeq,
+            }),
+          ]
+        : [];
+    return {
+      value: { ...result, thread: { ...state }, replayed: false },
+      events,
+      ...(after === undefined ? {} : { messages: { incarnation: state.incarnation, list: after } }),
+    };
+  });
+
+  const commitSummaryTx = db.transaction(
+    (cmd: CommitSummaryCommand): Committed<ThreadState | undefined> => {
+      const row = sql.thread.get(cmd.namespace, cmd.threadId);
+      const lease = sql.lease.get(cmd.namespace, cmd.threadId);
+      if (
+        row === undefined ||
+        row.incarnation !== cmd.incarnation ||
+        row.summarized_through_seq !== cmd.fromSeq ||
+        cmd.throughSeq <= cmd.fromSeq ||
+        lease === undefined ||
+        lease.token !== cmd.leaseToken
+      ) {
+        return { value: undefined, events: [] };
+      }
+      const state = toThread(row);
+      state.summary = cmd.summary;
+      state.summaryTime = cmd.now;
+      state.summarizedThroughSeq = cmd.throughSeq;
+      state.updateTime = cmd.now;
+      const after = trim(row.id, state, cache.get(state.incarnation));
+      saveThread(row.id, state);
+      const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
+        type: "summary_updated",
+        summary: cmd.summary,
+        summarizedThroughSeq: cmd.throughSeq,
+        foldedCount: cmd.foldedCount,
+      });
+      return {
+        value: state,
+        events: [event],
+        ...(after === undefined
+          ? {}
+          : { messages: { incarnation: state.incarnation, list: after } }),
+      };
+    },
+  );
+
+  const recordFoldFailureTx = db.transaction((cmd: FoldFailureCommand): Committed<void> => {
+    const row = sql.thread.get(cmd.namespace, cmd.threadId);
+    if (row === undefined || row.incarnation !== cmd.incarnation) {
+      return { value: undefined, events: [] };
+    }
+    const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
+      type: "summary_failed",
+      reason: cmd.reason,
+      attempt: cmd.attempt,
+    });
+    return { value: undefined, events: [event] };
+  });
+
+  const acquireLeaseTx = db.transaction(
+    (namespace: string, threadId: string, ttlMs: number): number | undefined => {
+      const now = Date.now();
+      const held = sql.lease.get(namespace, threadId);
+      if (held !== undefined && held.expires_at > now) return undefined;
+      const token = sql.nextLeaseToken.get();
+      if (token === undefined) throw new Error("sqlite store: meta.lease_counter is missing");
+      sql.setLease.run(namespace, threadId, token, now + ttlMs);
+      return token;
+    },
+  );
+
+  const clearTx = db.transaction(
+    (namespace: string, threadId: string, now: number): Committed<boolean> => {
+      const incarnation = sql.deleteThread.get(namespace, threadId);
+      if (incarnation === undefined) return { value: false, events: [] };
+      return {
+        value: true,
+        events: [logEvent(namespace, threadId, now, { type: "thread_cleared" })],
+        ended: [incarnation],
+      };
+    },
+  );
+
+  const clearAllTx = db.transaction((namespace: string, now: number): Committed<number> => {
+    // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
+    const threads = sql.threadsOf.all(namespace);
+    sql.deleteThreadsOf.run(namespace);
+    return {
+      value: threads.length,
+      events: threads.map((t) => logEvent(namespace, t.thread_id, now, { type: "thread_cleared" })),
+      ended: threads.map((t) => t.incarnation),
+    };
+  });
+
+  function assertOpen(): void {
+    if (closed) throw new MemoryError("unavailable", "the store is closed");
+  }
+
+  /**
+   * Runs a write transaction (BEGIN IMMEDIATE); once it has committed, updates
+   * the cache and publishes the events. A transaction that throws has rolled
+   * back and touched neither.
+   */
+  function commit<T>(namespace: string, run: () => Committed<T>): T {
+    assertOpen();
+    const { value, events, messages, ended } = run();
+    if (messages !== undefined) cache.set(messages.incarnation, messages.list);
+    for (const incarnation of ended ?? []) cache.delete(incarnation);
+    publish(namespace, events);
+    return value;
+  }
+
+  return {
+    async append(cmd: AppendCommand): Promise<AppendResult> {
+      return commit(cmd.namespace, () => appendTx.immediate(cmd));
+    },
+
+    async read(namespace: string, threadId: string): Promise<ThreadSnapshot | undefined> {
+      assertOpen();
+      const row = sql.thread.get(namespace, threadId);
+      if (row === undefined) return undefined;
+      let messages = cache.get(row.incarnation);
+      if (messages === undefined) {
+        messages = loadMessages(row.id);
+        cache.set(row.incarnation, messages);
+      }
+      return { thread: toThread(row), messages: messages.slice() };
+    },
+
+    async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
+      assertOpen();
+      const row = sql.thread.get(namespace, threadId);
+      return row === undefined ? undefined : toThread(row);
+    },
+
+    async commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {
+      return commit(cmd.namespace, () => commitSummaryTx.immediate(cmd));
+    },
+
+    async recordFoldFailure(cmd: FoldFailureCommand): Promise<void> {
+      commit(cmd.namespace, () => recordFoldFailureTx.immediate(cmd));
+    },
+
+    async acquireFoldLease(namespace, threadId, ttlMs) {
+      assertOpen();
+      return acquireLeaseTx.immediate(namespace, threadId, ttlMs);
+    },
+
+    async releaseFoldLease(namespace, threadId, token) {
+      assertOpen();
+      sql.releaseLease.run(namespace, threadId, token);
+    },
+
+    async clear(namespace: string, threadId: string, now: number): Promise<boolean> {
+      return commit(namespace, () => clearTx.immediate(namespace, threadId, now));
+    },
+
+    async clearAll(namespace: string, now: number): Promise<number> {
+      return commit(namespace, () => clearAllTx.immediate(namespace, now));
+    },
+
+    async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
+      assertOpen();
+      return sql.listThreads.all(namespace, after, Math.max(0, limit));
+    },
+
+    async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
+      assertOpen();
+      const id = parseCursor(cursor);
+      if (id > (sql.lastEventId.get() ?? 0)) {
+        throw invalidArgument("resume_token", "refers to an event this server never logged");
+      }
+      if (id < (sql.droppedThrough.get(namespace) ?? 0)) {
+        throw new MemoryError(
+          "out_of_range",
+          "resume_token: the events after it are no longer retained; re-read with Get and watch from now",
+          { field: "resume_token" },
+        );
+      }
+      return sql.events.all(namespace, id, Math.max(0, limit)).map(toEvent);
+    },
+
+    async headCursor(namespace: string): Promise<string> {
+      assertOpen();
+      const newest = sql.newestEventId.get(namespace) ?? null;
+      return `${databaseId}.${newest ?? sql.droppedThrough.get(namespace) ?? 0}`;
+    },
+
+    compareCursors(a: string, b: string): number {
+      return parseCursor(a) - parseCursor(b);
+    },
+
+    subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void {
+      let set = listeners.get(namespace);
+      if (set === undefined) {
+        set = new Set();
+        listeners.set(namespace, set);
+      }
+      const s = set;
+      s.add(listener);
+      return () => {
+        s.delete(listener);
+        if (s.size === 0 && listeners.get(namespace) === s) listeners.delete(namespace);
+      };
+    },
+
+    async close(): Promise<void> {
+      if (closed) return;
+      closed = true;
+      listeners.clear();
+      cache.clear();
+      db.close();
+    },
+  };
+}
+
+/**
+ * Opens (creating if need be) the database file, sets the connection up and
+ * brings the schema to this version. Throws when the file cannot be opened,
+ * another process holds it, or it was written by a newer schema.
+ */
+function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
+  const db = new Database(path, { timeout: busyTimeoutMs });
+  try {
+    // Before WAL is entered, so the WAL index lives in this process's memory
+    // (no -shm file) and the lock is held until close: one process per file.
+    db.pragma("locking_mode = EXCLUSIVE");
+    const mode = db.pragma("journal_mode = WAL", { simple: true });
+    if (mode !== "wal") throw new Error(`journal_mode is ${String(mode)}, not wal`);
+    db.pragma("synchronous = FULL");
+    db.pragma("foreign_keys = ON");
+    // A WAL that once grew large is cut back after checkpoints.
+    db.pragma(`journal_size_limit = ${64 * 1024 * 1024}`);
+    db.transaction(() => {
+      db.exec(SCHEMA);
+      const version = db
+        .prepare("SELECT value FROM meta WHERE key = 'schema_version'")
+        .pluck()
+        .get();
+      if (version === undefined) {
+        const init = db.prepare("INSERT INTO meta (key, value) VALUES (?, ?)");
+        init.run("schema_version", SQLITE_SCHEMA_VERSION);
+        init.run("database_id", randomBytes(6).toString("hex"));
+        init.run("lease_counter", 0);
+      } else if (typeof version !== "number" || version > SQLITE_SCHEMA_VERSION) {
+        throw new Error(
+          `schema version ${String(version)} is newer than this server's (${SQLITE_SCHEMA_VERSION})`,
+        );
+      }
+      // Leases belong to folds of a process that no longer runs (one process per file).
+      db.exec("DELETE FROM fold_leases");
+    }).immediate();
+    return db;
+  } catch (err) {
+    db.close();
+    if (err instanceof Database.SqliteError && err.code === "SQLITE_BUSY") {
+      throw new Error(
+        "the database is in use by another process (the SQLite store is one server process per file)",
+        { cause: err },
+      );
+    }
+    throw err;
+  }
+}
+
+function toThread(row: ThreadRow): ThreadState {
+  return {
+    threadId: row.thread_id,
+    incarnation: row.incarnation,
+    // Written by saveThread from a Strategy.
+    strategy: JSON.parse(row.strategy) as Strategy,
+    lastSeq: row.last_seq,
+    summarizedThroughSeq: row.summarized_through_seq,
+    summary: row.summary,
+    summaryTime: row.summary_time,
+    createTime: row.create_time,
+    updateTime: row.update_time,
+  };
+}
+
+/** A stored message, frozen: the cache shares it with every caller. */
+function toMessage([seq, role, createTime, content, extra]: MessageRow): StoredMessage {
+  const m: StoredMessage = { role, content, seq, createTime };
+  // Written by extraOf from the optional fields of a ChatMessage.
+  if (extra !== null) Object.assign(m, JSON.parse(extra) as MessageExtra);
+  return Object.freeze(m);
+}
+
+/** The optional fields of `m` as JSON, or null when it has none (the common case). */
+function extraOf(m: ChatMessage): string | null {
+  const extra: MessageExtra = {};
+  if (m.name !== undefined) extra.name = m.name;
+  if (m.toolCalls !== undefined) extra.toolCalls = m.toolCalls;
+  if (m.toolCallId !== undefined) extra.toolCallId = m.toolCallId;
+  if (m.metadata !== undefined) extra.metadata = m.metadata;
+  return Object.keys(extra).length === 0 ? null : JSON.stringify(extra);
+}

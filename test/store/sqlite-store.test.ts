@@ -1,0 +1,507 @@
+import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { MemoryError } from "../../src/core/errors.js";
+import type { ChatMessage, Strategy } from "../../src/core/types.js";
+import { compareBytes, createMemoryStore } from "../../src/store/memory-store.js";
+import { createSqliteStore } from "../../src/store/sqlite-store.js";
+import type { AppendCommand, Store, StoreLimits } from "../../src/store/store.js";
+import { runStoreContract } from "./store-contract.js";
+
+/** One directory per test file; every store gets a fresh file in it. */
+const dir = mkdtempSync(join(tmpdir(), "windlass-sqlite-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const freshPath = (): string => join(dir, `${randomUUID()}.db`);
+
+runStoreContract("sqlite", async (limits) => createSqliteStore(freshPath(), limits));
+// Again without the message cache, so every read and trim goes to the file.
+runStoreContract("sqlite, no cache", async (limits) =>
+  createSqliteStore(freshPath(), limits, { cacheSize: 0 }),
+);
+
+const buffer: Strategy = { kind: "buffer", maxMessages: 0, excludeSystem: false, maxStored: 1000 };
+const summary: Strategy = {
+  kind: "summary",
+  window: 2,
+  summarizeEvery: 2,
+  model: "extractive",
+  excludeSystem: false,
+  maxStored: 1000,
+};
+const user = (content: string): ChatMessage => ({ role: "user", content });
+
+function cmd(over: Partial<AppendCommand> = {}): AppendCommand {
+  return {
+    namespace: "ns",
+    threadId: "t",
+    messages: [user("a")],
+    strategy: undefined,
+    defaultStrategy: buffer,
+    replaceStrategy: false,
+    requestId: "",
+    requestHash: "",
+    expectedLastSeq: undefined,
+    now: 1000,
+    ...over,
+  };
+}
+
+async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof MemoryError) return err.code;
+    throw err;
+  }
+  return "ok";
+}
+
+/** Row counts of every table, read with a connection of its own (the store must be closed). */
+function rowCounts(path: string): Record<string, number> {
+  const db = new Database(path, { readonly: true });
+  try {
+    const counts: Record<string, number> = {};
+    for (const table of ["threads", "messages", "requests", "events", "fold_leases"]) {
+      counts[table] = Number(db.prepare(`SELECT count(*) FROM ${table}`).pluck().get());
+    }
+    return counts;
+  } finally {
+    db.close();
+  }
+}
+
+describe("SQLite store", () => {
+  const open: Store[] = [];
+  const openStore = (path: string, limits: Partial<StoreLimits> = {}): Store => {
+    const s = createSqliteStore(path, limits);
+    open.push(s);
+    return s;
+  };
+  afterEach(async () => {
+    for (const s of open) await s.close();
+    open.length = 0;
+  });
+
+  it("keeps messages, summaries, request ids, leases and event cursors across close and reopen", async () => {
+    const path = freshPath();
+    const a = openStore(path);
+    const head = await a.headCursor("ns");
+    const tool: ChatMessage = {
+      role: "assistant",
+      content: "",
+      name: "bot",
+      toolCalls: [{ id: "c1", name: "f", arguments: '{"x":1}' }],
+      metadata: { k: "v" },
+    };
+    const first = await a.append(
+      cmd({
+        strategy: summary,
+        requestId: "r1",
+        requestHash: "h1",
+        messages: [user("1"), tool, { role: "tool", content: "42", toolCallId: "c1" }],
+      }),
+    );
+    const token = (await a.acquireFoldLease("ns", "t", 60_000)) ?? 0;
+    await a.commitSummary({
+      namespace: "ns",
+      threadId: "t",
+      incarnation: first.thread.incarnation,
+      leaseToken: token,
+      fromSeq: 0,
+      throughSeq: 1,
+      summary: "the gist",
+      foldedCount: 1,
+      now: 2000,
+    });
+    await a.append(cmd({ threadId: "other", now: 3000 }));
+    const before = await a.read("ns", "t");
+    const eventsBefore = await a.readEvents("ns", head, 100);
+    expect(eventsBefore.map((e) => e.type)).toEqual([
+      "messages_added",
+      "summary_updated",
+      "messages_added",
+    ]);
+    const [e0] = eventsBefore;
+    await a.close();
+
+    const b = openStore(path);
+    expect(await b.read("ns", "t")).toEqual(before);
+    expect(before?.thread).toMatchObject({ summary: "the gist", summaryTime: 2000 });
+    expect(before?.messages[1]).toMatchObject(tool);
+    // A retry after the restart is still recognised, and a different payload still refused.
+    const again = await b.append(
+      cmd({
+        requestId: "r1",
+        requestHash: "h1",
+        messages: [user("1"), tool, { role: "tool", content: "42", toolCallId: "c1" }],
+      }),
+    );
+    expect(again).toEqual({ ...first, replayed: true });
+    expect(await codeOf(b.append(cmd({ requestId: "r1", requestHash: "h2" })))).toBe(
+      "invalid_argument",
+    );
+    // A resume token issued before the restart resumes exactly after its event.
+    expect(await b.readEvents("ns", head, 100)).toEqual(eventsBefore);
+    expect(await b.readEvents("ns", e0?.cursor ?? "", 100)).toEqual(eventsBefore.slice(1));
+    expect(await b.headCursor("ns")).toBe(eventsBefore[2]?.cursor);
+    await b.append(cmd({ messages: [user("4")], now: 4000 }));
+    const after = await b.readEvents("ns", eventsBefore[2]?.cursor ?? "", 100);
+    expect(after).toMatchObject([{ type: "messages_added", firstSeq: 4, lastSeq: 4 }]);
+    expect(b.compareCursors(eventsBefore[2]?.cursor ?? "", after[0]?.cursor ?? "")).toBeLessThan(0);
+    // The lease of the process that closed is gone; the fencing token keeps increasing.
+    const next = await b.acquireFoldLease("ns", "t", 60_000);
+    expect(next).toBeGreaterThan(token);
+    expect(await b.listThreads("ns", "", 10)).toEqual(["other", "t"]);
+  });
+
+  it("keeps the fencing token increasing across Clear and restarts", async () => {
+    const path = freshPath();
+    const a = openStore(path);
+    await a.append(cmd());
+    const t1 = (await a.acquireFoldLease("ns", "t", 60_000)) ?? 0;
+    await a.clear("ns", "t", 2000);
+    expect(await a.acquireFoldLease("ns", "t", 60_000)).toBeUndefined();
+    await a.releaseFoldLease("ns", "t", t1);
+    const t2 = (await a.acquireFoldLease("ns", "t", 60_000)) ?? 0;
+    expect(t2).toBeGreaterThan(t1);
+    await a.close();
+    const b = openStore(path);
+    expect(await b.acquireFoldLease("ns", "t", 60_000)).toBeGreaterThan(t2);
+  });
+
+  it("is in WAL mode, with the tables it needs, and a schema version", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await s.append(cmd());
+    await s.close();
+    const db = new Database(path, { readonly: true });
+    try {
+      expect(db.pragma("journal_mode", { simple: true })).toBe("wal");
+      expect(db.pragma("integrity_check", { simple: true })).toBe("ok");
+      expect(db.prepare("SELECT value FROM meta WHERE key = 'schema_version'").pluck().get()).toBe(
+        1,
+      );
+    } finally {
+      db.close();
+    }
+  });
+
+  it("refuses a second store on the same file while the first has it open", async () => {
+    const path = freshPath();
+    openStore(path);
+    const started = Date.now();
+    expect(() => createSqliteStore(path, {}, { busyTimeoutMs: 100 })).toThrow(
+      /in use by another process/,
+    );
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
+  it("refuses a file written by a newer schema and one it cannot open", async () => {
+    const path = freshPath();
+    await openStore(path).close();
+    const db = new Database(path);
+    db.prepare("UPDATE meta SET value = 99 WHERE key = 'schema_version'").run();
+    db.close();
+    expect(() => createSqliteStore(path)).toThrow(/schema version 99/);
+    expect(() => createSqliteStore(join(dir, "no-such-dir", "x.db"))).toThrow();
+  });
+
+  it("leaves nothing behind when an Add is refused or fails half-way", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    const head = await s.headCursor("ns");
+    // Refused by decideAppend on a new thread.
+    expect(
+      await codeOf(s.append(cmd({ expectedLastSeq: 3, requestId: "r", requestHash: "h" }))),
+    ).toBe("aborted");
+    // Fails after the thread row and its first message were written: the
+    // second message's content cannot be stored.
+    const broken: ChatMessage = { role: "user", content: { not: "text" } as unknown as string };
+    await expect(
+      s.append(cmd({ requestId: "r", requestHash: "h", messages: [user("ok"), broken] })),
+    ).rejects.toThrow();
+    expect(await s.read("ns", "t")).toBeUndefined();
+    expect(await s.listThreads("ns", "", 10)).toEqual([]);
+    expect(await s.readEvents("ns", head, 10)).toEqual([]);
+
+    // The same on a thread that exists: its messages and last_seq are untouched.
+    await s.append(cmd({ messages: [user("1"), user("2")] }));
+    const existing = await s.read("ns", "t");
+    const head2 = await s.headCursor("ns");
+    await expect(
+      s.append(cmd({ requestId: "r2", requestHash: "h", messages: [user("3"), broken] })),
+    ).rejects.toThrow();
+    expect(await s.read("ns", "t")).toEqual(existing);
+    expect(await s.readEvents("ns", head2, 10)).toEqual([]);
+    const next = await s.append(cmd({ requestId: "r2", requestHash: "h", messages: [user("3")] }));
+    expect([next.firstSeq, next.replayed]).toEqual([3, false]);
+    await s.close();
+    expect(rowCounts(path)).toEqual({
+      threads: 1,
+      messages: 3,
+      requests: 1,
+      events: 2,
+      fold_leases: 0,
+    });
+  });
+
+  it("publishes nothing for a failed Add", async () => {
+    const s = openStore(freshPath());
+    const seen: string[] = [];
+    s.subscribe("ns", (events) => seen.push(...events.map((e) => e.type)));
+    const broken: ChatMessage = { role: "user", content: { not: "text" } as unknown as string };
+    await expect(s.append(cmd({ messages: [user("ok"), broken] }))).rejects.toThrow();
+    await s.append(cmd());
+    expect(seen).toEqual(["messages_added"]);
+  });
+
+  it("lists thread ids in UTF-8 byte order, not UTF-16 order", async () => {
+    const s = openStore(freshPath());
+    // UTF-16 puts the astral emoji (a surrogate pair, 0xD83D…) before U+E000
+    // and U+FF21; UTF-8 puts it last (0xF0…).
+    const ids = ["z", "é", "\u{1F600}", "\uE000", "\uFF21", "Z"];
+    for (const id of ids) await s.append(cmd({ threadId: id }));
+    const bytes = [...ids].sort(compareBytes);
+    expect([...ids].sort()).not.toEqual(bytes);
+    expect(await s.listThreads("ns", "", 100)).toEqual(bytes);
+    expect(await s.listThreads("ns", "é", 2)).toEqual(
+      bytes.slice(bytes.indexOf("é") + 1).slice(0, 2),
+    );
+  });
+
+  it("keeps at least event_retention events and refuses cursors whose history is gone, across restarts", async () => {
+    const path = freshPath();
+    const a = openStore(path, { eventRetention: 10 });
+    const head = await a.headCursor("ns");
+    const otherHead = await a.headCursor("other");
+    let tenth = "";
+    for (let i = 0; i < 200; i++) {
+      await a.append(cmd({ messages: [user(String(i))], now: 1000 + i }));
+      // The tenth newest event at the end: always retained.
+      if (i === 190) tenth = await a.headCursor("ns");
+      if (i % 40 === 0) await a.append(cmd({ namespace: "other", messages: [user(String(i))] }));
+    }
+    expect(await a.readEvents("ns", await a.headCursor("ns"), 10)).toEqual([]);
+    expect(await codeOf(a.readEvents("ns", head, 10))).toBe("out_of_range");
+    // The other namespace logged fewer events than it keeps: all still there.
+    expect(await a.readEvents("other", otherHead, 100)).toHaveLength(5);
+    const tailBefore = await a.readEvents("ns", tenth, 100);
+    await a.close();
+
+    const b = openStore(path, { eventRetention: 10 });
+    expect(await codeOf(b.readEvents("ns", head, 10))).toBe("out_of_range");
+    const tail = await b.readEvents("ns", tenth, 100);
+    expect(tail).toEqual(tailBefore);
+    expect(tail.map((e) => (e.type === "messages_added" ? e.lastSeq : 0))).toEqual([
+      192, 193, 194, 195, 196, 197, 198, 199, 200,
+    ]);
+    const newest = await b.headCursor("ns");
+    expect(tail.at(-1)?.cursor).toBe(newest);
+    const [dbId, id] = newest.split(".");
+    // Past the head: never issued. Another database's token: its history is not here.
+    expect(await codeOf(b.readEvents("ns", `${dbId}.${Number(id) + 1000}`, 10))).toBe(
+      "invalid_argument",
+    );
+    expect(await codeOf(b.readEvents("ns", `abcdef012345.${id}`, 10))).toBe("out_of_range");
+    expect(await codeOf(b.readEvents("ns", `${dbId}.x`, 10))).toBe("invalid_argument");
+  });
+
+  it("forgets request ids beyond the per-thread count and the retention time", async () => {
+    const s = openStore(freshPath(), {
+      idempotencyMaxPerThread: 3,
+      idempotencyRetentionMs: 10_000,
+    });
+    for (const id of ["r1", "r2", "r3", "r4"]) {
+      await s.append(cmd({ requestId: id, requestHash: id, messages: [user(id)] }));
+    }
+    expect((await s.append(cmd({ requestId: "r2", requestHash: "r2" }))).replayed).toBe(true);
+    // r1 was the oldest of four: forgotten, so the same id appends again.
+    const r1 = await s.append(cmd({ requestId: "r1", requestHash: "r1", messages: [user("r1")] }));
+    expect([r1.replayed, r1.firstSeq]).toEqual([false, 5]);
+    const late = await s.append(
+      cmd({ requestId: "r4", requestHash: "r4", messages: [user("r4")], now: 1000 + 10_000 }),
+    );
+    expect(late.replayed).toBe(false);
+  });
+
+  it("trims to max_stored across Adds and keeps trimming after a restart", async () => {
+    const path = freshPath();
+    const small: Strategy = { ...buffer, maxStored: 3 };
+    const a = openStore(path);
+    await a.append(
+      cmd({
+        strategy: small,
+        messages: [
+          { role: "assistant", content: "", toolCalls: [{ id: "c", name: "f", arguments: "{}" }] },
+          { role: "tool", content: "r", toolCallId: "c" },
+          user("3"),
+        ],
+      }),
+    );
+    await a.append(cmd({ messages: [user("4")] }));
+    // Dropping the call would leave its result first: it goes with its call.
+    expect((await a.read("ns", "t"))?.messages.map((m) => m.seq)).toEqual([3, 4]);
+    await a.close();
+    const b = openStore(path);
+    await b.append(cmd({ messages: [user("5"), user("6")] }));
+    expect((await b.read("ns", "t"))?.messages.map((m) => m.seq)).toEqual([4, 5, 6]);
+  });
+});
+
+/** A small seeded generator, so a failing sequence can be replayed. */
+function random(seed: number): (n: number) => number {
+  let a = seed >>> 0;
+  return (n) => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * n);
+  };
+}
+
+describe("SQLite store against the memory store", () => {
+  it("does what the reference does for random sequences, from its cache and from the file", async () => {
+    const strategies: Strategy[] = [
+      { ...buffer, maxStored: 4 },
+      { ...summary, maxStored: 3 },
+      { ...summary, maxStored: 3, excludeSystem: true },
+    ];
+    for (let seed = 1; seed <= 12; seed++) {
+      const rnd = random(seed);
+      const paths = [freshPath(), freshPath()];
+      const stores: Store[] = [
+        createMemoryStore(),
+        createSqliteStore(paths[0] ?? ""),
+        createSqliteStore(paths[1] ?? "", {}, { cacheSize: 0 }),
+      ];
+      /** What every store must agree on, without incarnations (random per store). */
+      const observe = async (s: Store) => {
+        const out: unknown[] = [];
+        for (const t of ["a", "b"]) {
+          const snap = await s.read("ns", t);
+          out.push(
+            snap === undefined ? null : { ...snap, thread: { ...snap.thread, incarnation: "" } },
+          );
+        }
+        return out;
+      };
+      const outcome = async (p: Promise<unknown>) => {
+        try {
+          const v = await p;
+          if (typeof v !== "object" || v === null) return v;
+          if ("thread" in v) return { ...v, thread: { ...(v.thread as object), incarnation: "" } };
+          return { ...v, incarnation: "" };
+        } catch (err) {
+          if (err instanceof MemoryError) return err.code;
+          throw err;
+        }
+      };
+      const heads = await Promise.all(stores.map((s) => s.headCursor("ns")));
+      try {
+        for (let step = 0; step < 60; step++) {
+          const threadId = rnd(2) === 0 ? "a" : "b";
+          const now = 1000 + step;
+          const op = rnd(10);
+          const results: unknown[] = [];
+          for (const s of stores) {
+            // The same choices for every store: re-seed per store from the step.
+            const r = random(seed * 1000 + step);
+            if (op < 6) {
+              const messages: ChatMessage[] = [];
+              for (let i = r(4); i > 0; i--) {
+                const kind = r(4);
+                if (kind === 0) {
+                  messages.push({
+                    role: "assistant",
+                    content: "",
+                    toolCalls: [{ id: `c${step}`, name: "f", arguments: "{}" }],
+                  });
+                  messages.push({ role: "tool", content: "r", toolCallId: `c${step}` });
+                } else {
+                  messages.push({ role: kind === 1 ? "system" : "user", content: `m${step}.${i}` });
+                }
+              }
+              const strategy = r(3) === 0 ? strategies[r(3)] : undefined;
+              results.push(
+                await outcome(
+                  s.append(
+                    cmd({
+                      threadId,
+                      messages,
+                      strategy,
+                      defaultStrategy: strategies[r(3)] ?? buffer,
+                      replaceStrategy: r(2) === 0,
+                      requestId: r(3) === 0 ? `q${r(4)}` : "",
+                      requestHash: `h${messages.length}`,
+                      expectedLastSeq: r(6) === 0 ? r(5) : undefined,
+                      now,
+                    }),
+                  ),
+                ),
+              );
+            } else if (op < 8) {
+              const t = await s.getThread("ns", threadId);
+              const token = await s.acquireFoldLease("ns", threadId, 60_000);
+              if (t !== undefined && token !== undefined && t.lastSeq > t.summarizedThroughSeq) {
+                const through = t.summarizedThroughSeq + 1 + r(t.lastSeq - t.summarizedThroughSeq);
+                results.push(
+                  await outcome(
+                    s.commitSummary({
+                      namespace: "ns",
+                      threadId,
+                      incarnation: t.incarnation,
+                      leaseToken: token,
+                      fromSeq: t.summarizedThroughSeq,
+                      throughSeq: through,
+                      summary: `s${step}`,
+                      foldedCount: 1,
+                      now,
+                    }),
+                  ),
+                );
+              }
+              if (token !== undefined) await s.releaseFoldLease("ns", threadId, token);
+            } else if (op < 9) {
+              results.push(await s.clear("ns", threadId, now));
+            } else {
+              const t = await s.getThread("ns", threadId);
+              await s.recordFoldFailure({
+                namespace: "ns",
+                threadId,
+                incarnation: t?.incarnation ?? "none",
+                reason: "boom",
+                attempt: step,
+                now,
+              });
+            }
+          }
+          const [ref, ...others] = results;
+          for (const o of others) expect(o, `seed ${seed} step ${step}`).toEqual(ref);
+          const [refState, ...otherStates] = await Promise.all(stores.map(observe));
+          for (const o of otherStates) expect(o, `seed ${seed} step ${step}`).toEqual(refState);
+        }
+        const events = await Promise.all(
+          stores.map(async (s, i) =>
+            (await s.readEvents("ns", heads[i] ?? "", 10_000)).map(({ cursor: _, ...e }) => e),
+          ),
+        );
+        expect(events[1]).toEqual(events[0]);
+        expect(events[2]).toEqual(events[0]);
+        // What the file holds, read back by a process that has no cache yet.
+        const reference = await observe(stores[0] as Store);
+        for (const [i, path] of paths.entries()) {
+          await stores[i + 1]?.close();
+          const reopened = createSqliteStore(path);
+          stores[i + 1] = reopened;
+          expect(await observe(reopened), `seed ${seed}, reopened`).toEqual(reference);
+        }
+      } finally {
+        for (const s of stores) await s.close();
+      }
+    }
+  });
+});
