@@ -1,4 +1,4 @@
-import { MemoryError } from "./errors.js";
+import { invalidArgument, MemoryError } from "./errors.js";
 import { sameStrategy, strategyKey } from "./strategy.js";
 import type { Role, Strategy, ThreadState } from "./types.js";
 
@@ -19,21 +19,44 @@ export function decideAppend(
 ): Strategy {
   const lastSeq = thread?.lastSeq ?? 0;
   if (cmd.expectedLastSeq !== undefined && cmd.expectedLastSeq !== lastSeq) {
-    throw new MemoryError(
-      "aborted",
-      `expected_last_seq: the thread's last_seq is ${lastSeq}, not ${cmd.expectedLastSeq}`,
-      { field: "expected_last_seq" },
-    );
+    throw lastSeqMismatchError(lastSeq, cmd.expectedLastSeq);
   }
   if (thread === undefined) return cmd.strategy ?? cmd.defaultStrategy;
   if (cmd.strategy === undefined) return thread.strategy;
   if (sameStrategy(cmd.strategy, thread.strategy)) return thread.strategy;
   if (cmd.replaceStrategy) return cmd.strategy;
-  throw new MemoryError(
+  throw strategyMismatchError(strategyKey(thread.strategy), strategyKey(cmd.strategy));
+}
+
+/**
+ * The aborted error of an Add whose expected_last_seq is not the thread's
+ * last_seq. Exported so a store that runs decideAppend's rules elsewhere (the
+ * Redis store, in Lua) reports exactly the same error.
+ */
+export function lastSeqMismatchError(lastSeq: number, expectedLastSeq: number): MemoryError {
+  return new MemoryError(
+    "aborted",
+    `expected_last_seq: the thread's last_seq is ${lastSeq}, not ${expectedLastSeq}`,
+    { field: "expected_last_seq" },
+  );
+}
+
+/**
+ * The failed_precondition error of an Add whose strategy differs from the
+ * thread's, built from the two strategyKey texts (all a store that compares
+ * keys outside JavaScript has at hand).
+ */
+export function strategyMismatchError(threadKey: string, requestKey: string): MemoryError {
+  return new MemoryError(
     "failed_precondition",
-    `strategy: the thread has ${strategyKey(thread.strategy)}, the request asks for ${strategyKey(cmd.strategy)}; set replace_strategy to change it`,
+    `strategy: the thread has ${threadKey}, the request asks for ${requestKey}; set replace_strategy to change it`,
     { field: "strategy" },
   );
+}
+
+/** The invalid_argument error of a request_id already used on the thread for another payload. */
+export function requestIdReusedError(): MemoryError {
+  return invalidArgument("request_id", "was already used for a different request on this thread");
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { StoreConfig } from "../config.js";
 import { ConfigError } from "../config.js";
 import { createMemoryStore } from "./memory-store.js";
+import { createSqliteStore } from "./sqlite-store.js";
 import type { Store, StoreLimits } from "./store.js";
 
 /** Opens the store the configuration names. */
@@ -12,12 +13,17 @@ export async function createStore(
     case "memory":
       return createMemoryStore(limits);
     case "sqlite":
-      throw new ConfigError(
-        "--store / WINDLASS_STORE: the sqlite store is not part of this release yet; use memory",
-      );
-    case "redis":
-      throw new ConfigError(
-        "--store / WINDLASS_STORE: the redis store is not part of this release yet; use memory",
-      );
+      try {
+        return createSqliteStore(config.path, limits);
+      } catch (err) {
+        throw new ConfigError(
+          `--store / WINDLASS_STORE: cannot open the SQLite database "${config.path}": ${err instanceof Error ? err.message : String(err)}`,
+        );
+      }
+    case "redis": {
+      // Loaded on demand: node-redis is only needed by deployments that use it.
+      const { createRedisStore } = await import("./redis-store.js");
+      return createRedisStore(config.url, limits);
+    }
   }
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { decideAppend, keepsSummary, trimCount } from "../core/append.js";
+import { decideAppend, keepsSummary, requestIdReusedError, trimCount } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../core/types.js";
 import type {
@@ -131,10 +131,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         const seen = existing.requests.get(cmd.requestId);
         if (seen !== undefined && cmd.now - seen.time < lim.idempotencyRetentionMs) {
           if (seen.hash !== cmd.requestHash) {
-            throw invalidArgument(
-              "request_id",
-              "was already used for a different request on this thread",
-            );
+            throw requestIdReusedError();
           }
           return { ...seen.result, thread: copyThread(seen.result.thread), replayed: true };
         }

@@ -1,0 +1,852 @@
+import { randomUUID } from "node:crypto";
+import { createClient, ErrorReply } from "redis";
+import {
+  lastSeqMismatchError,
+  requestIdReusedError,
+  strategyMismatchError,
+} from "../core/append.js";
+import { invalidArgument, MemoryError } from "../core/errors.js";
+import { strategyKey } from "../core/strategy.js";
+import type {
+  ChatMessage,
+  EventBody,
+  MemoryEvent,
+  StoredMessage,
+  Strategy,
+  ThreadState,
+} from "../core/types.js";
+import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
+import {
+  ACQUIRE_LEASE,
+  ALL_SCRIPTS,
+  APPEND,
+  CLEAR,
+  CLEAR_CHUNK,
+  COMMIT_SUMMARY,
+  HEAD,
+  type LuaScript,
+  READ,
+  READ_EVENTS,
+  RECORD_FOLD_FAILURE,
+  RELEASE_LEASE,
+} from "./redis/scripts.js";
+import type {
+  AppendCommand,
+  AppendResult,
+  CommitSummaryCommand,
+  FoldFailureCommand,
+  Store,
+  StoreLimits,
+  ThreadSnapshot,
+} from "./store.js";
+
+/** Options of {@link createRedisStore}. */
+export interface RedisStoreOptions {
+  /**
+   * First part of every key (default "wm"), so several deployments, or
+   * tests, can share one Redis database. Must not contain braces: the hash
+   * tag that follows it must be the key's first one.
+   */
+  keyPrefix?: string;
+  /**
+   * Longest one command may take before the call fails with unavailable
+   * (Redis hung or the network black-holed); default 5000. The command may
+   * still have run: a client retries an Add with its request_id.
+   */
+  commandTimeoutMs?: number;
+  /** How long start-up waits for Redis before giving up; default 5000. */
+  connectWaitMs?: number;
+}
+
+/**
+ * The structural part of a node-redis client this store uses. Raw
+ * `sendCommand` with RESP2 replies (strings, integers, null, arrays) keeps
+ * reply parsing in one place and independent of node-redis's typed wrappers.
+ */
+interface RedisConnection {
+  readonly isOpen: boolean;
+  sendCommand(args: readonly string[]): Promise<unknown>;
+  connect(): Promise<unknown>;
+  close(): Promise<void>;
+  destroy(): void;
+  on(event: "error", listener: (err: Error) => void): unknown;
+}
+
+type Listener = (events: MemoryEvent[]) => void;
+
+interface Subscription {
+  listener: Listener;
+  /** Deliver only events after this cursor; undefined until the head read answers. */
+  after: string | undefined;
+  /** Events read before `after` was known (bounded; see BUFFER_LIMIT). */
+  buffered: MemoryEvent[];
+  active: boolean;
+}
+
+/** One XREAD BLOCK loop per namespace on its own connection, shared by its subscribers. */
+interface StreamReader {
+  namespace: string;
+  subscriptions: Set<Subscription>;
+  /** Id of the last entry read; undefined until the first subscriber's head is known. */
+  cursor: string | undefined;
+  connection: RedisConnection | undefined;
+  stopped: boolean;
+  lingerTimer: NodeJS.Timeout | undefined;
+}
+
+const DEFAULT_KEY_PREFIX = "wm";
+const CLEAR_CHUNK_SIZE = 500;
+const XREAD_BLOCK_MS = 5000;
+const XREAD_COUNT = 512;
+/** A reader left without subscribers stays caught up this long, for the next Get that waits. */
+const READER_LINGER_MS = 30_000;
+/** Events held for a subscription whose start is not known yet (Redis slow or away). */
+const BUFFER_LIMIT = 10_000;
+const U64_MAX = 2n ** 64n - 1n;
+const CURSOR = /^(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})$/;
+/** Server replies that mean "not now" rather than "wrong": the call may be retried. */
+const TRANSIENT_REPLY =
+  /^(LOADING|BUSY|MASTERDOWN|READONLY|CLUSTERDOWN|TRYAGAIN|NOREPLICAS|MISCONF|OOM)\b/;
+
+/**
+ * The Redis store: several server replicas share every thread, fold lease
+ * and event, so a thread can be written through one replica and read,
+ * folded or watched through another. Needs Redis 7.0 or later (for a stream's
+ * max-deleted-entry-id in XINFO STREAM and XSETID, which is how a trimmed
+ * resume token is told from a current one).
+ *
+ * Atomicity: every mutation (append with its seqs, trim, idempotency record
+ * and event; commit with its incarnation, coverage and fencing checks; clear;
+ * lease take and release) is one Lua script run by EVALSHA, so it is atomic on
+ * the server and costs one round trip. Scripts are loaded at start-up; after a
+ * Redis restart the first NOSCRIPT reply falls back to EVAL, which loads it.
+ * The layout and the scripts are in src/store/redis/scripts.ts.
+ *
+ * Key layout: `<prefix>:{ns-<namespace as base64url>}:` then `t:<thread>`,
+ * `m:<thread>`, `r:<thread>`, `ri:<thread>`, `l:<thread>` per thread and
+ * `threads`, `events`, `lease-seq` per namespace. Every key of a namespace
+ * shares that one hash tag, because an append changes the thread's keys, the
+ * namespace's thread index and its event stream in one atomic step: on Redis
+ * Cluster they all hash to one slot (a namespace is the unit of sharding).
+ * The namespace is encoded because it may contain braces, and prefixed with
+ * "ns-" so an empty namespace still makes a non-empty tag (Redis ignores
+ * `{}`). The client itself is a single-node client (one primary, or a
+ * proxy in front of a cluster).
+ *
+ * Events: one stream per namespace, keeping at least eventRetention entries
+ * (trimmed in batches of at least 64 or an eighth of that). A cursor is the
+ * entry id; it means the same on every replica, which is what makes Watch
+ * resume tokens portable. Trimming records the newest dropped id as the
+ * stream's max-deleted-entry-id (XSETID; Redis 7.0 does not do it on trim),
+ * so a cursor below it has lost events after it: out_of_range, never a skip.
+ *
+ * Failures: the client does not queue commands while disconnected, so with
+ * Redis unreachable every call fails at once with unavailable, while the
+ * client reconnects in the background with backoff; nothing needs a restart.
+ * Errors and messages never include the URL (it may carry a password).
+ */
+export async function createRedisStore(
+  url: string,
+  limits: Partial<StoreLimits> = {},
+  options: RedisStoreOptions = {},
+): Promise<Store> {
+  const lim = { ...DEFAULT_STORE_LIMITS, ...limits };
+  const prefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
+  if (prefix === "" || /[{}]/.test(prefix)) {
+    throw new Error("redis store: the key prefix must be non-empty and contain no braces");
+  }
+  const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+  const target = describeTarget(url);
+  const redis = createClient({
+    url,
+    RESP: 2,
+    disableOfflineQueue: true,
+    maintNotifications: "disabled",
+    socket: {
+      connectTimeout: 1000,
+      reconnectStrategy: (retries: number) =>
+        Math.min(2000, 50 * 2 ** Math.min(retries, 10)) + Math.floor(Math.random() * 100),
+    },
+  });
+  const client: RedisConnection = redis;
+  // node-redis emits every connection failure as an event; the calls report
+  // them (as unavailable), so the events are only noted here, for start-up.
+  let lastError: Error | undefined;
+  client.on("error", (err) => {
+    lastError = err;
+  });
+  await connectWithin(client, options.connectWaitMs ?? 5000, target, () => lastError);
+  try {
+    const info = String(await client.sendCommand(["INFO", "server"]));
+    const version = /redis_version:(\d+)\.(\d+)/.exec(info);
+    if (version === null || Number(version[1]) < 7) {
+      throw new Error(
+        `redis store: ${target} runs Redis ${version === null ? "of unknown version" : `${version[1]}.${version[2]}`}; 7.0 or later is needed`,
+      );
+    }
+    for (const s of ALL_SCRIPTS) await client.sendCommand(["SCRIPT", "LOAD", s.source]);
+  } catch (err) {
+    client.destroy();
+    throw err;
+  }
+
+  let closed = false;
+  const readers = new Map<string, StreamReader>();
+
+  function keys(namespace: string) {
+    const base = `${prefix}:{ns-${Buffer.from(namespace, "utf8").toString("base64url")}}:`;
+    return {
+      base,
+      threads: `${base}threads`,
+      events: `${base}events`,
+      leaseSeq: `${base}lease-seq`,
+      thread: (id: string) => `${base}t:${id}`,
+      messages: (id: string) => `${base}m:${id}`,
+      requests: (id: string) => `${base}r:${id}`,
+      requestTimes: (id: string) => `${base}ri:${id}`,
+      lease: (id: string) => `${base}l:${id}`,
+    };
+  }
+
+  function unavailable(cause: unknown): MemoryError {
+    return new MemoryError("unavailable", `the redis store at ${target} is unreachable`, {
+      cause,
+    });
+  }
+
+  /** Maps a client or server failure to the domain's errors. */
+  function storeError(err: unknown): Error {
+    if (err instanceof MemoryError) return err;
+    if (err instanceof CommandTimeout) {
+      return new MemoryError("unavailable", err.message, { cause: err });
+    }
+    if (err instanceof ErrorReply) {
+      const word = TRANSIENT_REPLY.exec(err.message)?.[1];
+      if (word !== undefined) {
+        return new MemoryError("unavailable", `the redis store cannot serve now (${word})`, {
+          cause: err,
+        });
+      }
+      // A script or protocol error: a bug, reported as internal.
+      return new Error(`redis store: ${err.message}`, { cause: err });
+    }
+    return unavailable(err);
+  }
+
+  function send(connection: RedisConnection, args: readonly string[], timeoutMs: number) {
+    if (closed) return Promise.reject(new MemoryError("unavailable", "the store is closed"));
+    return withTimeout(connection.sendCommand(args), timeoutMs, target);
+  }
+
+  async function command(args: readonly string[]): Promise<unknown> {
+    try {
+      return await send(client, args, commandTimeoutMs);
+    } catch (err) {
+      throw storeError(err);
+    }
+  }
+
+  /** One script call: EVALSHA, or EVAL when Redis lost its script cache (restart, SCRIPT FLUSH). */
+  async function run(
+    script: LuaScript,
+    scriptKeys: readonly string[],
+    args: readonly string[],
+  ): Promise<unknown> {
+    const tail = [String(scriptKeys.length), ...scriptKeys, ...args];
+    try {
+      return await send(client, ["EVALSHA", script.sha, ...tail], commandTimeoutMs);
+    } catch (err) {
+      if (!(err instanceof ErrorReply && err.message.startsWith("NOSCRIPT"))) throw storeError(err);
+    }
+    try {
+      return await send(client, ["EVAL", script.source, ...tail], commandTimeoutMs);
+    } catch (err) {
+      throw storeError(err);
+    }
+  }
+
+  // --- Watch: subscriptions ------------------------------------------------
+
+  function deliver(sub: Subscription, events: MemoryEvent[]): void {
+    if (!sub.active || events.length === 0) return;
+    const last = events[events.length - 1];
+    if (last !== undefined) sub.after = last.cursor;
+    try {
+      sub.listener(events);
+    } catch {
+      // A listener's failure is its own; the others still get the events.
+    }
+  }
+
+  function dispatch(reader: StreamReader, events: MemoryEvent[]): void {
+    for (const sub of [...reader.subscriptions]) {
+      if (sub.after === undefined) {
+        sub.buffered.push(...events);
+        if (sub.buffered.length > BUFFER_LIMIT) {
+          sub.buffered.splice(0, sub.buffered.length - BUFFER_LIMIT);
+        }
+      } else {
+        const after = sub.after;
+        deliver(
+          sub,
+          events.filter((e) => compareIds(e.cursor, after) > 0),
+        );
+      }
+    }
+  }
+
+  /**
+   * Learns where a subscription starts: the head as Redis has it when the
+   * command sent at subscribe() time runs, so every event logged after that
+   * is delivered, and none before. Events the reader meets meanwhile are held
+   * and sorted out here. Retried while Redis is away.
+   */
+  async function startSubscription(reader: StreamReader, sub: Subscription): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        // The first attempt's command is queued synchronously, inside subscribe().
+        const cursor = asString(await run(HEAD, [keys(reader.namespace).events], []));
+        if (!sub.active) return;
+        sub.after = cursor;
+        const held = sub.buffered;
+        sub.buffered = [];
+        deliver(
+          sub,
+          held.filter((e) => compareIds(e.cursor, cursor) > 0),
+        );
+        if (reader.cursor === undefined) {
+          reader.cursor = cursor;
+          void readLoop(reader);
+        }
+        return;
+      } catch {
+        if (!sub.active || closed) return;
+        await sleep(backoffMs(attempt));
+      }
+    }
+  }
+
+  async function readerConnection(reader: StreamReader): Promise<RedisConnection> {
+    if (reader.connection !== undefined) return reader.connection;
+    // A dedicated connection: XREAD BLOCK would hold up every other command.
+    const connection: RedisConnection = redis.duplicate();
+    connection.on("error", () => {});
+    reader.connection = connection;
+    try {
+      await connection.connect();
+    } catch (err) {
+      connection.destroy();
+      if (reader.connection === connection) reader.connection = undefined;
+      throw err;
+    }
+    return connection;
+  }
+
+  /** Follows the namespace's stream from `reader.cursor` until the reader is stopped. */
+  async function readLoop(reader: StreamReader): Promise<void> {
+    const stream = keys(reader.namespace).events;
+    for (let failures = 0; !reader.stopped && !closed; ) {
+      try {
+        const connection = await readerConnection(reader);
+        const cursor = reader.cursor ?? "0-0";
+        const reply = await send(
+          connection,
+          [
+            "XREAD",
+            "COUNT",
+            String(XREAD_COUNT),
+            "BLOCK",
+            String(XREAD_BLOCK_MS),
+            "STREAMS",
+            stream,
+            cursor,
+          ],
+          XREAD_BLOCK_MS + commandTimeoutMs,
+        );
+        failures = 0;
+        if (reply === null || reader.stopped) continue;
+        const [entry] = asArray(reply);
+        const [, entries] = asArray(entry);
+        const events = asArray(entries).map(decodeEvent);
+        const last = events[events.length - 1];
+        if (last === undefined) continue;
+        reader.cursor = last.cursor;
+        dispatch(reader, events);
+      } catch (err) {
+        if (reader.stopped || closed) return;
+        if (err instanceof CommandTimeout || reader.connection?.isOpen === false) {
+          // The connection stopped answering, or was closed: start over on a fresh one.
+          reader.connection?.destroy();
+          reader.connection = undefined;
+        }
+        await sleep(backoffMs(failures++));
+      }
+    }
+  }
+
+  function stopReader(reader: StreamReader): void {
+    reader.stopped = true;
+    clearTimeout(reader.lingerTimer);
+    reader.connection?.destroy();
+    reader.connection = undefined;
+    if (readers.get(reader.namespace) === reader) readers.delete(reader.namespace);
+  }
+
+  // --- The Store -----------------------------------------------------------
+
+  return {
+    async append(cmd: AppendCommand): Promise<AppendResult> {
+      const k = keys(cmd.namespace);
+      const id = cmd.threadId;
+      const reply = await run(
+        APPEND,
+        [k.thread(id), k.messages(id), k.requests(id), k.requestTimes(id), k.threads, k.events],
+        [
+          id,
+          String(cmd.now),
+          cmd.requestId,
+          cmd.requestHash,
+          cmd.expectedLastSeq === undefined ? "" : String(cmd.expectedLastSeq),
+          cmd.replaceStrategy ? "1" : "0",
+          randomUUID(),
+          String(lim.eventRetention),
+          String(lim.idempotencyRetentionMs),
+          String(lim.idempotencyMaxPerThread),
+          ...strategyArgs(cmd.strategy),
+          ...strategyArgs(cmd.defaultStrategy),
+          ...cmd.messages.map((m) => encodeMessage(m, cmd.now)),
+        ],
+      );
+      const [status, value] = asArray(reply);
+      switch (status) {
+        case "ok":
+          return decodeResult(asString(value), false);
+        case "replayed":
+          return decodeResult(asString(value), true);
+        case "request_id_reused":
+          throw requestIdReusedError();
+        case "last_seq_mismatch":
+          throw lastSeqMismatchError(Number(asString(value)), cmd.expectedLastSeq ?? 0);
+        case "strategy_mismatch":
+          if (cmd.strategy === undefined) break;
+          throw strategyMismatchError(asString(value), strategyKey(cmd.strategy));
+      }
+      throw new Error(`redis store: unexpected append reply ${String(status)}`);
+    },
+
+    async read(namespace: string, threadId: string): Promise<ThreadSnapshot | undefined> {
+      const k = keys(namespace);
+      const reply = await run(READ, [k.thread(threadId), k.messages(threadId)], []);
+      if (reply === null) return undefined;
+      const [thread, entries] = asArray(reply);
+      return {
+        thread: decodeThread(thread),
+        messages: asArray(entries).map((e) => decodeMessage(asString(e))),
+      };
+    },
+
+    async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
+      const fields = asArray(await command(["HGETALL", keys(namespace).thread(threadId)]));
+      return fields.length === 0 ? undefined : decodeThread(fields);
+    },
+
+    async commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {
+      const k = keys(cmd.namespace);
+      const id = cmd.threadId;
+      const reply = await run(
+        COMMIT_SUMMARY,
+        [k.thread(id), k.messages(id), k.lease(id), k.events],
+        [
+          cmd.incarnation,
+          String(cmd.leaseToken),
+          String(cmd.fromSeq),
+          String(cmd.throughSeq),
+          cmd.summary,
+          String(cmd.foldedCount),
+          String(cmd.now),
+          String(lim.eventRetention),
+          id,
+        ],
+      );
+      return reply === null ? undefined : decodeThread(reply);
+    },
+
+    async recordFoldFailure(cmd: FoldFailureCommand): Promise<void> {
+      const k = keys(cmd.namespace);
+      await run(
+        RECORD_FOLD_FAILURE,
+        [k.thread(cmd.threadId), k.events],
+        [
+          cmd.incarnation,
+          cmd.reason,
+          String(cmd.attempt),
+          String(cmd.now),
+          String(lim.eventRetention),
+          cmd.threadId,
+        ],
+      );
+    },
+
+    async acquireFoldLease(namespace, threadId, ttlMs) {
+      const k = keys(namespace);
+      const reply = await run(
+        ACQUIRE_LEASE,
+        [k.lease(threadId), k.leaseSeq],
+        [String(Math.max(1, Math.ceil(ttlMs)))],
+      );
+      return reply === null ? undefined : Number(reply);
+    },
+
+    async releaseFoldLease(namespace, threadId, token) {
+      await run(RELEASE_LEASE, [keys(namespace).lease(threadId)], [String(token)]);
+    },
+
+    async clear(namespace: string, threadId: string, now: number): Promise<boolean> {
+      const k = keys(namespace);
+      const reply = await run(
+        CLEAR,
+        [
+          k.thread(threadId),
+          k.messages(threadId),
+          k.requests(threadId),
+          k.requestTimes(threadId),
+          k.threads,
+          k.events,
+        ],
+        [threadId, String(now), String(lim.eventRetention)],
+      );
+      return reply === 1;
+    },
+
+    async clearAll(namespace: string, now: number): Promise<number> {
+      const k = keys(namespace);
+      // Chunks keep each script short, so one big namespace never blocks Redis
+      // for long; each chunk is atomic on its own.
+      let total = 0;
+      for (;;) {
+        const n = Number(
+          await run(
+            CLEAR_CHUNK,
+            [k.threads, k.events],
+            [k.base, String(now), String(lim.eventRetention), String(CLEAR_CHUNK_SIZE)],
+          ),
+        );
+        total += n;
+        if (n < CLEAR_CHUNK_SIZE) return total;
+      }
+    },
+
+    async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
+      if (limit <= 0) return [];
+      const reply = await command([
+        "ZRANGE",
+        keys(namespace).threads,
+        after === "" ? "-" : `(${after}`,
+        "+",
+        "BYLEX",
+        "LIMIT",
+        "0",
+        String(limit),
+      ]);
+      return asArray(reply).map(asString);
+    },
+
+    async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
+      parseCursor(cursor);
+      const reply = await run(
+        READ_EVENTS,
+        [keys(namespace).events],
+        [cursor, String(Math.max(1, limit))],
+      );
+      const [status, entries] = asArray(reply);
+      if (status === "ahead") {
+        throw invalidArgument("resume_token", "refers to an event this server never logged");
+      }
+      if (status === "gone") {
+        throw new MemoryError(
+          "out_of_range",
+          "resume_token: the events after it are no longer retained; re-read with Get and watch from now",
+          { field: "resume_token" },
+        );
+      }
+      return asArray(entries).map(decodeEvent).slice(0, Math.max(0, limit));
+    },
+
+    async headCursor(namespace: string): Promise<string> {
+      return asString(await run(HEAD, [keys(namespace).events], []));
+    },
+
+    compareCursors(a: string, b: string): number {
+      parseCursor(a);
+      parseCursor(b);
+      return compareIds(a, b);
+    },
+
+    subscribe(namespace: string, listener: Listener): () => void {
+      if (closed) return () => {};
+      let reader = readers.get(namespace);
+      if (reader === undefined) {
+        reader = {
+          namespace,
+          subscriptions: new Set(),
+          cursor: undefined,
+          connection: undefined,
+          stopped: false,
+          lingerTimer: undefined,
+        };
+        readers.set(namespace, reader);
+      }
+      const r = reader;
+      clearTimeout(r.lingerTimer);
+      r.lingerTimer = undefined;
+      const sub: Subscription = { listener, after: undefined, buffered: [], active: true };
+      r.subscriptions.add(sub);
+      void startSubscription(r, sub);
+      return () => {
+        if (!sub.active) return;
+        sub.active = false;
+        sub.buffered = [];
+        r.subscriptions.delete(sub);
+        if (r.subscriptions.size === 0 && !r.stopped) {
+          r.lingerTimer = setTimeout(() => {
+            if (r.subscriptions.size === 0) stopReader(r);
+          }, READER_LINGER_MS);
+          r.lingerTimer.unref();
+        }
+      };
+    },
+
+    async close(): Promise<void> {
+      if (closed) return;
+      closed = true;
+      for (const reader of [...readers.values()]) {
+        for (const sub of reader.subscriptions) sub.active = false;
+        stopReader(reader);
+      }
+      if (client.isOpen) {
+        // close() lets commands in flight finish; a Redis that is away cannot answer them.
+        await Promise.race([client.close().catch(() => {}), sleep(1000)]);
+      }
+      client.destroy();
+    },
+  };
+}
+
+// --- Encoding ----------------------------------------------------------------
+
+function strategyArgs(s: Strategy | undefined): string[] {
+  if (s === undefined) return ["", "", "", "", ""];
+  return [
+    JSON.stringify(s),
+    strategyKey(s),
+    s.kind,
+    String(s.maxStored),
+    s.excludeSystem ? "1" : "0",
+  ];
+}
+
+/** The message's JSON, `role` first: the scripts recognise a tool result by its first bytes. */
+function encodeMessage(m: ChatMessage, now: number): string {
+  const out: Record<string, unknown> = { role: m.role, content: m.content };
+  if (m.name !== undefined) out.name = m.name;
+  if (m.toolCalls !== undefined) out.toolCalls = m.toolCalls;
+  if (m.toolCallId !== undefined) out.toolCallId = m.toolCallId;
+  if (m.metadata !== undefined) out.metadata = m.metadata;
+  out.createTime = now;
+  return JSON.stringify(out);
+}
+
+/** A list entry `"<seq> <json>"` back into a message (the store wrote it: no schema check). */
+function decodeMessage(entry: string): StoredMessage {
+  const space = entry.indexOf(" ");
+  const seq = Number(entry.slice(0, space));
+  if (space <= 0 || !Number.isSafeInteger(seq)) {
+    throw new Error("redis store: a stored message is not in the store's format");
+  }
+  const body = JSON.parse(entry.slice(space + 1)) as Omit<StoredMessage, "seq">;
+  return { ...body, seq };
+}
+
+/** Field/value pairs of a flat array (HGETALL, stream entry fields). */
+function pairs(flat: unknown): Map<string, string> {
+  const list = asArray(flat);
+  const map = new Map<string, string>();
+  for (let i = 0; i + 1 < list.length; i += 2) map.set(asString(list[i]), asString(list[i + 1]));
+  return map;
+}
+
+function field(map: Map<string, string>, name: string): string {
+  const v = map.get(name);
+  if (v === undefined) throw new Error(`redis store: a record has no field ${name}`);
+  return v;
+}
+
+function decodeThread(flat: unknown): ThreadState {
+  const f = pairs(flat);
+  return {
+    threadId: field(f, "thread_id"),
+    incarnation: field(f, "incarnation"),
+    strategy: JSON.parse(field(f, "strategy")) as Strategy,
+    lastSeq: Number(field(f, "last_seq")),
+    summarizedThroughSeq: Number(field(f, "summarized_through_seq")),
+    summary: field(f, "summary"),
+    summaryTime: Number(field(f, "summary_time")),
+    createTime: Number(field(f, "create_time")),
+    updateTime: Number(field(f, "update_time")),
+  };
+}
+
+/** An append result as the script records it: `"<first>\n<last>\n<thread as JSON array>"`. */
+function decodeResult(text: string, replayed: boolean): AppendResult {
+  const a = text.indexOf("\n");
+  const b = text.indexOf("\n", a + 1);
+  return {
+    thread: decodeThread(JSON.parse(text.slice(b + 1)) as unknown),
+    firstSeq: Number(text.slice(0, a)),
+    lastSeq: Number(text.slice(a + 1, b)),
+    replayed,
+  };
+}
+
+function decodeEvent(entry: unknown): MemoryEvent {
+  const [id, flat] = asArray(entry);
+  const f = pairs(flat);
+  const type = field(f, "type");
+  let body: EventBody;
+  switch (type) {
+    case "messages_added":
+      body = {
+        type,
+        firstSeq: Number(field(f, "first_seq")),
+        lastSeq: Number(field(f, "last_seq")),
+      };
+      break;
+    case "summary_updated":
+      body = {
+        type,
+        summary: field(f, "summary"),
+        summarizedThroughSeq: Number(field(f, "summarized_through_seq")),
+        foldedCount: Number(field(f, "folded_count")),
+      };
+      break;
+    case "thread_cleared":
+      body = { type };
+      break;
+    case "summary_failed":
+      body = { type, reason: field(f, "reason"), attempt: Number(field(f, "attempt")) };
+      break;
+    default:
+      throw new Error(`redis store: an event has the unknown type ${type}`);
+  }
+  return {
+    ...body,
+    cursor: asString(id),
+    threadId: field(f, "thread_id"),
+    time: Number(field(f, "time")),
+  };
+}
+
+// --- Cursors -------------------------------------------------------------------
+
+/** Validates a cursor: a stream id "<ms>-<seq>" in canonical decimal, each part below 2^64. */
+function parseCursor(cursor: string): [bigint, bigint] {
+  const m = CURSOR.exec(cursor);
+  const ms = m?.[1] === undefined ? undefined : BigInt(m[1]);
+  const seq = m?.[2] === undefined ? undefined : BigInt(m[2]);
+  if (ms === undefined || seq === undefined || ms > U64_MAX || seq > U64_MAX) {
+    throw invalidArgument("resume_token", "is not a token this server issued");
+  }
+  return [ms, seq];
+}
+
+/** Orders stream ids numerically: milliseconds, then sequence. */
+function compareIds(a: string, b: string): number {
+  const [am, as] = parseCursor(a);
+  const [bm, bs] = parseCursor(b);
+  if (am !== bm) return am < bm ? -1 : 1;
+  if (as !== bs) return as < bs ? -1 : 1;
+  return 0;
+}
+
+// --- Plumbing ------------------------------------------------------------------
+
+function asArray(value: unknown): unknown[] {
+  if (!Array.isArray(value)) throw new Error("redis store: unexpected reply (not an array)");
+  return value;
+}
+
+function asString(value: unknown): string {
+  if (typeof value !== "string") throw new Error("redis store: unexpected reply (not a string)");
+  return value;
+}
+
+/** "host:port" of a redis URL, never its credentials. */
+function describeTarget(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || "6379"}`;
+  } catch {
+    throw new Error("redis store: the URL is not a valid redis:// or rediss:// URL");
+  }
+}
+
+class CommandTimeout extends Error {
+  override readonly name = "CommandTimeout";
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number, target: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new CommandTimeout(`redis at ${target} did not answer within ${ms} ms`)),
+      ms,
+    );
+  });
+  // The command may still settle after the timeout; nobody waits for it then.
+  promise.catch(() => {});
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Connects, or gives up after `waitMs` (start-up should not hang on a Redis that is not there). */
+async function connectWithin(
+  client: RedisConnection,
+  waitMs: number,
+  target: string,
+  lastError: () => Error | undefined,
+): Promise<void> {
+  const connecting = client.connect();
+  connecting.catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = new Promise<"timeout">((resolve) => {
+    timer = setTimeout(() => resolve("timeout"), waitMs);
+  });
+  try {
+    const outcome = await Promise.race([connecting, gaveUp]);
+    if (outcome === "timeout") {
+      client.destroy();
+      // Redis's own words (ECONNREFUSED, WRONGPASS …) never contain the password.
+      const why = lastError()?.message ?? "no answer";
+      throw new MemoryError(
+        "unavailable",
+        `the redis store at ${target} is unreachable (no connection within ${waitMs} ms: ${why})`,
+        { cause: lastError() },
+      );
+    }
+  } catch (err) {
+    client.destroy();
+    if (err instanceof MemoryError) throw err;
+    throw new MemoryError("unavailable", `the redis store at ${target} is unreachable`, {
+      cause: err,
+    });
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function backoffMs(attempt: number): number {
+  return Math.min(2000, 50 * 2 ** Math.min(attempt, 10)) + Math.random() * 50;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}

@@ -1,0 +1,376 @@
+import { createHash } from "node:crypto";
+
+/**
+ * The Lua scripts of the Redis store (src/store/redis-store.ts). Each store
+ * method that changes state is one script, so it runs atomically on the Redis
+ * server in one round trip: the check, the write, the trim and the event can
+ * never interleave with another replica's.
+ *
+ * Data layout, per namespace key base `B` (`<prefix>:{ns-<base64url>}:`):
+ * - `B t:<thread>` hash: the thread: thread_id, incarnation, strategy (JSON),
+ *   strategy_key (core/strategy.ts strategyKey, what decideAppend compares),
+ *   kind, max_stored, exclude_system ("1"/"0"), last_seq,
+ *   summarized_through_seq, summary, summary_time, create_time, update_time
+ *   (numbers as decimal text);
+ * - `B m:<thread>` list: the stored messages, oldest first, each
+ *   `"<seq> <json>"` where the JSON starts with `{"role":"<role>",` (the
+ *   store writes `role` first, so a script can tell a tool result without
+ *   parsing JSON);
+ * - `B r:<thread>` hash request_id -> `"<time>\n<request hash>\n<result>"`, and
+ *   `B ri:<thread>` zset request_id by time (idempotency retention);
+ * - `B l:<thread>` string: the fold lease's fencing token, with a TTL;
+ * - `B threads` zset of thread ids, all scored 0 (so ZRANGE is byte order);
+ * - `B events` stream: the namespace's event log; `B lease-seq` the fencing counter.
+ *
+ * A result (append) is `"<first_seq>\n<last_seq>\n<cjson array of the thread hash>"`.
+ * Lua numbers are doubles: seqs and times (below 2^53) are exact, and the
+ * scripts print them with `%d` so they never turn into `1e+15`.
+ */
+
+/** A script and its SHA1, for EVALSHA. */
+export interface LuaScript {
+  readonly name: string;
+  readonly source: string;
+  readonly sha: string;
+}
+
+function script(name: string, body: string): LuaScript {
+  const source = `${PRELUDE}\n${body}`;
+  return { name, source, sha: createHash("sha1").update(source).digest("hex") };
+}
+
+/** Helpers every script shares. */
+const PRELUDE = `
+local function str(n) return string.format('%d', n) end
+
+local function seq_of(entry)
+  return tonumber(string.sub(entry, 1, string.find(entry, ' ', 1, true) - 1))
+end
+
+local function is_tool(entry)
+  local space = string.find(entry, ' ', 1, true)
+  return string.sub(entry, space + 1, space + 15) == '{"role":"tool",'
+end
+
+-- core/append.ts trimCount over the message list: drop the oldest beyond
+-- max_stored (summary threads: only those folded, seq <= through), then tool
+-- results left at the front without their call.
+local function trim(key, kind, max_stored, through)
+  local len = redis.call('LLEN', key)
+  local excess = len - max_stored
+  if excess <= 0 then return end
+  local head = redis.call('LRANGE', key, 0, excess - 1)
+  local n = 0
+  while n < excess and (kind ~= 'summary' or seq_of(head[n + 1]) <= through) do n = n + 1 end
+  if n == 0 then return end
+  while n < len do
+    local entry = redis.call('LINDEX', key, n)
+    if not is_tool(entry) or (kind == 'summary' and seq_of(entry) > through) then break end
+    n = n + 1
+  end
+  redis.call('LTRIM', key, n, -1)
+end
+
+-- Appends an event, keeping at least retention of them. Trimming is done
+-- here in batches (amortised O(1) per event) rather than with XADD MAXLEN ~,
+-- because trimming does not move the stream's max-deleted-entry-id (Redis
+-- 7.0 only moves it on XDEL), and that id is how a resume token whose next
+-- events were dropped is told from a current one: XSETID records the newest
+-- dropped id there.
+local function log_event(stream, retention, thread_id, time, type, ...)
+  local id = redis.call('XADD', stream, '*', 'type', type, 'thread_id', thread_id, 'time', time, ...)
+  local keep = tonumber(retention)
+  local excess = redis.call('XLEN', stream) - keep
+  if excess > 0 and excess >= math.max(64, math.floor(keep / 8)) then
+    local dropped = redis.call('XRANGE', stream, '-', '+', 'COUNT', excess)
+    redis.call('XTRIM', stream, 'MAXLEN', keep)
+    redis.call('XSETID', stream, id, 'MAXDELETEDID', dropped[#dropped][1])
+  end
+  return id
+end
+`;
+
+/**
+ * Store.append. KEYS: thread, messages, requests, request times, threads, events.
+ * ARGV: thread_id, now, request_id, request_hash, expected_last_seq ("" none),
+ * replace ("1"/"0"), new incarnation, event retention, idempotency retention
+ * ms, idempotency max per thread, then the request's strategy (json, key,
+ * kind, max_stored, exclude_system; json "" when the request has none) and the
+ * default strategy (same five), then one JSON text per message.
+ * Returns {"ok", result} | {"replayed", result} | {"request_id_reused"} |
+ * {"last_seq_mismatch", last_seq} | {"strategy_mismatch", thread strategy key}.
+ */
+export const APPEND = script(
+  "append",
+  `
+local now = tonumber(ARGV[2])
+local request_id = ARGV[3]
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if request_id ~= '' and exists then
+  local record = redis.call('HGET', KEYS[3], request_id)
+  if record then
+    local a = string.find(record, '\\n', 1, true)
+    local b = string.find(record, '\\n', a + 1, true)
+    if now - tonumber(string.sub(record, 1, a - 1)) < tonumber(ARGV[9]) then
+      if string.sub(record, a + 1, b - 1) ~= ARGV[4] then return {'request_id_reused'} end
+      return {'replayed', string.sub(record, b + 1)}
+    end
+  end
+end
+
+-- core/append.ts decideAppend, on strategy keys.
+local last_seq = 0
+local current = {}
+if exists then
+  current = redis.call('HMGET', KEYS[1], 'last_seq', 'strategy_key', 'kind', 'exclude_system')
+  last_seq = tonumber(current[1])
+end
+if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= last_seq then
+  return {'last_seq_mismatch', str(last_seq)}
+end
+local target = nil
+if not exists then
+  if ARGV[11] == '' then target = 16 else target = 11 end
+elseif ARGV[11] ~= '' and ARGV[12] ~= current[2] then
+  if ARGV[6] ~= '1' then return {'strategy_mismatch', current[2]} end
+  target = 11
+end
+
+if not exists then
+  redis.call('HSET', KEYS[1], 'thread_id', ARGV[1], 'incarnation', ARGV[7], 'last_seq', '0',
+    'summarized_through_seq', '0', 'summary', '', 'summary_time', '0',
+    'create_time', ARGV[2], 'update_time', ARGV[2])
+  redis.call('ZADD', KEYS[5], 0, ARGV[1])
+end
+-- core/append.ts keepsSummary, from the thread's strategy to the one it has now
+-- (checked on every append, as the memory store does).
+if exists then
+  local kind, exclude_system = current[3], current[4]
+  if target then kind, exclude_system = ARGV[target + 2], ARGV[target + 4] end
+  if not (current[3] == 'summary' and kind == 'summary' and current[4] == exclude_system) then
+    redis.call('HSET', KEYS[1], 'summary', '', 'summary_time', '0', 'summarized_through_seq', '0')
+  end
+end
+if target then
+  redis.call('HSET', KEYS[1], 'strategy', ARGV[target], 'strategy_key', ARGV[target + 1],
+    'kind', ARGV[target + 2], 'max_stored', ARGV[target + 3], 'exclude_system', ARGV[target + 4])
+end
+
+local count = #ARGV - 20
+local first_seq = 0
+if count > 0 then
+  local batch = {}
+  for i = 1, count do
+    batch[#batch + 1] = str(last_seq + i) .. ' ' .. ARGV[20 + i]
+    if #batch == 256 or i == count then
+      redis.call('RPUSH', KEYS[2], unpack(batch))
+      batch = {}
+    end
+  end
+  first_seq = last_seq + 1
+  last_seq = last_seq + count
+  redis.call('HSET', KEYS[1], 'last_seq', str(last_seq), 'update_time', ARGV[2])
+end
+local state = redis.call('HMGET', KEYS[1], 'kind', 'max_stored', 'summarized_through_seq')
+trim(KEYS[2], state[1], tonumber(state[2]), tonumber(state[3]))
+
+local added_last = 0
+if count > 0 then added_last = last_seq end
+local result = str(first_seq) .. '\\n' .. str(added_last) .. '\\n'
+  .. cjson.encode(redis.call('HGETALL', KEYS[1]))
+if request_id ~= '' then
+  redis.call('HSET', KEYS[3], request_id, ARGV[2] .. '\\n' .. ARGV[4] .. '\\n' .. result)
+  redis.call('ZADD', KEYS[4], now, request_id)
+  -- Forget the oldest ids while there are too many or they expired.
+  local expired = redis.call('ZCOUNT', KEYS[4], '-inf', str(now - tonumber(ARGV[9])))
+  local drop = math.max(expired, redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[10]))
+  if drop > 0 then
+    local ids = redis.call('ZRANGE', KEYS[4], 0, drop - 1)
+    redis.call('ZREMRANGEBYRANK', KEYS[4], 0, drop - 1)
+    for i = 1, #ids, 256 do
+      redis.call('HDEL', KEYS[3], unpack(ids, i, math.min(i + 255, #ids)))
+    end
+  end
+end
+if count > 0 then
+  log_event(KEYS[6], ARGV[8], ARGV[1], ARGV[2], 'messages_added',
+    'first_seq', str(first_seq), 'last_seq', str(last_seq))
+end
+return {'ok', result}
+`,
+);
+
+/**
+ * Store.read. KEYS: thread, messages. Returns false (nil) when the thread
+ * does not exist, else {thread hash as a flat array, message entries}.
+ */
+export const READ = script(
+  "read",
+  `
+local thread = redis.call('HGETALL', KEYS[1])
+if #thread == 0 then return false end
+return {thread, redis.call('LRANGE', KEYS[2], 0, -1)}
+`,
+);
+
+/**
+ * Store.commitSummary. KEYS: thread, messages, lease, events. ARGV:
+ * incarnation, lease token, from_seq, through_seq, summary, folded_count,
+ * now, event retention, thread_id. Returns the thread hash, or nil when a
+ * check fails (nothing written).
+ */
+export const COMMIT_SUMMARY = script(
+  "commit_summary",
+  `
+local t = redis.call('HMGET', KEYS[1], 'incarnation', 'summarized_through_seq', 'kind', 'max_stored')
+if t[1] ~= ARGV[1] then return false end
+if tonumber(t[2]) ~= tonumber(ARGV[3]) or tonumber(ARGV[4]) <= tonumber(ARGV[3]) then return false end
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
+redis.call('HSET', KEYS[1], 'summary', ARGV[5], 'summary_time', ARGV[7],
+  'summarized_through_seq', ARGV[4], 'update_time', ARGV[7])
+trim(KEYS[2], t[3], tonumber(t[4]), tonumber(ARGV[4]))
+log_event(KEYS[4], ARGV[8], ARGV[9], ARGV[7], 'summary_updated',
+  'summary', ARGV[5], 'summarized_through_seq', ARGV[4], 'folded_count', ARGV[6])
+return redis.call('HGETALL', KEYS[1])
+`,
+);
+
+/**
+ * Store.recordFoldFailure. KEYS: thread, events. ARGV: incarnation, reason,
+ * attempt, now, event retention, thread_id. Returns 1 when logged.
+ */
+export const RECORD_FOLD_FAILURE = script(
+  "record_fold_failure",
+  `
+if redis.call('HGET', KEYS[1], 'incarnation') ~= ARGV[1] then return 0 end
+log_event(KEYS[2], ARGV[5], ARGV[6], ARGV[4], 'summary_failed', 'reason', ARGV[2], 'attempt', ARGV[3])
+return 1
+`,
+);
+
+/**
+ * Store.acquireFoldLease. KEYS: lease, lease-seq. ARGV: ttl ms. The counter
+ * is per namespace and never deleted (not even by Clear), so tokens only grow.
+ * Returns the token, or nil when the lease is held.
+ */
+export const ACQUIRE_LEASE = script(
+  "acquire_lease",
+  `
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], str(token), 'PX', ARGV[1])
+return token
+`,
+);
+
+/** Store.releaseFoldLease: compare-and-delete. KEYS: lease. ARGV: token. */
+export const RELEASE_LEASE = script(
+  "release_lease",
+  `
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`,
+);
+
+/**
+ * Store.clear. KEYS: thread, messages, requests, request times, threads,
+ * events. ARGV: thread_id, now, event retention. The lease is left to expire:
+ * a fold in flight can no longer commit (the incarnation is gone).
+ */
+export const CLEAR = script(
+  "clear",
+  `
+if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('ZREM', KEYS[5], ARGV[1])
+log_event(KEYS[6], ARGV[3], ARGV[1], ARGV[2], 'thread_cleared')
+return 1
+`,
+);
+
+/**
+ * One chunk of Store.clearAll: the first `chunk` threads in byte order. KEYS:
+ * threads, events. ARGV: key base, now, event retention, chunk. Returns how
+ * many were cleared. The per-thread keys are derived from the key base
+ * rather than declared; they carry the namespace's hash tag, so they live in
+ * the same cluster slot as the declared keys.
+ */
+export const CLEAR_CHUNK = script(
+  "clear_chunk",
+  `
+local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+for _, id in ipairs(ids) do
+  redis.call('DEL', ARGV[1] .. 't:' .. id, ARGV[1] .. 'm:' .. id,
+    ARGV[1] .. 'r:' .. id, ARGV[1] .. 'ri:' .. id)
+  log_event(KEYS[2], ARGV[3], id, ARGV[2], 'thread_cleared')
+end
+if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+return #ids
+`,
+);
+
+const STREAM_POSITION = `
+local function cmp_num(a, b)
+  if #a ~= #b then if #a < #b then return -1 else return 1 end end
+  if a == b then return 0 end
+  if a < b then return -1 else return 1 end
+end
+-- Stream ids "<ms>-<seq>" in canonical decimal, compared as numbers.
+local function cmp_id(a, b)
+  local ad, bd = string.find(a, '-', 1, true), string.find(b, '-', 1, true)
+  local c = cmp_num(string.sub(a, 1, ad - 1), string.sub(b, 1, bd - 1))
+  if c ~= 0 then return c end
+  return cmp_num(string.sub(a, ad + 1), string.sub(b, bd + 1))
+end
+-- last-generated-id and max-deleted-entry-id (Redis 7.0+), "0-0" for no stream.
+local function position(key)
+  local last, deleted = '0-0', '0-0'
+  if redis.call('EXISTS', key) == 1 then
+    local info = redis.call('XINFO', 'STREAM', key)
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then last = info[i + 1]
+      elseif info[i] == 'max-deleted-entry-id' then deleted = info[i + 1] end
+    end
+  end
+  return last, deleted
+end
+`;
+
+/**
+ * Store.readEvents. KEYS: events. ARGV: cursor (canonical stream id), count.
+ * Returns {"ahead"} for a cursor after the newest id ever generated,
+ * {"gone"} when an event after the cursor was trimmed (its id is below
+ * max-deleted-entry-id), else {"ok", entries}.
+ */
+export const READ_EVENTS = script(
+  "read_events",
+  `${STREAM_POSITION}
+local last, deleted = position(KEYS[1])
+if cmp_id(ARGV[1], last) > 0 then return {'ahead'} end
+if cmp_id(ARGV[1], deleted) < 0 then return {'gone'} end
+if ARGV[1] == last then return {'ok', {}} end
+return {'ok', redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])}
+`,
+);
+
+/** Store.headCursor. KEYS: events. Returns the last generated id, "0-0" for none. */
+export const HEAD = script(
+  "head",
+  `${STREAM_POSITION}
+local last = position(KEYS[1])
+return last
+`,
+);
+
+export const ALL_SCRIPTS: readonly LuaScript[] = [
+  APPEND,
+  READ,
+  COMMIT_SUMMARY,
+  RECORD_FOLD_FAILURE,
+  ACQUIRE_LEASE,
+  RELEASE_LEASE,
+  CLEAR,
+  CLEAR_CHUNK,
+  READ_EVENTS,
+  HEAD,
+];

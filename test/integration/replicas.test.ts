@@ -1,0 +1,363 @@
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { Role, type WatchResponse } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { type FakeLlm, type RecordedRequest, startFakeLlm } from "../support/fake-llm.js";
+import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { type Replica, startReplica } from "../support/replica-process.js";
+import { type Driver, grpcDriver } from "./drivers.js";
+
+/**
+ * Two replicas of the compiled command over one real redis-server, with one
+ * scripted model server: what DESIGN.md promises of the Redis store (sections
+ * 3.1, 3.4, 3.7, 5) checked through real gRPC clients, across processes.
+ */
+let redis: RedisServer;
+let llm: FakeLlm;
+let a: Replica;
+let b: Replica;
+let onA: Driver;
+let onB: Driver;
+
+beforeAll(async () => {
+  [redis, llm] = await Promise.all([startRedisServer(), startFakeLlm()]);
+  const args = [
+    "--store",
+    redis.url,
+    "--summarizer",
+    "openai",
+    "--openai-base-url",
+    llm.baseUrl,
+    "--openai-max-retries",
+    "0",
+    // Debug: each replica logs its folds, so a case can tell who folded what.
+    "--log-level",
+    "debug",
+    // Idle Watch streams say they are live within 100 ms (see the Watch case).
+    "--progress-interval-ms",
+    "100",
+  ];
+  [a, b] = await Promise.all([startReplica(args), startReplica(args)]);
+  onA = grpcDriver(a.grpcPort);
+  onB = grpcDriver(b.grpcPort);
+});
+
+afterAll(async () => {
+  onA?.close();
+  onB?.close();
+  await Promise.all([a?.kill(), b?.kill()]);
+  await Promise.all([llm?.close(), redis?.stop()]);
+});
+
+beforeEach(async () => {
+  // Log lines of the previous case's last folds must not count for this one.
+  await Promise.all([quietLog(a), quietLog(b)]);
+  llm.requests.length = 0;
+  llm.setFallback({ reply: (r) => `summary #${r.index}` });
+});
+
+/** Waits until a running replica has written nothing to its log for 100 ms. */
+async function quietLog(replica: Replica): Promise<void> {
+  if (replica.child.exitCode !== null || replica.child.signalCode !== null) return;
+  for (let length = -1; replica.stderr().length !== length; ) {
+    length = replica.stderr().length;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const user = (content: string) => ({ role: Role.USER, content });
+const summaryStrategy = (window: number, summarizeEvery: number) => ({
+  kind: { case: "summary" as const, value: { window, summarizeEvery } },
+});
+const bufferStrategy = { kind: { case: "buffer" as const, value: {} } };
+const newThread = () => `t-${randomUUID().slice(0, 8)}`;
+
+/** The "fold" debug lines of a replica's log (fold-scheduler.ts). */
+function foldLog(stderr: string): { folded: number; committed: boolean }[] {
+  return stderr
+    .split("\n")
+    .filter((line) => line.includes('"msg":"fold"'))
+    .map((line) => JSON.parse(line) as { folded: number; committed: boolean });
+}
+
+/** The message contents a fold prompt carried ("user: <content>" lines of the user turn). */
+function foldedContents(request: RecordedRequest): string[] {
+  const prompt = request.body?.messages[1]?.content ?? "";
+  const lines = prompt.split("New conversation lines:\n")[1]?.split("\n\nUpdated summary:")[0];
+  return (lines ?? "").split("\n").flatMap((l) => (l.startsWith("user: ") ? [l.slice(6)] : []));
+}
+
+async function nextOfType(
+  watch: { next(ms?: number): Promise<WatchResponse> },
+  type: NonNullable<WatchResponse["event"]["case"]>,
+): Promise<WatchResponse> {
+  for (;;) {
+    const e = await watch.next(5000);
+    if (e.event.case === type) return e;
+  }
+}
+
+describe("two replicas over one Redis", () => {
+  it("reads, lists and clears through one replica what the other wrote", async () => {
+    const t = newThread();
+    const added = await onA.add({ threadId: t, messages: [user("hello"), user("world")] });
+    expect([added.firstSeq, added.lastSeq]).toEqual([1n, 2n]);
+    const got = await onB.get({ threadId: t });
+    expect(got.messages.map((m) => m.content)).toEqual(["hello", "world"]);
+    expect(got.thread?.lastSeq).toBe(2n);
+    expect((await onB.listThreads({ pageSize: 1000 })).threadIds).toContain(t);
+    // An Add through B continues A's seqs; a retry through A is recognised.
+    expect((await onB.add({ threadId: t, messages: [user("3")], requestId: "r1" })).firstSeq).toBe(
+      3n,
+    );
+    const retry = await onA.add({ threadId: t, messages: [user("3")], requestId: "r1" });
+    expect(retry.firstSeq).toBe(3n);
+    expect((await onA.get({ threadId: t })).messages).toHaveLength(3);
+    expect((await onB.clear({ threadId: t })).clearedThreads).toBe(1);
+    expect((await onA.get({ threadId: t })).thread).toBeUndefined();
+  });
+
+  it("lets a Watch on B see A's folds and resume, with B's token, on A", async () => {
+    const t = newThread();
+    const watchB = onB.watch({ threadIds: [t] });
+    // "From now on" starts when B has read the head: its first Progress says it has.
+    await nextOfType(watchB, "progress");
+    await onA.add({ threadId: t, strategy: summaryStrategy(2, 2), messages: [user("m1")] });
+    await nextOfType(watchB, "messagesAdded");
+    await onA.add({ threadId: t, messages: [user("m2"), user("m3"), user("m4")] });
+    const fold1 = await nextOfType(watchB, "summaryUpdated");
+    expect(fold1.event.value).toMatchObject({ summarizedThroughSeq: 2n });
+    const token = fold1.resumeToken;
+
+    await onA.add({ threadId: t, messages: [user("m5"), user("m6")] });
+    const afterOnB: WatchResponse[] = [];
+    for (;;) {
+      const e = await watchB.next(5000);
+      if (e.event.case === "progress") continue;
+      afterOnB.push(e);
+      if (e.event.case === "summaryUpdated") break;
+    }
+    watchB.cancel();
+    expect(afterOnB.map((e) => e.event.case)).toEqual(["messagesAdded", "summaryUpdated"]);
+    expect(afterOnB[1]?.event.value).toMatchObject({ summarizedThroughSeq: 4n });
+
+    const watchA = onA.watch({ threadIds: [t], resumeToken: token });
+    const resumed: WatchResponse[] = [];
+    while (resumed.length < 2) {
+      const e = await watchA.next(5000);
+      if (e.event.case !== "progress") resumed.push(e);
+    }
+    watchA.cancel();
+    expect(resumed.map((e) => [e.event.case, e.resumeToken])).toEqual(
+      afterOnB.map((e) => [e.event.case, e.resumeToken]),
+    );
+    // Both folds were made once each: A's Adds kicked them, nobody folded twice.
+    expect(llm.requests.map(foldedContents)).toEqual([
+      ["m1", "m2"],
+      ["m3", "m4"],
+    ]);
+  });
+
+  it("makes a Get on B wait for the fold running on A and return its result", async () => {
+    llm.setFallback({ reply: (r) => `summary #${r.index}`, delayMs: 300 });
+    const logged = [a.stderr().length, b.stderr().length] as const;
+    const t = newThread();
+    await onA.add({
+      threadId: t,
+      strategy: summaryStrategy(2, 2),
+      messages: ["a", "b", "c", "d"].map(user),
+    });
+    // A's fold is in flight once the model has its request (it answers 300 ms later).
+    for (const until = Date.now() + 2000; llm.requests.length === 0; ) {
+      if (Date.now() > until) throw new Error("A started no fold");
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const answerDue = Date.now() + 300 - 10;
+    const got = await onB.get({ threadId: t });
+    const returned = Date.now();
+    expect(got.degraded).toBe(false);
+    expect(got.summary).toBe(`summary #${llm.requests[0]?.index}`);
+    expect(got.thread?.summarizedThroughSeq).toBe(2n);
+    expect(got.messages.map((m) => m.content)).toEqual([
+      `Summary of the earlier conversation:\nsummary #${llm.requests[0]?.index}`,
+      "c",
+      "d",
+    ]);
+    // The Get waited for the model's answer to A, and not much longer.
+    expect(returned).toBeGreaterThanOrEqual(answerDue);
+    expect(returned - answerDue).toBeLessThan(2000);
+    // B did not fold the same messages itself: the lease kept it to A.
+    expect(llm.requests).toHaveLength(1);
+    for (const until = Date.now() + 2000; foldLog(a.stderr().slice(logged[0])).length === 0; ) {
+      if (Date.now() > until) throw new Error("A logged no fold");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(foldLog(a.stderr().slice(logged[0]))).toEqual([
+      expect.objectContaining({ folded: 2, committed: true }),
+    ]);
+    expect(foldLog(b.stderr().slice(logged[1]))).toEqual([]);
+  });
+
+  it("folds every message exactly once with writers on both replicas", async () => {
+    const logged = [a.stderr().length, b.stderr().length] as const;
+    llm.setFallback({ reply: (r) => `summary #${r.index}`, delayMs: 20 });
+    // Which replicas write each thread: A only and B only (so both replicas
+    // surely fold), and both at once (so their folds of one thread contend).
+    const plan: Driver[][] = [
+      [onA, onA],
+      [onB, onB],
+      [onA, onB],
+      [onA, onB, onA, onB],
+    ];
+    const threads = plan.map(newThread);
+    const perWriter = 12;
+    const written = new Map<string, string[]>(threads.map((t) => [t, []]));
+    const writer = async (via: Driver, t: string, w: string) => {
+      for (let i = 0; i < perWriter; i++) {
+        const content = `${t}/${w}/${i}`;
+        await via.add({ threadId: t, strategy: summaryStrategy(2, 2), messages: [user(content)] });
+        written.get(t)?.push(content);
+      }
+    };
+    await Promise.all(
+      threads.flatMap((t, i) => (plan[i] ?? []).map((via, w) => writer(via, t, `w${w}`))),
+    );
+
+    // Gets wait for whatever fold is still due or running, on either replica.
+    const finals = await Promise.all(
+      threads.map(async (t) => {
+        for (let attempt = 0; ; attempt++) {
+          const got = await onB.get({ threadId: t });
+          if (!got.degraded || attempt >= 5) return got;
+        }
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    const prompts = llm.requests.map(foldedContents);
+    const foldedAt = new Map<string, number>();
+    for (const contents of prompts) {
+      for (const c of contents) foldedAt.set(c, (foldedAt.get(c) ?? 0) + 1);
+    }
+    expect([...foldedAt.values()].filter((n) => n !== 1)).toEqual([]);
+
+    for (const [i, t] of threads.entries()) {
+      const got = finals[i];
+      expect(got?.degraded).toBe(false);
+      const through = Number(got?.thread?.summarizedThroughSeq ?? 0n);
+      const lastSeq = Number(got?.thread?.lastSeq ?? 0n);
+      expect(lastSeq).toBe((plan[i]?.length ?? 0) * perWriter);
+      // Every message is in exactly one fold prompt or, not yet folded, in the list.
+      const listed = (got?.messages ?? []).slice(1).map((m) => m.content);
+      const folded = [...foldedAt.keys()].filter((c) => c.startsWith(`${t}/`));
+      expect(folded).toHaveLength(through);
+      expect(listed).toHaveLength(lastSeq - through);
+      expect([...folded, ...listed].sort()).toEqual([...(written.get(t) ?? [])].sort());
+      expect(listed.length).toBeLessThan(2 + 2);
+    }
+    expect(prompts.length).toBeGreaterThanOrEqual(threads.length);
+    // Both replicas folded, and no fold was wasted (every model call committed).
+    const foldsOfA = foldLog(a.stderr().slice(logged[0]));
+    const foldsOfB = foldLog(b.stderr().slice(logged[1]));
+    expect(foldsOfA.length).toBeGreaterThan(0);
+    expect(foldsOfB.length).toBeGreaterThan(0);
+    expect([...foldsOfA, ...foldsOfB].filter((f) => !f.committed)).toEqual([]);
+    expect(foldsOfA.length + foldsOfB.length).toBe(prompts.length);
+    if (process.env.REPLICAS_REPORT === "1") {
+      console.log(
+        `messages ${plan.flat().length * perWriter}, fold prompts ${prompts.length} ` +
+          `(A ${foldsOfA.length}, B ${foldsOfB.length}), folded ${foldedAt.size}, ` +
+          `left verbatim ${finals.reduce((n, g) => n + (g?.messages.length ?? 1) - 1, 0)}`,
+      );
+    }
+  });
+
+  it("loses nothing acknowledged when a replica is killed with SIGKILL mid-write", async () => {
+    const threads = Array.from({ length: 3 }, newThread);
+    const acked = new Map<string, Map<bigint, string>>(threads.map((t) => [t, new Map()]));
+    let stopB = false;
+    const writer = async (via: Driver, t: string, w: string, until: () => boolean) => {
+      for (let i = 0; !until(); i++) {
+        const content = `${w}-${i}`;
+        try {
+          const r = await via.add({
+            threadId: t,
+            strategy: bufferStrategy,
+            messages: [user(content), user(`${content}'`)],
+            requestId: `${t}-${content}`,
+          });
+          acked.get(t)?.set(r.firstSeq, content);
+          acked.get(t)?.set(r.lastSeq, `${content}'`);
+        } catch {
+          return; // the replica is gone: this writer is done
+        }
+      }
+    };
+    let killed = false;
+    const writers = threads.flatMap((t) => [
+      writer(onA, t, "a", () => killed),
+      writer(onB, t, "b", () => stopB),
+    ]);
+    await new Promise((r) => setTimeout(r, 300));
+    await a.kill();
+    killed = true;
+    await new Promise((r) => setTimeout(r, 200));
+    stopB = true;
+    await Promise.all(writers);
+
+    let total = 0;
+    for (const t of threads) {
+      const got = await onB.get({ threadId: t });
+      const stored = new Map(got.messages.map((m) => [m.seq, m.content]));
+      const mine = acked.get(t) ?? new Map<bigint, string>();
+      total += mine.size;
+      for (const [seq, content] of mine) expect(stored.get(seq)).toBe(content);
+      // Seqs have no holes, whatever the crash interrupted.
+      expect([...stored.keys()]).toEqual(
+        Array.from({ length: stored.size }, (_, i) => BigInt(i + 1)),
+      );
+    }
+    expect(total).toBeGreaterThan(20);
+    if (process.env.REPLICAS_REPORT === "1")
+      console.log(`acknowledged messages ${total}, all read back via B`);
+    expect(
+      [...(acked.get(threads[0] ?? "") ?? new Map()).values()].some((c) => c.startsWith("a-")),
+    ).toBe(true);
+  });
+  it("answers UNAVAILABLE while Redis is down and serves again once it is back", async () => {
+    const t = newThread();
+    await onB.add({ threadId: t, messages: [user("before")] });
+    await redis.kill();
+    const started = Date.now();
+    const err = await onB.add({ threadId: t, messages: [user("during")] }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toMatchObject({ code: "UNAVAILABLE" });
+    expect(Date.now() - started).toBeLessThan(1000);
+    // This redis-server keeps nothing on disk: it comes back empty, and the replica reconnects.
+    await redis.restart();
+    for (const until = Date.now() + 10_000; ; ) {
+      const ok = await onB.add({ threadId: t, messages: [user("after")] }).then(
+        () => true,
+        () => false,
+      );
+      if (ok) break;
+      if (Date.now() > until) throw new Error("the replica did not reconnect to Redis");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect((await onB.get({ threadId: t })).messages.map((m) => m.content)).toEqual(["after"]);
+  });
+
+  it("stops cleanly on SIGTERM, ending a Watch with UNAVAILABLE", async () => {
+    const watch = onB.watch({});
+    await nextOfType(watch, "progress");
+    const started = Date.now();
+    const stopping = b.stop();
+    const err = await watch.next(5000).then(
+      (e) => e,
+      (e: unknown) => e,
+    );
+    expect(err).toMatchObject({ code: "UNAVAILABLE" });
+    expect(await stopping).toBe(0);
+    expect(Date.now() - started).toBeLessThan(6000);
+  });
+});

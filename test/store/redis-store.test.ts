@@ -1,0 +1,495 @@
+import { randomUUID } from "node:crypto";
+import fc from "fast-check";
+import { createClient } from "redis";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { MemoryError } from "../../src/core/errors.js";
+import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
+import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createRedisStore } from "../../src/store/redis-store.js";
+import type { AppendCommand, Store, StoreLimits } from "../../src/store/store.js";
+import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { runStoreContract } from "./store-contract.js";
+
+/**
+ * The Redis store against a real redis-server: the shared contract (each
+ * store gets its own random key prefix, so the cases share one server), then
+ * what only a shared, remote store has: one round trip per Add, events from
+ * another connection, trimmed history, Redis going away and coming back.
+ */
+let redis: RedisServer;
+beforeAll(async () => {
+  redis = await startRedisServer();
+});
+afterAll(async () => {
+  await redis?.stop();
+});
+
+const open = (limits: Partial<StoreLimits> = {}, prefix = `test-${randomUUID()}`) =>
+  createRedisStore(redis.url, limits, { keyPrefix: prefix });
+
+runStoreContract("redis", (limits) => open(limits));
+
+const window20: Strategy = { kind: "window", window: 20, excludeSystem: false, maxStored: 1000 };
+const summary: Strategy = {
+  kind: "summary",
+  window: 2,
+  summarizeEvery: 2,
+  model: "extractive",
+  excludeSystem: false,
+  maxStored: 1000,
+};
+const user = (content: string): ChatMessage => ({ role: "user", content });
+const cmd = (over: Partial<AppendCommand> = {}): AppendCommand => ({
+  namespace: "ns",
+  threadId: "t",
+  messages: [user("a")],
+  strategy: undefined,
+  defaultStrategy: window20,
+  replaceStrategy: false,
+  requestId: "",
+  requestHash: "",
+  expectedLastSeq: undefined,
+  now: 1000,
+  ...over,
+});
+
+async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    return err instanceof MemoryError ? err.code : `not a MemoryError: ${String(err)}`;
+  }
+  return "resolved";
+}
+
+async function waitFor(cond: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > until) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** A plain client for looking at what the store did. */
+async function inspector() {
+  const c = createClient({ url: redis.url, RESP: 2 });
+  c.on("error", () => {});
+  await c.connect();
+  return c;
+}
+
+describe("redis store", () => {
+  const stores: Store[] = [];
+  const track = async (s: Promise<Store>) => {
+    const store = await s;
+    stores.push(store);
+    return store;
+  };
+  afterEach(async () => {
+    await Promise.all(stores.splice(0).map((s) => s.close()));
+  });
+
+  it("does an Add and a read in one round trip each (one EVALSHA)", async () => {
+    const store = await track(open());
+    await store.append(cmd({ messages: [user("warm-up")] }));
+    await store.read("ns", "t");
+    const monitor = await inspector();
+    const lines: string[] = [];
+    await monitor.monitor((line) => lines.push(String(line)));
+    const marker = await inspector();
+    try {
+      for (let i = 0; i < 20; i++) {
+        await store.append(cmd({ messages: [user(`m${i}`), user(`n${i}`)], requestId: `r${i}` }));
+      }
+      await store.read("ns", "t");
+      const end = `end-${randomUUID()}`;
+      await marker.sendCommand(["ECHO", end]);
+      await waitFor(() => lines.some((l) => l.includes(end)));
+      const fromClients = lines.filter((l) => !l.includes(" lua]") && !l.includes(end));
+      expect(fromClients.map((l) => /\] "(\w+)"/.exec(l)?.[1])).toEqual(
+        Array.from({ length: 21 }, () => "EVALSHA"),
+      );
+      // The work happened inside the scripts.
+      expect(lines.filter((l) => l.includes(' lua] "RPUSH"')).length).toBe(20);
+      expect(lines.filter((l) => l.includes(' lua] "XADD"')).length).toBe(20);
+    } finally {
+      await monitor.close();
+      await marker.close();
+    }
+  });
+
+  it("delivers events logged through another connection (another replica) to subscribers", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const a = await track(open({}, prefix));
+    const b = await track(open({}, prefix));
+    const seen: MemoryEvent[] = [];
+    const stop = a.subscribe("ns", (events) => seen.push(...events));
+    // Let the subscription take its starting point before B writes.
+    await a.headCursor("ns");
+    const r = await b.append(cmd({ strategy: summary, messages: [user("1"), user("2")] }));
+    const token = (await b.acquireFoldLease("ns", "t", 10_000)) ?? 0;
+    // A lease taken through B holds for A too.
+    expect(await a.acquireFoldLease("ns", "t", 10_000)).toBeUndefined();
+    await b.commitSummary({
+      namespace: "ns",
+      threadId: "t",
+      incarnation: r.thread.incarnation,
+      leaseToken: token,
+      fromSeq: 0,
+      throughSeq: 1,
+      summary: "s1",
+      foldedCount: 1,
+      now: 2000,
+    });
+    await a.append(cmd({ messages: [user("3")] }));
+    await b.clear("ns", "t", 3000);
+    await waitFor(() => seen.length >= 4);
+    await new Promise((res) => setTimeout(res, 50));
+    stop();
+    expect(seen.map((e) => e.type)).toEqual([
+      "messages_added",
+      "summary_updated",
+      "messages_added",
+      "thread_cleared",
+    ]);
+    expect(seen[1]).toMatchObject({ summary: "s1", summarizedThroughSeq: 1, threadId: "t" });
+    // The same events, read by cursor through B: cursors mean the same on every replica.
+    const all = await b.readEvents("ns", "0-0", 100);
+    expect(all).toEqual(seen);
+  });
+
+  it("starts a subscription at the head: earlier events are not delivered, later ones once", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const a = await track(open({}, prefix));
+    const b = await track(open({}, prefix));
+    for (let i = 0; i < 5; i++) await b.append(cmd({ messages: [user(`old${i}`)] }));
+    const first: MemoryEvent[] = [];
+    const second: MemoryEvent[] = [];
+    const stop1 = a.subscribe("ns", (events) => first.push(...events));
+    await a.append(cmd({ messages: [user("x")] }));
+    const stop2 = a.subscribe("ns", (events) => second.push(...events));
+    await a.append(cmd({ messages: [user("y")] }));
+    await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        b.append(cmd({ threadId: `p${i}`, messages: [user("z")] })),
+      ),
+    );
+    await waitFor(() => first.length >= 12 && second.length >= 11);
+    await new Promise((res) => setTimeout(res, 50));
+    stop1();
+    stop2();
+    expect(first).toHaveLength(12);
+    expect(second).toHaveLength(11);
+    expect(first.slice(1)).toEqual(second);
+    expect(new Set(first.map((e) => e.cursor)).size).toBe(12);
+  });
+
+  it("keeps at least eventRetention events and answers out_of_range for a trimmed cursor", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({ eventRetention: 10 }, prefix));
+    const before = await store.headCursor("ns");
+    const first = await store.append(cmd());
+    const [firstEvent] = await store.readEvents("ns", before, 1);
+    expect(firstEvent?.type).toBe("messages_added");
+    for (let i = 0; i < 500; i++) await store.append(cmd({ messages: [user(String(i))] }));
+    expect(first.firstSeq).toBe(1);
+    expect(await codeOf(store.readEvents("ns", before, 10))).toBe("out_of_range");
+    expect(await codeOf(store.readEvents("ns", firstEvent?.cursor ?? "", 10))).toBe("out_of_range");
+    const head = await store.headCursor("ns");
+    const c = await inspector();
+    try {
+      const length = Number(await c.sendCommand(["XLEN", `${prefix}:{ns-bnM}:events`]));
+      expect(length).toBeGreaterThanOrEqual(10);
+      expect(length).toBeLessThanOrEqual(10 + 64);
+      // The oldest retained event is still a valid place to resume from.
+      const oldest = (await c.sendCommand([
+        "XRANGE",
+        `${prefix}:{ns-bnM}:events`,
+        "-",
+        "+",
+        "COUNT",
+        "1",
+      ])) as [string, string[]][];
+      const oldestId = oldest[0]?.[0] ?? "";
+      const after = await store.readEvents("ns", oldestId, 1000);
+      expect(after).toHaveLength(length - 1);
+      expect(after[after.length - 1]?.cursor).toBe(head);
+    } finally {
+      await c.close();
+    }
+    // After the head, or not a stream id: invalid_argument.
+    const [ms] = head.split("-");
+    expect(await codeOf(store.readEvents("ns", `${Number(ms) + 1000}-0`, 10))).toBe(
+      "invalid_argument",
+    );
+    for (const bad of ["garbage", "1-", "01-1", "1-2-3", "99999999999999999999999-0", ""]) {
+      expect(await codeOf(store.readEvents("ns", bad, 10))).toBe("invalid_argument");
+    }
+    expect(store.compareCursors("10-2", "9-20")).toBeGreaterThan(0);
+    expect(store.compareCursors("10-2", "10-10")).toBeLessThan(0);
+  });
+
+  it("puts every key of a namespace under one hash tag, even when the namespace has braces", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, prefix));
+    const ns = "{tenant}:a}";
+    await store.append(cmd({ namespace: ns, threadId: "x{y}", requestId: "r", requestHash: "h" }));
+    await store.append(cmd({ namespace: ns, threadId: "tool", strategy: summary }));
+    await store.acquireFoldLease(ns, "tool", 10_000);
+    const c = await inspector();
+    try {
+      const keys = (await c.sendCommand(["KEYS", `${prefix}:*`])) as string[];
+      expect(keys.length).toBeGreaterThanOrEqual(9);
+      const tags = new Set(keys.map(hashTag));
+      expect(tags.size).toBe(1);
+      expect([...tags][0]).toBe(`ns-${Buffer.from(ns).toString("base64url")}`);
+    } finally {
+      await c.close();
+    }
+    expect(await store.listThreads(ns, "", 10)).toEqual(["tool", "x{y}"]);
+  });
+
+  it("hands out lease tokens that grow across store instances and survive Clear", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const a = await track(open({}, prefix));
+    const b = await track(open({}, prefix));
+    await a.append(cmd());
+    const t1 = (await a.acquireFoldLease("ns", "t", 10_000)) ?? 0;
+    expect(await b.acquireFoldLease("ns", "t", 10_000)).toBeUndefined();
+    await b.releaseFoldLease("ns", "t", t1 + 1); // not the holder: nothing happens
+    expect(await b.acquireFoldLease("ns", "t", 10_000)).toBeUndefined();
+    await a.releaseFoldLease("ns", "t", t1);
+    await b.clear("ns", "t", 5);
+    const t2 = (await b.acquireFoldLease("ns", "t", 10_000)) ?? 0;
+    expect(t2).toBeGreaterThan(t1);
+  });
+
+  it("clears a namespace with more threads than one chunk", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, prefix));
+    const ids = Array.from({ length: 1203 }, (_, i) => `t${String(i).padStart(4, "0")}`);
+    await Promise.all(ids.map((threadId) => store.append(cmd({ threadId }))));
+    const head = await store.headCursor("ns");
+    expect(await store.clearAll("ns", 9)).toBe(1203);
+    expect(await store.listThreads("ns", "", 10)).toEqual([]);
+    const events: MemoryEvent[] = [];
+    for (let cursor = head; ; ) {
+      const page = await store.readEvents("ns", cursor, 500);
+      events.push(...page);
+      const last = page[page.length - 1];
+      if (last === undefined) break;
+      cursor = last.cursor;
+    }
+    expect(events.map((e) => e.threadId)).toEqual(ids);
+    expect(new Set(events.map((e) => e.type))).toEqual(new Set(["thread_cleared"]));
+  });
+
+  it("fails fast with unavailable while Redis is down and recovers by itself", async () => {
+    const own = await startRedisServer();
+    try {
+      const store = await track(createRedisStore(own.url, {}, { keyPrefix: "t" }));
+      const seen: MemoryEvent[] = [];
+      store.subscribe("ns", (events) => seen.push(...events));
+      await store.append(cmd());
+      await waitFor(() => seen.length === 1);
+
+      await own.kill();
+      for (const call of [
+        () => store.append(cmd()),
+        () => store.read("ns", "t"),
+        () => store.getThread("ns", "t"),
+        () => store.readEvents("ns", "0-0", 10),
+        () => store.listThreads("ns", "", 10),
+        () => store.acquireFoldLease("ns", "t", 1000),
+      ]) {
+        const started = Date.now();
+        expect(await codeOf(call())).toBe("unavailable");
+        expect(Date.now() - started).toBeLessThan(1000);
+      }
+
+      await own.restart();
+      // The client reconnects on its own (backoff at most ~2 s); the scripts are reloaded on demand.
+      await waitFor(async () => (await codeOf(store.append(cmd()))) === "resolved", 10_000);
+      expect((await store.read("ns", "t"))?.messages).toHaveLength(1);
+      // The subscription follows the new server's stream too.
+      await store.append(cmd({ threadId: "after" }));
+      await waitFor(() => seen.some((e) => e.threadId === "after"), 10_000);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  it("refuses to start when Redis is not there, quickly and without the URL's password", async () => {
+    const own = await startRedisServer();
+    await own.stop();
+    const url = `redis://user:s3cret@127.0.0.1:${own.port}/0`;
+    const started = Date.now();
+    const err = await createRedisStore(url, {}, { connectWaitMs: 500 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(MemoryError);
+    expect((err as MemoryError).code).toBe("unavailable");
+    expect((err as MemoryError).message).toContain(`127.0.0.1:${own.port}`);
+    expect((err as MemoryError).message).not.toContain("s3cret");
+    expect(Date.now() - started).toBeLessThan(2000);
+  });
+});
+
+/**
+ * The Lua port of the append rules (decideAppend, trimCount with tool results
+ * and summary coverage, keepsSummary, idempotency) against the reference
+ * implementation: the same generated operations on the memory store and the
+ * Redis store must give the same results, errors and stored threads.
+ */
+describe("redis store, differential against the memory store", () => {
+  const strategies: Strategy[] = [
+    { kind: "window", window: 2, excludeSystem: false, maxStored: 3 },
+    { kind: "buffer", maxMessages: 0, excludeSystem: false, maxStored: 4 },
+    { ...summary, window: 1, maxStored: 2 },
+    { ...summary, window: 1, maxStored: 2, excludeSystem: true },
+  ];
+  type Op =
+    | {
+        op: "append";
+        roles: ("user" | "assistant" | "tool" | "system")[];
+        strategy: number;
+        replace: boolean;
+        expected: number;
+        requestId: number;
+      }
+    | { op: "fold"; by: number }
+    | { op: "clear" };
+  const opArb: fc.Arbitrary<Op> = fc.oneof(
+    {
+      weight: 6,
+      arbitrary: fc.record({
+        op: fc.constant("append" as const),
+        roles: fc.array(fc.constantFrom("user", "assistant", "tool", "system"), { maxLength: 4 }),
+        strategy: fc.integer({ min: -1, max: 3 }),
+        replace: fc.boolean(),
+        expected: fc.integer({ min: -1, max: 1 }),
+        requestId: fc.integer({ min: 0, max: 3 }),
+      }),
+    },
+    {
+      weight: 2,
+      arbitrary: fc.record({
+        op: fc.constant("fold" as const),
+        by: fc.integer({ min: 1, max: 3 }),
+      }),
+    },
+    { weight: 1, arbitrary: fc.record({ op: fc.constant("clear" as const) }) },
+  );
+
+  /** What a call did, without what legitimately differs (incarnations, lease tokens). */
+  async function outcome(p: Promise<unknown>): Promise<unknown> {
+    try {
+      return strip(await p);
+    } catch (err) {
+      return err instanceof MemoryError ? { error: err.code, message: err.message } : String(err);
+    }
+  }
+  function strip(value: unknown): unknown {
+    if (Array.isArray(value)) return value.map(strip);
+    if (typeof value !== "object" || value === null) return value;
+    return Object.fromEntries(
+      Object.entries(value)
+        .filter(([k]) => k !== "incarnation")
+        .map(([k, v]) => [k, strip(v)]),
+    );
+  }
+
+  it("gives the memory store's results for any sequence of operations", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 25 }), async (ops) => {
+        // Small idempotency limits, so forgetting by count and by age is exercised too.
+        const limits = { idempotencyMaxPerThread: 2, idempotencyRetentionMs: 6 };
+        const stores = [createMemoryStore(limits), await open(limits)];
+        const heads = await Promise.all(stores.map((s) => s.headCursor("ns")));
+        try {
+          for (const [i, op] of ops.entries()) {
+            const now = 1000 + i;
+            const results: unknown[] = [];
+            for (const store of stores) {
+              const thread = await store.getThread("ns", "t");
+              if (op.op === "append") {
+                const last = thread?.lastSeq ?? 0;
+                const messages: ChatMessage[] = op.roles.map((role, j) =>
+                  role === "tool"
+                    ? { role, content: `m${i}.${j}`, toolCallId: `c${i}` }
+                    : role === "assistant"
+                      ? {
+                          role,
+                          content: `m${i}.${j}`,
+                          toolCalls: [{ id: `c${i}`, name: "f", arguments: "{}" }],
+                        }
+                      : { role, content: `m${i}.${j}` },
+                );
+                results.push(
+                  await outcome(
+                    store.append(
+                      cmd({
+                        messages,
+                        strategy: op.strategy < 0 ? undefined : strategies[op.strategy],
+                        replaceStrategy: op.replace,
+                        expectedLastSeq: op.expected < 0 ? undefined : last + op.expected,
+                        requestId: op.requestId === 0 ? "" : `r${op.requestId}`,
+                        requestHash: JSON.stringify(op),
+                        now,
+                      }),
+                    ),
+                  ),
+                );
+              } else if (op.op === "fold") {
+                const token = await store.acquireFoldLease("ns", "t", 10_000);
+                const from = thread?.summarizedThroughSeq ?? 0;
+                results.push(
+                  await outcome(
+                    store.commitSummary({
+                      namespace: "ns",
+                      threadId: "t",
+                      incarnation: thread?.incarnation ?? "",
+                      leaseToken: token ?? 0,
+                      fromSeq: from,
+                      throughSeq: Math.min(from + op.by, thread?.lastSeq ?? 0),
+                      summary: `s${i}`,
+                      foldedCount: op.by,
+                      now,
+                    }),
+                  ),
+                );
+                if (token !== undefined) await store.releaseFoldLease("ns", "t", token);
+              } else {
+                results.push(await store.clear("ns", "t", now));
+              }
+              results.push(strip(await store.read("ns", "t")));
+            }
+            const half = results.length / 2;
+            expect(results.slice(half), `op ${i}: ${JSON.stringify(op)}`).toEqual(
+              results.slice(0, half),
+            );
+          }
+          // The event logs agree too.
+          const logs = await Promise.all(
+            stores.map(async (s, i) => {
+              const events = await s.readEvents("ns", heads[i] ?? "", 1000);
+              return events.map(({ cursor: _, ...e }) => e);
+            }),
+          );
+          expect(logs[1]).toEqual(logs[0]);
+        } finally {
+          await Promise.all(stores.map((s) => s.close()));
+        }
+      }),
+      { numRuns: 150 },
+    );
+  });
+});
+
+/** The part of a key Redis Cluster hashes: between the first "{" and the next "}". */
+function hashTag(key: string): string {
+  const open = key.indexOf("{");
+  const close = key.indexOf("}", open + 1);
+  return open >= 0 && close > open + 1 ? key.slice(open + 1, close) : key;
+}

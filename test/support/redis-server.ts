@@ -1,0 +1,187 @@
+/**
+ * A real `redis-server` for tests, on a free port of 127.0.0.1, with no
+ * persistence (`--save "" --appendonly no`, in a temporary directory).
+ *
+ * ```ts
+ * const redis = await startRedisServer();
+ * const store = await createRedisStore(redis.url);
+ * // … redis.kill(); await redis.restart(); // same port, empty data
+ * await redis.stop();
+ * ```
+ *
+ * A missing binary is an error, never a skip: under CI=true a missing tool
+ * must fail the run (DESIGN.md section 8).
+ */
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { once } from "node:events";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { createConnection, createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export interface RedisServer {
+  /** "redis://127.0.0.1:PORT/0" */
+  readonly url: string;
+  readonly port: number;
+  /** Ends the server with SIGTERM and waits for it to exit. Idempotent. */
+  stop(): Promise<void>;
+  /** Ends the server with SIGKILL (a crash) and waits for it to exit. Idempotent. */
+  kill(): Promise<void>;
+  /** Starts the server again on the same port (stopping it first if it runs); its data is gone. */
+  restart(): Promise<void>;
+}
+
+const BINARY = process.env.REDIS_SERVER ?? "redis-server";
+const START_TIMEOUT_MS = 10_000;
+
+/** Every server still running, killed when the test process exits whatever happens. */
+const running = new Set<ChildProcess>();
+process.once("exit", () => {
+  for (const child of running) child.kill("SIGKILL");
+});
+
+/** Starts a redis-server on a free port and waits until it answers PING. */
+export async function startRedisServer(): Promise<RedisServer> {
+  requireBinary();
+  const dir = mkdtempSync(join(tmpdir(), "windlass-redis-"));
+  let child: ChildProcess | undefined;
+  let port = 0;
+  for (let attempt = 1; ; attempt++) {
+    port = await freePort();
+    try {
+      child = await launch(port, dir);
+      break;
+    } catch (err) {
+      // Another process took the port between our probe and redis's bind.
+      if (!(err instanceof PortInUse) || attempt >= 5) {
+        rmSync(dir, { recursive: true, force: true });
+        throw err;
+      }
+    }
+  }
+
+  async function end(signal: NodeJS.Signals): Promise<void> {
+    const c = child;
+    child = undefined;
+    if (c === undefined || c.exitCode !== null || c.signalCode !== null) return;
+    const exited = once(c, "exit");
+    c.kill(signal);
+    await exited;
+    running.delete(c);
+  }
+
+  return {
+    url: `redis://127.0.0.1:${port}/0`,
+    port,
+    async stop() {
+      await end("SIGTERM");
+      rmSync(dir, { recursive: true, force: true });
+    },
+    async kill() {
+      await end("SIGKILL");
+    },
+    async restart() {
+      await end("SIGTERM");
+      // The port was ours a moment ago; a short wait covers a slow release.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          child = await launch(port, dir);
+          return;
+        } catch (err) {
+          if (!(err instanceof PortInUse) || attempt >= 20) throw err;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+    },
+  };
+}
+
+function requireBinary(): void {
+  const probe = spawnSync(BINARY, ["--version"], { encoding: "utf8" });
+  if (probe.error !== undefined || probe.status !== 0) {
+    throw new Error(
+      `${BINARY} is not installed or does not run (${probe.error?.message ?? probe.stderr}); ` +
+        "install Debian's redis-server (apt-get install redis-server; .ci/run does) " +
+        "or set REDIS_SERVER to its path",
+    );
+  }
+}
+
+class PortInUse extends Error {}
+
+async function launch(port: number, dir: string): Promise<ChildProcess> {
+  mkdirSync(dir, { recursive: true });
+  const child = spawn(
+    BINARY,
+    [
+      "--port",
+      String(port),
+      "--bind",
+      "127.0.0.1",
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+      "--dir",
+      dir,
+      "--daemonize",
+      "no",
+      "--protected-mode",
+      "no",
+      "--loglevel",
+      "warning",
+    ],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  running.add(child);
+  let output = "";
+  const collect = (d: Buffer) => {
+    output = (output + d.toString()).slice(-4000);
+  };
+  child.stdout?.on("data", collect);
+  child.stderr?.on("data", collect);
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      running.delete(child);
+      if (/address already in use/i.test(output)) throw new PortInUse(`port ${port} is taken`);
+      throw new Error(`redis-server exited at start-up: ${output.trim()}`);
+    }
+    if (await answersPing(port)) return child;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  child.kill("SIGKILL");
+  running.delete(child);
+  throw new Error(`redis-server did not answer PING within ${START_TIMEOUT_MS} ms: ${output}`);
+}
+
+/** A port the kernel just gave us and took back: free unless someone races for it. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const address = server.address();
+  const port = typeof address === "object" && address !== null ? address.port : 0;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (port === 0) throw new Error("could not find a free port");
+  return port;
+}
+
+/** PING over a raw socket: the helper needs no Redis client of its own. */
+function answersPing(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ host: "127.0.0.1", port });
+    let reply = "";
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(500, () => done(false));
+    socket.on("error", () => done(false));
+    socket.on("connect", () => socket.write("PING\r\n"));
+    socket.on("data", (d) => {
+      reply += d.toString();
+      if (reply.includes("\r\n")) done(reply.startsWith("+PONG"));
+    });
+  });
+}
