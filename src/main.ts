@@ -42,12 +42,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.stderr.write(`windlass-memory: could not start: ${(err as Error).message}\n`);
     return 1;
   }
-  process.stdout.write(
-    `windlass-memory listening: gRPC ${config.host}:${app.grpcPort}, ` +
-      `Connect/gRPC-Web/JSON http://${config.host}:${app.httpPort} ` +
-      `(store ${config.store.kind}, summariser ${config.summarizer})\n`,
-  );
-  await new Promise<void>((resolve) => {
+  // Handlers go in before the listening line: a supervisor may signal as soon as it sees it.
+  const stopRequested = new Promise<void>((resolve) => {
     const onSignal = (signal: NodeJS.Signals) => {
       logger.info("signal received; shutting down", { signal });
       process.off("SIGTERM", onSignal);
@@ -57,6 +53,12 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.on("SIGTERM", onSignal);
     process.on("SIGINT", onSignal);
   });
+  process.stdout.write(
+    `windlass-memory listening: gRPC ${config.host}:${app.grpcPort}, ` +
+      `Connect/gRPC-Web/JSON http://${config.host}:${app.httpPort} ` +
+      `(store ${config.store.kind}, summariser ${config.summarizer})\n`,
+  );
+  await stopRequested;
   await app.stop();
   logger.info("stopped", {});
   return 0;

@@ -103,6 +103,15 @@ describe("the windlass-memory command", () => {
     expect(s.stderr()).not.toContain("hello");
   });
 
+  it("exits 0 on a SIGTERM sent the moment it says it listens", async () => {
+    const s = await serve();
+    children.push(s.child);
+    s.child.kill("SIGTERM");
+    const [code, signal] = (await once(s.child, "exit")) as [number | null, string | null];
+    expect(signal).toBeNull();
+    expect(code).toBe(0);
+  });
+
   it.each([
     [["--port", "70000"], {}, "--port / WINDLASS_PORT"],
     [["--store", "mongodb://x"], {}, "--store / WINDLASS_STORE"],
