@@ -1,0 +1,28 @@
+"""Conversation memory backed by the windlass-memory service.
+
+A drop-in for the original in-process module: the same classes, constructor
+parameters and methods, with threads kept in the service::
+
+    from windlass_memory import Message, WindowMemory
+
+    m = WindowMemory(window=2, target="127.0.0.1:50051")
+    m.add([Message.user("one"), Message.user("two"), Message.user("three")])
+    [msg.content for msg in m.get()]  # ['two', 'three']
+"""
+
+from ._errors import MemoryServiceError
+from ._memory import DEFAULT_TARGET, DEFAULT_THREAD, BufferMemory, SummaryMemory, WindowMemory
+from ._types import Message, MessageLike, Role, ToolCall
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "DEFAULT_THREAD",
+    "BufferMemory",
+    "MemoryServiceError",
+    "Message",
+    "MessageLike",
+    "Role",
+    "SummaryMemory",
+    "ToolCall",
+    "WindowMemory",
+]

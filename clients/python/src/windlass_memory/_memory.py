@@ -1,0 +1,420 @@
+"""BufferMemory, WindowMemory and SummaryMemory, backed by the memory service.
+
+Each class keeps the constructor parameters and methods of the original
+in-process module and sends them to the service: the parameters become the
+thread's ``Strategy`` (sent with every Add), the methods become RPCs. Threads
+live in the service, so every memory object, process and replica that names a
+thread sees the same messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+from windlass.memory.v1 import memory_pb2, memory_pb2_grpc
+
+from ._convert import from_chat_message, to_chat_message
+from ._errors import MemoryServiceError
+from ._types import Message, MessageLike
+
+DEFAULT_THREAD = "default"
+DEFAULT_TARGET = "127.0.0.1:50051"
+TARGET_ENV = "WINDLASS_MEMORY_TARGET"
+
+_log = logging.getLogger("windlass_memory")
+_T = TypeVar("_T")
+_Self = TypeVar("_Self", bound="BufferMemory")
+
+# gRPC retries these calls itself when they fail with UNAVAILABLE (a server
+# restarting or shutting down, a connection lost). That is safe for Add only
+# because every Add carries a request_id: the server answers a repeated one
+# with the first call's response and appends nothing.
+_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [
+                    {"service": "windlass.memory.v1.MemoryService", "method": method}
+                    for method in ("Add", "Get", "Clear", "ListThreads")
+                ],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.2s",
+                    "maxBackoff": "2s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+_LIST_PAGE_SIZE = 1000
+
+
+class BufferMemory:
+    """Stores the complete transcript of each thread in the memory service.
+
+    Args:
+        max_messages: Ceiling on how many messages :meth:`get` returns (the
+            newest). ``None`` returns everything.
+        max_stored: Hard ceiling on messages the service keeps per thread;
+            the oldest are dropped.
+        return_system: ``False`` leaves system messages out of :meth:`get`
+            (the strategy's ``exclude_system``).
+        target: ``host:port`` of the service's gRPC port. Default: the
+            ``WINDLASS_MEMORY_TARGET`` environment variable, else
+            ``127.0.0.1:50051`` (what ``npm start`` serves).
+        channel: A ``grpc.Channel`` to use instead of one made from
+            ``target``; it is not closed by :meth:`close`.
+        credentials: ``grpc.ChannelCredentials`` for TLS (e.g.
+            ``grpc.ssl_channel_credentials()``); default plaintext.
+        token: Bearer token, when the service has auth configured; it picks
+            the namespace the threads live in.
+        timeout: Seconds each call may take (a summary Get may wait for a
+            fold that is due); ``None`` for no deadline.
+        replace_strategy: Make the service adopt this object's strategy for a
+            thread created with another one, instead of refusing the Add with
+            FAILED_PRECONDITION. The thread's messages stay.
+
+    Unlike the original, threads are shared: two memory objects (or
+    processes) naming one thread see the same messages, and the thread keeps
+    the strategy of its first Add. Calls that fail raise
+    :class:`MemoryServiceError`.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_stored: int = 1000,
+        return_system: bool = True,
+        target: str | None = None,
+        channel: grpc.Channel | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
+        timeout: float | None = 30.0,
+        replace_strategy: bool = False,
+    ) -> None:
+        if max_messages is not None and max_messages < 0:
+            raise ValueError("max_messages must not be negative")
+        if max_stored <= 0:
+            raise ValueError("max_stored must be positive")
+        self.max_messages = max_messages
+        self.max_stored = max_stored
+        self.return_system = return_system
+        self.replace_strategy = replace_strategy
+        self.timeout = timeout
+        self.target = target or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        self._owns_channel = channel is None
+        if channel is None:
+            options = [("grpc.service_config", _SERVICE_CONFIG)]
+            channel = (
+                grpc.secure_channel(self.target, credentials, options=options)
+                if credentials is not None
+                else grpc.insecure_channel(self.target, options=options)
+            )
+        self._channel = channel
+        self._stub = memory_pb2_grpc.MemoryServiceStub(channel)
+
+    # The strategy every Add sends; subclasses fill in the kind.
+    def _strategy(self) -> memory_pb2.Strategy:
+        return memory_pb2.Strategy(
+            buffer=memory_pb2.BufferStrategy(max_messages=self.max_messages),
+            exclude_system=not self.return_system,
+            max_stored=self.max_stored,
+        )
+
+    # ---- requests and responses, shared by the sync and async methods ----
+
+    def _add_request(
+        self, messages: MessageLike | Sequence[MessageLike], thread_id: str
+    ) -> memory_pb2.AddRequest | None:
+        # One message (ours, or anything with a role) or a sequence of them.
+        items: list[MessageLike] = (
+            [messages] if not isinstance(messages, Sequence) else list(messages)
+        )
+        if not items:
+            return None  # the original: adding nothing is a no-op
+        return memory_pb2.AddRequest(
+            thread_id=thread_id,
+            messages=[to_chat_message(item) for item in items],
+            strategy=self._strategy(),
+            replace_strategy=self.replace_strategy,
+            request_id=uuid.uuid4().hex,
+        )
+
+    @staticmethod
+    def _get_request(thread_id: str, query: str | None, limit: int | None) -> memory_pb2.GetRequest:
+        request = memory_pb2.GetRequest(thread_id=thread_id, query=query or "")
+        if limit is not None:
+            # A negative size meant "everything" (window) or "no recent
+            # messages" (summary) in the original, as 0 does here.
+            request.limit = max(0, limit)
+        return request
+
+    @staticmethod
+    def _recall(thread_id: str, response: memory_pb2.GetResponse) -> list[Message]:
+        if response.degraded:
+            # The original logged and skipped a failed summary; the service
+            # says so in the response, and so does this log line.
+            _log.warning(
+                "thread %r: summary not up to date, plain window returned: %s",
+                thread_id,
+                response.degraded_reason,
+            )
+        return [from_chat_message(message) for message in response.messages]
+
+    @staticmethod
+    def _clear_request(thread_id: str | None) -> memory_pb2.ClearRequest:
+        if thread_id is None:
+            return memory_pb2.ClearRequest(all=True)
+        return memory_pb2.ClearRequest(thread_id=thread_id)
+
+    def _call(self, method: Callable[..., _T], request: Any) -> _T:
+        try:
+            return method(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as error:
+            raise MemoryServiceError.from_rpc_error(error) from error
+
+    async def _acall(self, method: Any, request: Any) -> Any:
+        # The sync channel's futures, not grpc.aio: an aio channel belongs to
+        # the event loop it was first used on, and a memory object, like the
+        # original, may be used from several loops (asyncio.run per request).
+        call = method.future(request, timeout=self.timeout, metadata=self._metadata)
+        return await _await_call(call)
+
+    # ---- the original's methods ----
+
+    def add(
+        self, messages: MessageLike | Sequence[MessageLike], *, thread_id: str = DEFAULT_THREAD
+    ) -> None:
+        """Append messages to a thread (created with this object's strategy)."""
+        request = self._add_request(messages, thread_id)
+        if request is not None:
+            self._call(self._stub.Add, request)
+
+    async def aadd(
+        self, messages: MessageLike | Sequence[MessageLike], *, thread_id: str = DEFAULT_THREAD
+    ) -> None:
+        """Append messages to a thread (created with this object's strategy)."""
+        request = self._add_request(messages, thread_id)
+        if request is not None:
+            await self._acall(self._stub.Add, request)
+
+    def get(
+        self,
+        *,
+        thread_id: str = DEFAULT_THREAD,
+        query: str | None = None,
+        limit: int | None = None,
+    ) -> list[Message]:
+        """Return the thread as its strategy shapes it, oldest first.
+
+        ``limit`` overrides the strategy's size for this call; ``query`` is
+        ignored (recall is recency-based). A thread that does not exist
+        returns ``[]``.
+        """
+        response = self._call(self._stub.Get, self._get_request(thread_id, query, limit))
+        return self._recall(thread_id, response)
+
+    async def aget(
+        self,
+        *,
+        thread_id: str = DEFAULT_THREAD,
+        query: str | None = None,
+        limit: int | None = None,
+    ) -> list[Message]:
+        """Return the thread as its strategy shapes it, oldest first."""
+        request = self._get_request(thread_id, query, limit)
+        return self._recall(thread_id, await self._acall(self._stub.Get, request))
+
+    def clear(self, *, thread_id: str | None = None) -> None:
+        """Forget one thread, or, with ``thread_id=None``, every thread.
+
+        "Every thread" is every thread of the caller's namespace in the
+        service, not only those this object added to.
+        """
+        self._call(self._stub.Clear, self._clear_request(thread_id))
+
+    async def aclear(self, *, thread_id: str | None = None) -> None:
+        """Forget one thread, or, with ``thread_id=None``, every thread."""
+        await self._acall(self._stub.Clear, self._clear_request(thread_id))
+
+    def threads(self) -> list[str]:
+        """Return the ids of the namespace's threads, sorted."""
+        ids: list[str] = []
+        token = ""
+        while True:
+            page = self._call(
+                self._stub.ListThreads,
+                memory_pb2.ListThreadsRequest(page_size=_LIST_PAGE_SIZE, page_token=token),
+            )
+            ids.extend(page.thread_ids)
+            token = page.next_page_token
+            if not token:
+                return ids
+
+    async def athreads(self) -> list[str]:
+        """Return the ids of the namespace's threads, sorted."""
+        ids: list[str] = []
+        token = ""
+        while True:
+            page = await self._acall(
+                self._stub.ListThreads,
+                memory_pb2.ListThreadsRequest(page_size=_LIST_PAGE_SIZE, page_token=token),
+            )
+            ids.extend(page.thread_ids)
+            token = page.next_page_token
+            if not token:
+                return ids
+
+    # ---- lifetime ----
+
+    def close(self) -> None:
+        """Close the channel this object made (not one passed in)."""
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class WindowMemory(BufferMemory):
+    """Keeps a sliding window of recent messages.
+
+    Args:
+        window: How many messages :meth:`get` returns, counted in messages,
+            not turns. A window that would start on a tool result widens
+            backwards to the assistant message that made the call.
+        **config: Forwarded to :class:`BufferMemory` (``max_messages`` is
+            ignored, as in the original).
+
+    Raises:
+        ValueError: If ``window`` is not positive.
+    """
+
+    def __init__(self, *, window: int = 20, **config: Any) -> None:
+        if window <= 0:
+            raise ValueError("window must be positive")
+        config.pop("max_messages", None)
+        super().__init__(max_messages=window, **config)
+        self.window = window
+
+    def _strategy(self) -> memory_pb2.Strategy:
+        return memory_pb2.Strategy(
+            window=memory_pb2.WindowStrategy(window=self.window),
+            exclude_system=not self.return_system,
+            max_stored=self.max_stored,
+        )
+
+
+class SummaryMemory(BufferMemory):
+    """Keeps recent turns verbatim and a running summary of everything older.
+
+    The service writes the summary, in the background after the Add that makes
+    a fold due, so :meth:`get` does not normally wait for a model call.
+
+    Args:
+        llm: Which summariser the service uses: the name of one configured on
+            the server (``"extractive"``, built in; ``"openai"``, when the
+            server has ``--openai-base-url``), or ``None`` for the server's
+            default. The original took a model object here; with the service
+            the model is configured on the server, so only its name is given.
+        window: How many recent messages to keep verbatim.
+        summarize_every: Summarise once this many messages have overflowed
+            the window (at least 1).
+        **config: Forwarded to :class:`BufferMemory` (``max_messages`` is
+            ignored, as in the original).
+
+    Unlike the original, messages that overflowed but are not summarised yet
+    are returned verbatim, so none is in neither the summary nor the list.
+    """
+
+    def __init__(
+        self,
+        *,
+        llm: str | None = None,
+        window: int = 10,
+        summarize_every: int = 6,
+        **config: Any,
+    ) -> None:
+        if llm is not None and not isinstance(llm, str):
+            raise TypeError(
+                "llm: the memory service writes the summaries; pass the name of a "
+                "summariser configured on the server (e.g. 'openai' or 'extractive'), "
+                f"or None for the server's default, not {type(llm).__name__}"
+            )
+        if window < 0:
+            raise ValueError("window must not be negative")
+        config.pop("max_messages", None)
+        super().__init__(max_messages=None, **config)
+        self.llm = llm
+        self.window = window
+        self.summarize_every = max(1, summarize_every)
+
+    def _strategy(self) -> memory_pb2.Strategy:
+        return memory_pb2.Strategy(
+            summary=memory_pb2.SummaryStrategy(
+                window=self.window,
+                summarize_every=self.summarize_every,
+                model=self.llm or "",
+            ),
+            exclude_system=not self.return_system,
+            max_stored=self.max_stored,
+        )
+
+    def summary(self, thread_id: str = DEFAULT_THREAD) -> str:
+        """Return the current summary of a thread, or ``""``.
+
+        Waits, like :meth:`get`, for a fold that is due or running, so the
+        summary covers every message that should be folded by now.
+        """
+        response = self._call(self._stub.Get, memory_pb2.GetRequest(thread_id=thread_id))
+        return str(response.summary)
+
+    async def asummary(self, thread_id: str = DEFAULT_THREAD) -> str:
+        """Return the current summary of a thread, or ``""``."""
+        response = await self._acall(self._stub.Get, memory_pb2.GetRequest(thread_id=thread_id))
+        return str(response.summary)
+
+
+async def _await_call(call: Any) -> Any:
+    """Awaits a gRPC future on the running event loop; cancelling cancels the RPC."""
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: Any) -> None:
+        if not finished.done():
+            finished.set_result(None)
+
+    def on_done(_: Any) -> None:
+        # Runs on a gRPC thread (or at once, if the call already ended): hand
+        # the wake-up to the loop's own thread.
+        try:
+            loop.call_soon_threadsafe(wake, None)
+        except RuntimeError:
+            pass  # the loop closed while the call ran: nobody is waiting
+
+    call.add_done_callback(on_done)
+    try:
+        await finished
+    except asyncio.CancelledError:
+        call.cancel()
+        raise
+    try:
+        return call.result()
+    except grpc.RpcError as error:
+        raise MemoryServiceError.from_rpc_error(error) from error

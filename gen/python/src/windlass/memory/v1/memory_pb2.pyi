@@ -1,0 +1,274 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROLE_UNSPECIFIED: _ClassVar[Role]
+    ROLE_SYSTEM: _ClassVar[Role]
+    ROLE_USER: _ClassVar[Role]
+    ROLE_ASSISTANT: _ClassVar[Role]
+    ROLE_TOOL: _ClassVar[Role]
+
+class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_TYPE_UNSPECIFIED: _ClassVar[EventType]
+    EVENT_TYPE_SUMMARY_UPDATED: _ClassVar[EventType]
+    EVENT_TYPE_MESSAGES_ADDED: _ClassVar[EventType]
+    EVENT_TYPE_THREAD_CLEARED: _ClassVar[EventType]
+    EVENT_TYPE_SUMMARY_FAILED: _ClassVar[EventType]
+ROLE_UNSPECIFIED: Role
+ROLE_SYSTEM: Role
+ROLE_USER: Role
+ROLE_ASSISTANT: Role
+ROLE_TOOL: Role
+EVENT_TYPE_UNSPECIFIED: EventType
+EVENT_TYPE_SUMMARY_UPDATED: EventType
+EVENT_TYPE_MESSAGES_ADDED: EventType
+EVENT_TYPE_THREAD_CLEARED: EventType
+EVENT_TYPE_SUMMARY_FAILED: EventType
+
+class ToolCall(_message.Message):
+    __slots__ = ("id", "name", "arguments")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    arguments: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "seq", "create_time")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    role: Role
+    content: str
+    name: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    tool_call_id: str
+    metadata: _containers.ScalarMap[str, str]
+    seq: int
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Strategy(_message.Message):
+    __slots__ = ("buffer", "window", "summary", "exclude_system", "max_stored")
+    BUFFER_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    MAX_STORED_FIELD_NUMBER: _ClassVar[int]
+    buffer: BufferStrategy
+    window: WindowStrategy
+    summary: SummaryStrategy
+    exclude_system: bool
+    max_stored: int
+    def __init__(self, buffer: _Optional[_Union[BufferStrategy, _Mapping]] = ..., window: _Optional[_Union[WindowStrategy, _Mapping]] = ..., summary: _Optional[_Union[SummaryStrategy, _Mapping]] = ..., exclude_system: _Optional[bool] = ..., max_stored: _Optional[int] = ...) -> None: ...
+
+class BufferStrategy(_message.Message):
+    __slots__ = ("max_messages",)
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    max_messages: int
+    def __init__(self, max_messages: _Optional[int] = ...) -> None: ...
+
+class WindowStrategy(_message.Message):
+    __slots__ = ("window",)
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    window: int
+    def __init__(self, window: _Optional[int] = ...) -> None: ...
+
+class SummaryStrategy(_message.Message):
+    __slots__ = ("window", "summarize_every", "model")
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZE_EVERY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    window: int
+    summarize_every: int
+    model: str
+    def __init__(self, window: _Optional[int] = ..., summarize_every: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
+
+class Thread(_message.Message):
+    __slots__ = ("thread_id", "strategy", "last_seq", "summarized_through_seq", "create_time", "update_time")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZED_THROUGH_SEQ_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    strategy: Strategy
+    last_seq: int
+    summarized_through_seq: int
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, thread_id: _Optional[str] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., last_seq: _Optional[int] = ..., summarized_through_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class AddRequest(_message.Message):
+    __slots__ = ("thread_id", "messages", "strategy", "replace_strategy", "request_id", "expected_last_seq")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    strategy: Strategy
+    replace_strategy: bool
+    request_id: str
+    expected_last_seq: int
+    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., replace_strategy: _Optional[bool] = ..., request_id: _Optional[str] = ..., expected_last_seq: _Optional[int] = ...) -> None: ...
+
+class AddResponse(_message.Message):
+    __slots__ = ("thread", "first_seq", "last_seq")
+    THREAD_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    thread: Thread
+    first_seq: int
+    last_seq: int
+    def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("thread_id", "limit", "query", "allow_stale")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_STALE_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    limit: int
+    query: str
+    allow_stale: bool
+    def __init__(self, thread_id: _Optional[str] = ..., limit: _Optional[int] = ..., query: _Optional[str] = ..., allow_stale: _Optional[bool] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("messages", "summary", "thread", "degraded", "degraded_reason")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    THREAD_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    summary: str
+    thread: Thread
+    degraded: bool
+    degraded_reason: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., summary: _Optional[str] = ..., thread: _Optional[_Union[Thread, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ...) -> None: ...
+
+class ClearRequest(_message.Message):
+    __slots__ = ("thread_id", "all")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    all: bool
+    def __init__(self, thread_id: _Optional[str] = ..., all: _Optional[bool] = ...) -> None: ...
+
+class ClearResponse(_message.Message):
+    __slots__ = ("cleared_threads",)
+    CLEARED_THREADS_FIELD_NUMBER: _ClassVar[int]
+    cleared_threads: int
+    def __init__(self, cleared_threads: _Optional[int] = ...) -> None: ...
+
+class ListThreadsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListThreadsResponse(_message.Message):
+    __slots__ = ("thread_ids", "next_page_token")
+    THREAD_IDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    thread_ids: _containers.RepeatedScalarFieldContainer[str]
+    next_page_token: str
+    def __init__(self, thread_ids: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("thread_ids", "event_types", "resume_token", "send_initial_state")
+    THREAD_IDS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SEND_INITIAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    thread_ids: _containers.RepeatedScalarFieldContainer[str]
+    event_types: _containers.RepeatedScalarFieldContainer[EventType]
+    resume_token: str
+    send_initial_state: bool
+    def __init__(self, thread_ids: _Optional[_Iterable[str]] = ..., event_types: _Optional[_Iterable[_Union[EventType, str]]] = ..., resume_token: _Optional[str] = ..., send_initial_state: _Optional[bool] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("resume_token", "thread_id", "time", "summary_updated", "messages_added", "thread_cleared", "summary_failed", "progress")
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_UPDATED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_ADDED_FIELD_NUMBER: _ClassVar[int]
+    THREAD_CLEARED_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FAILED_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    resume_token: str
+    thread_id: str
+    time: _timestamp_pb2.Timestamp
+    summary_updated: SummaryUpdated
+    messages_added: MessagesAdded
+    thread_cleared: ThreadCleared
+    summary_failed: SummaryFailed
+    progress: Progress
+    def __init__(self, resume_token: _Optional[str] = ..., thread_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary_updated: _Optional[_Union[SummaryUpdated, _Mapping]] = ..., messages_added: _Optional[_Union[MessagesAdded, _Mapping]] = ..., thread_cleared: _Optional[_Union[ThreadCleared, _Mapping]] = ..., summary_failed: _Optional[_Union[SummaryFailed, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
+
+class SummaryUpdated(_message.Message):
+    __slots__ = ("summary", "summarized_through_seq", "folded_count")
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZED_THROUGH_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FOLDED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    summary: str
+    summarized_through_seq: int
+    folded_count: int
+    def __init__(self, summary: _Optional[str] = ..., summarized_through_seq: _Optional[int] = ..., folded_count: _Optional[int] = ...) -> None: ...
+
+class MessagesAdded(_message.Message):
+    __slots__ = ("first_seq", "last_seq")
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    first_seq: int
+    last_seq: int
+    def __init__(self, first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
+
+class ThreadCleared(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SummaryFailed(_message.Message):
+    __slots__ = ("reason", "attempt")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    attempt: int
+    def __init__(self, reason: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class Progress(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

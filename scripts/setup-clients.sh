@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Prepares what the Python and Go client tests and examples need:
+#   .venv/   a virtual environment with the pinned grpcio, protobuf and pytest
+#            (clients/python/requirements-test.txt) and, editable, gen/python
+#            and clients/python;
+#   the Go module caches of gen/go and examples/go.
+# Idempotent and quick when nothing changed: the venv is rebuilt only when its
+# requirements or either pyproject.toml change (a hash stamp in .venv).
+#
+# Without python3 or go the part that needs it is skipped with a warning;
+# under CI=true that is an error, since the tests it serves would not run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+readonly VENV=.venv
+readonly REQUIREMENTS=clients/python/requirements-test.txt
+readonly STAMP=$VENV/.windlass-setup.sha256
+
+say() { echo "setup-clients: $*" >&2; }
+missing() {
+  if [[ "${CI:-}" == true ]]; then
+    say "ERROR: $1 (CI=true: the client tests must run)"
+    exit 1
+  fi
+  say "WARNING: $1; skipping"
+}
+
+python_inputs_hash() {
+  cat "$REQUIREMENTS" gen/python/pyproject.toml clients/python/pyproject.toml |
+    sha256sum | cut -d' ' -f1
+}
+
+setup_python() {
+  local want
+  want=$(python_inputs_hash)
+  if [[ -x $VENV/bin/python && -f $STAMP && "$(cat "$STAMP")" == "$want" ]]; then
+    return
+  fi
+  say "creating $VENV (grpcio, protobuf, pytest; gen/python and clients/python editable)"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
+  # --no-build-isolation: build the local packages with the pinned setuptools
+  # just installed, instead of fetching a build backend for each.
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --no-build-isolation --no-deps -e ./gen/python -e ./clients/python
+  "$VENV/bin/python" -m pip check >/dev/null
+  echo "$want" >"$STAMP"
+}
+
+setup_go() {
+  local module
+  for module in gen/go examples/go; do
+    # go mod download is a no-op when the module cache already has them.
+    (cd "$module" && go mod download)
+  done
+}
+
+if command -v python3 >/dev/null; then
+  setup_python
+else
+  missing "python3 is not installed"
+fi
+
+if command -v go >/dev/null; then
+  setup_go
+else
+  missing "the go command is not installed"
+fi
+say "ready"
