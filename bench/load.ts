@@ -159,6 +159,8 @@ export interface LoadOptions {
   readonly durationMs: number;
   /** gRPC deadline of each call. Calls still open this long after the end count as errors. */
   readonly callTimeoutMs: number;
+  /** No call starts after this many have started (default: no limit but the duration). */
+  readonly maxCalls?: number;
 }
 
 export interface LoadResult {
@@ -192,11 +194,13 @@ export function runLoad(
     let errors = 0;
     let firstError: string | undefined;
     let nextRequest = 0;
+    let started = 0;
     let inFlight = 0;
     let lastDone = 0;
     let finished = false;
     const start = performance.now();
     const end = start + options.durationMs;
+    const maxStarted = Math.min(options.maxCalls ?? MAX_CALLS, MAX_CALLS);
 
     const finish = (): void => {
       if (finished) return;
@@ -219,6 +223,7 @@ export function runLoad(
     const issue = (connection: Connection): void => {
       const request = requests[nextRequest] as Buffer;
       nextRequest = (nextRequest + 1) % requests.length;
+      started++;
       inFlight++;
       const sent = performance.now();
       connection.unary(path, request, options.callTimeoutMs, (error) => {
@@ -237,12 +242,12 @@ export function runLoad(
           errors++;
           firstError ??= error;
         }
-        if (done < end && calls + errors < MAX_CALLS) issue(connection);
+        if (done < end && started < maxStarted) issue(connection);
         else if (inFlight === 0) finish();
       });
     };
 
-    for (let i = 0; i < options.concurrency; i++) {
+    for (let i = 0; i < Math.min(options.concurrency, maxStarted); i++) {
       issue(target.connections[i % target.connections.length] as Connection);
     }
   });

@@ -1,14 +1,16 @@
 import { type DriverKind, type LoadResult, quantile } from "./load.js";
+import type { StoreKind } from "./stores.js";
 
 /** Aggregation and printing of the benchmark's measurements. */
 
-export type ServerName = "real" | "bare";
+/** A server under test: the real server on one store, or the bare grpc-js baseline. */
+export type Target = StoreKind | "bare";
 
 /** One timed run of one scenario against one server. */
 export interface Measurement {
   readonly scenario: string;
   readonly driver: DriverKind;
-  readonly server: ServerName;
+  readonly target: Target;
   readonly round: number;
   readonly load: LoadResult;
   /** CPU time the server process used during the run; undefined without /proc. */
@@ -17,6 +19,23 @@ export interface Measurement {
   readonly driverCpuMicros: number;
   /** CPU time the rest of the machine used during the run; undefined without /proc. */
   readonly otherCpuMicros: number | undefined;
+  /** CPU time redis-server used during the run: redis store only, and only with /proc. */
+  readonly storeCpuMicros: number | undefined;
+  /**
+   * Commands Redis ran during the run, by name, including those run inside
+   * Lua scripts (INFO commandstats); redis store only.
+   */
+  readonly redisCommands: Readonly<Record<string, number>> | undefined;
+}
+
+/** The commands the real server sent to Redis over a counted batch of calls (MONITOR). */
+export interface RedisSentCount {
+  readonly scenario: string;
+  readonly driver: DriverKind;
+  readonly calls: number;
+  readonly errors: number;
+  /** By command name; commands run inside Lua scripts are not among them. */
+  readonly commands: Readonly<Record<string, number>>;
 }
 
 export interface BenchResult {
@@ -29,8 +48,14 @@ export interface BenchResult {
     readonly platform: string;
   };
   readonly settings: Readonly<Record<string, number | string>>;
+  /** Throughput real/bare the memory store should reach; the durable stores have no goal. */
   readonly goalRatio: number;
+  /** Redis commands the server should send per Add. */
+  readonly redisTargetPerAdd: number;
+  /** In table order. */
+  readonly targets: readonly Target[];
   readonly measurements: readonly Measurement[];
+  readonly redisSent: readonly RedisSentCount[];
   readonly bytes: Readonly<Record<string, number>>;
 }
 
@@ -42,11 +67,11 @@ const SATURATED_PERCENT = 90;
 // figures of a 2-core machine unreliable.
 const NOISY_OTHER_PERCENT = 20;
 
-/** The rounds of one scenario and server, merged. */
+/** The rounds of one scenario, driver and server, merged. */
 interface Row {
   readonly scenario: string;
   readonly driver: DriverKind;
-  readonly server: ServerName;
+  readonly target: Target;
   readonly calls: number;
   readonly errors: number;
   readonly callsPerSec: number;
@@ -60,15 +85,20 @@ interface Row {
   readonly driverCpuPercent: number;
   /** CPU the rest of the machine used meanwhile (other processes), 100 = one core. */
   readonly otherCpuPercent: number | undefined;
+  /** redis-server CPU per call (redis store only). */
+  readonly storeCpuUsPerCall: number | undefined;
 }
 
 interface Ratio {
   readonly scenario: string;
   readonly driver: DriverKind;
+  readonly store: StoreKind;
   /** real calls/s over bare calls/s. */
   readonly throughput: number;
   /** real server CPU per call over bare server CPU per call. */
   readonly serverCpuPerCall: number | undefined;
+  /** As serverCpuPerCall, with redis-server's CPU added to the real server's (redis store only). */
+  readonly serverAndStoreCpuPerCall: number | undefined;
   /**
    * Bare server CPU % over the measurements. Well under 100, the baseline was
    * held back by the driver or the machine rather than by grpc-js, and the
@@ -85,8 +115,8 @@ function rows(result: BenchResult): Row[] {
     groups.set(key, [...(groups.get(key) ?? []), m]);
   }
   for (const group of groups.values()) {
-    for (const server of ["real", "bare"] as const) {
-      const ms = group.filter((m) => m.server === server);
+    for (const target of result.targets) {
+      const ms = group.filter((m) => m.target === target);
       const first = ms[0];
       if (first === undefined) continue;
       const calls = sum(ms.map((m) => m.load.calls));
@@ -101,12 +131,13 @@ function rows(result: BenchResult): Row[] {
       const serverCpu = sumDefined(ms.map((m) => m.serverCpuMicros));
       const otherCpu = sumDefined(ms.map((m) => m.otherCpuMicros));
       const driverCpu = sum(ms.map((m) => m.driverCpuMicros));
+      const storeCpu = target === "redis" ? sumDefined(ms.map((m) => m.storeCpuMicros)) : undefined;
       // CPU microseconds over wall milliseconds * 10 is percent of one core.
       const percent = (micros: number): number => micros / (elapsedMs * 10);
       out.push({
         scenario: first.scenario,
         driver: first.driver,
-        server,
+        target,
         calls,
         errors: sum(ms.map((m) => m.load.errors)),
         callsPerSec: (calls * 1000) / elapsedMs,
@@ -118,6 +149,7 @@ function rows(result: BenchResult): Row[] {
         driverCpuUsPerCall: driverCpu / calls,
         driverCpuPercent: percent(driverCpu),
         otherCpuPercent: otherCpu === undefined ? undefined : percent(otherCpu),
+        storeCpuUsPerCall: storeCpu === undefined ? undefined : storeCpu / calls,
       });
     }
   }
@@ -126,23 +158,100 @@ function rows(result: BenchResult): Row[] {
 
 function ratios(all: readonly Row[]): Ratio[] {
   const out: Ratio[] = [];
-  for (const real of all.filter((r) => r.server === "real")) {
+  for (const real of all) {
+    if (real.target === "bare") continue;
     const bare = all.find(
-      (r) => r.server === "bare" && r.scenario === real.scenario && r.driver === real.driver,
+      (r) => r.target === "bare" && r.scenario === real.scenario && r.driver === real.driver,
     );
     if (bare === undefined) continue;
+    const bareCpu = bare.serverCpuUsPerCall;
     out.push({
       scenario: real.scenario,
       driver: real.driver,
+      store: real.target,
       throughput: real.callsPerSec / bare.callsPerSec,
       bareServerCpuPercent: bare.serverCpuPercent,
       serverCpuPerCall:
-        real.serverCpuUsPerCall === undefined || bare.serverCpuUsPerCall === undefined
+        real.serverCpuUsPerCall === undefined || bareCpu === undefined
           ? undefined
-          : real.serverCpuUsPerCall / bare.serverCpuUsPerCall,
+          : real.serverCpuUsPerCall / bareCpu,
+      serverAndStoreCpuPerCall:
+        real.serverCpuUsPerCall === undefined ||
+        real.storeCpuUsPerCall === undefined ||
+        bareCpu === undefined
+          ? undefined
+          : (real.serverCpuUsPerCall + real.storeCpuUsPerCall) / bareCpu,
     });
   }
   return out;
+}
+
+/** What Redis did per call of one scenario, on the redis store. */
+interface RedisPerCall {
+  readonly scenario: string;
+  /** Commands the server sent per call (MONITOR over a counted batch): its round trips. */
+  readonly sentPerCall: number | undefined;
+  readonly sentByCommand: ReadonlyMap<string, number>;
+  readonly countedCalls: number;
+  /** Commands Redis ran per call, those inside Lua scripts included (commandstats over the timed runs). */
+  readonly runPerCall: number | undefined;
+  readonly runByCommand: ReadonlyMap<string, number>;
+  readonly timedCalls: number;
+}
+
+function redisPerCall(result: BenchResult): RedisPerCall[] {
+  const scenarios = [
+    ...new Set([
+      ...result.redisSent.map((c) => c.scenario),
+      ...result.measurements.filter((m) => m.target === "redis").map((m) => m.scenario),
+    ]),
+  ];
+  return scenarios.map((scenario) => {
+    const sent = result.redisSent.filter((c) => c.scenario === scenario);
+    const countedCalls = sum(sent.map((c) => c.calls));
+    const timed = result.measurements.filter(
+      (m) => m.target === "redis" && m.scenario === scenario,
+    );
+    const timedCalls = sum(timed.map((m) => m.load.calls));
+    const sentTotals = totals(sent.map((c) => c.commands));
+    const runTotals = totals(timed.map((m) => m.redisCommands ?? {}));
+    return {
+      scenario,
+      sentPerCall: countedCalls === 0 ? undefined : sum([...sentTotals.values()]) / countedCalls,
+      sentByCommand: perCall(sentTotals, countedCalls),
+      countedCalls,
+      runPerCall: timedCalls === 0 ? undefined : sum([...runTotals.values()]) / timedCalls,
+      runByCommand: perCall(runTotals, timedCalls),
+      timedCalls,
+    };
+  });
+}
+
+function totals(counts: readonly Readonly<Record<string, number>>[]): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const c of counts) {
+    for (const [name, n] of Object.entries(c)) out.set(name, (out.get(name) ?? 0) + n);
+  }
+  return out;
+}
+
+/** Counts over `calls`, most frequent first. */
+function perCall(counts: ReadonlyMap<string, number>, calls: number): Map<string, number> {
+  if (calls === 0) return new Map();
+  return new Map(
+    [...counts.entries()].sort((a, b) => b[1] - a[1]).map(([name, n]) => [name, n / calls]),
+  );
+}
+
+/** Per-call counts; rare commands (a trim every few hundred Adds) keep two significant digits. */
+const byCommand = (counts: ReadonlyMap<string, number>): string =>
+  [...counts.entries()]
+    .map(([name, n]) => `${name} ${n >= 0.1 || n === 0 ? n.toFixed(2) : n.toPrecision(2)}`)
+    .join(", ") || "none";
+
+/** Whether the server sends at most the target number of commands per Add. */
+function meetsRedisTarget(r: RedisPerCall, target: number): boolean | undefined {
+  return r.sentPerCall === undefined ? undefined : r.sentPerCall <= target;
 }
 
 const fixed = (n: number | undefined, digits: number): string =>
@@ -155,11 +264,13 @@ export function formatTable(result: BenchResult): string {
     "scenario",
     "driver",
     "server",
+    "store",
     "calls/s",
     "p50 ms",
     "p99 ms",
     "srv CPU us/call",
     "srv CPU %",
+    "redis CPU us/call",
     "drv CPU us/call",
     "drv CPU %",
     "other CPU %",
@@ -170,12 +281,14 @@ export function formatTable(result: BenchResult): string {
   const body = all.map((r) => [
     r.scenario,
     r.driver,
-    r.server,
+    r.target === "bare" ? "bare" : "real",
+    r.target === "bare" ? "-" : r.target,
     fixed(r.callsPerSec, 0),
     fixed(r.p50Ms, 2),
     fixed(r.p99Ms, 2),
     fixed(r.serverCpuUsPerCall, 1),
     fixed(r.serverCpuPercent, 0),
+    r.target === "redis" ? fixed(r.storeCpuUsPerCall, 1) : "-",
     fixed(r.driverCpuUsPerCall, 1),
     fixed(r.driverCpuPercent, 0),
     fixed(r.otherCpuPercent, 0),
@@ -187,7 +300,7 @@ export function formatTable(result: BenchResult): string {
     Math.max(h.length, ...body.map((row) => row[i]?.length ?? 0)),
   );
   // Names left-aligned, figures right-aligned, the free-form last column left.
-  const leftAligned = (i: number): boolean => i < 3 || i === header.length - 1;
+  const leftAligned = (i: number): boolean => i < 4 || i === header.length - 1;
   const line = (cells: readonly string[]): string =>
     cells
       .map((c, i) => (leftAligned(i) ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0)))
@@ -200,7 +313,8 @@ export function formatTable(result: BenchResult): string {
     "",
     "CPU % is of one core over the measurement: srv (the server measured), drv (this load driver),",
     "other (the rest of the machine: other processes, noise). A side near 100 % is the bottleneck;",
-    "CPU us/call is the steadier figure when the machine is shared.",
+    "CPU us/call is the steadier figure when the machine is shared. redis CPU is the bench's",
+    "redis-server, serving the real server on the redis store (not counted in other).",
     "",
   ];
   const busiest = Math.max(0, ...all.map((r) => r.otherCpuPercent ?? 0));
@@ -211,21 +325,51 @@ export function formatTable(result: BenchResult): string {
       "",
     );
   }
+  let group = "";
   for (const r of ratios(all)) {
-    const verdict = r.throughput >= result.goalRatio ? "meets" : "BELOW";
+    if (group !== `${r.scenario}/${r.driver}`) {
+      group = `${r.scenario}/${r.driver}`;
+      const bare = r.bareServerCpuPercent;
+      const bound =
+        bare !== undefined && bare < SATURATED_PERCENT
+          ? ` [bare server at ${bare.toFixed(0)}% CPU, not saturated: the driver or the machine held it back, so these ratios are upper bounds]`
+          : "";
+      out.push(`${r.scenario}, ${r.driver} driver, real/bare${bound}:`);
+    }
+    const goal =
+      r.store === "memory"
+        ? `goal >= ${result.goalRatio}: ${r.throughput >= result.goalRatio ? "meets" : "BELOW"}`
+        : "no goal: durable store";
     const cpu =
       r.serverCpuPerCall === undefined
         ? ""
-        : `; server CPU per call real/bare = ${r.serverCpuPerCall.toFixed(2)}x`;
-    const bare = r.bareServerCpuPercent;
-    const bound =
-      bare !== undefined && bare < SATURATED_PERCENT
-        ? ` [bare server at ${bare.toFixed(0)}% CPU, not saturated: the driver or the machine held it back, so this ratio is an upper bound]`
-        : "";
+        : `; server CPU per call ${r.serverCpuPerCall.toFixed(2)}x`;
+    const withStore =
+      r.serverAndStoreCpuPerCall === undefined
+        ? ""
+        : ` (${r.serverAndStoreCpuPerCall.toFixed(2)}x with redis-server's)`;
     out.push(
-      `${r.scenario} (${r.driver} driver): throughput real/bare = ${r.throughput.toFixed(3)} ` +
-        `(goal >= ${result.goalRatio}: ${verdict})${cpu}${bound}`,
+      `  ${`${r.store}:`.padEnd(8)}throughput ${r.throughput.toFixed(3)} (${goal})${cpu}${withStore}`,
     );
+  }
+  const redis = redisPerCall(result);
+  if (redis.length > 0) {
+    out.push(
+      "",
+      `Redis commands per call, redis store (target: at most ${result.redisTargetPerAdd} sent per Add):`,
+    );
+    for (const r of redis) {
+      const verdict =
+        r.scenario === "Add"
+          ? `: ${meetsRedisTarget(r, result.redisTargetPerAdd) ? "meets the target" : "ABOVE the target"}`
+          : "";
+      out.push(
+        `  ${r.scenario}: sent by the server ${fixed(r.sentPerCall, 2)} per call (${byCommand(r.sentByCommand)}; ` +
+          `MONITOR over ${r.countedCalls} calls)${verdict}`,
+        `  ${" ".repeat(r.scenario.length)}  run by Redis ${fixed(r.runPerCall, 2)} per call, counting the commands ` +
+          `inside Lua scripts (${byCommand(r.runByCommand)}; INFO commandstats over ${r.timedCalls} timed calls)`,
+      );
+    }
   }
   return out.join("\n");
 }
@@ -236,7 +380,7 @@ export function formatJson(result: BenchResult): string {
   const round = (n: number | undefined, digits: number): number | null =>
     n === undefined || !Number.isFinite(n) ? null : Number(n.toFixed(digits));
   return JSON.stringify({
-    benchmark: "windlass-memory real vs bare grpc-js",
+    benchmark: "windlass-memory real (per store) vs bare grpc-js",
     command: result.command,
     design: result.design,
     machine: result.machine,
@@ -245,7 +389,8 @@ export function formatJson(result: BenchResult): string {
     results: all.map((r) => ({
       scenario: r.scenario,
       driver: r.driver,
-      server: r.server,
+      server: r.target === "bare" ? "bare" : "real",
+      store: r.target === "bare" ? null : r.target,
       callsPerSec: round(r.callsPerSec, 0),
       p50Ms: round(r.p50Ms, 3),
       p99Ms: round(r.p99Ms, 3),
@@ -254,6 +399,7 @@ export function formatJson(result: BenchResult): string {
       driverCpuUsPerCall: round(r.driverCpuUsPerCall, 1),
       driverCpuPercent: round(r.driverCpuPercent, 0),
       otherCpuPercent: round(r.otherCpuPercent, 0),
+      redisCpuUsPerCall: round(r.storeCpuUsPerCall, 1),
       calls: r.calls,
       errors: r.errors,
       roundCallsPerSec: r.roundCallsPerSec,
@@ -261,15 +407,33 @@ export function formatJson(result: BenchResult): string {
     ratios: ratios(all).map((r) => ({
       scenario: r.scenario,
       driver: r.driver,
+      store: r.store,
       throughputRealOverBare: round(r.throughput, 3),
       serverCpuPerCallRealOverBare: round(r.serverCpuPerCall, 2),
-      goal: result.goalRatio,
-      meetsGoal: r.throughput >= result.goalRatio,
+      serverAndRedisCpuPerCallRealOverBare: round(r.serverAndStoreCpuPerCall, 2),
+      goal: r.store === "memory" ? result.goalRatio : null,
+      meetsGoal: r.store === "memory" ? r.throughput >= result.goalRatio : null,
       bareServerCpuPercent: round(r.bareServerCpuPercent, 0),
       bareSaturated:
         r.bareServerCpuPercent === undefined ? null : r.bareServerCpuPercent >= SATURATED_PERCENT,
     })),
+    redis: redisPerCall(result).map((r) => ({
+      scenario: r.scenario,
+      sentPerCall: round(r.sentPerCall, 3),
+      sentPerCallByCommand: roundedRecord(r.sentByCommand),
+      countedCalls: r.countedCalls,
+      runPerCall: round(r.runPerCall, 3),
+      runPerCallByCommand: roundedRecord(r.runByCommand),
+      timedCalls: r.timedCalls,
+      target: r.scenario === "Add" ? result.redisTargetPerAdd : null,
+      meetsTarget:
+        r.scenario === "Add" ? (meetsRedisTarget(r, result.redisTargetPerAdd) ?? null) : null,
+    })),
   });
+}
+
+function roundedRecord(counts: ReadonlyMap<string, number>): Record<string, number> {
+  return Object.fromEntries([...counts.entries()].map(([name, n]) => [name, Number(n.toFixed(3))]));
 }
 
 /** The sum, or undefined when any value is unknown. */

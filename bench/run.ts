@@ -11,12 +11,14 @@ import {
   quantile,
   runLoad,
 } from "./load.js";
+import { commandDelta, openRedisProbe, type RedisProbe } from "./redis-server.js";
 import {
   type BenchResult,
   formatJson,
   formatTable,
   type Measurement,
-  type ServerName,
+  type RedisSentCount,
+  type Target,
 } from "./report.js";
 import {
   ADD_PATH,
@@ -28,19 +30,45 @@ import {
   getSeedRequests,
 } from "./scenarios.js";
 import { type ServerProcess, startServerProcess } from "./server-process.js";
+import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } from "./stores.js";
 
 /**
- * The first benchmark: the real windlass-memory gRPC server against a bare
- * @grpc/grpc-js server that returns the same response bytes, on the Add and
- * Get paths, at a fixed number of calls in flight. It prints figures; it is
- * not a test. Run with `npm run bench`; settings are BENCH_* variables (see
- * SETTINGS below).
+ * The benchmark: the real windlass-memory gRPC server, once per store
+ * (memory, sqlite, redis), against a bare @grpc/grpc-js server that returns
+ * the same response bytes, on the Add and Get paths, at a fixed number of
+ * calls in flight. On the redis store it also counts the Redis commands the
+ * server sends per call. It prints figures; it is not a test. Run with
+ * `npm run bench`; settings are BENCH_* variables (see SETTINGS below).
  *
  * Design: each server runs in its own node child process and the load driver
  * runs here, so on a 2-core machine the driver and the server under test
  * each get a core and the server's CPU time per call can be read from /proc.
- * Both servers are started the same way, stay up for the whole run, and are
- * measured alternately (real, bare, bare, real, ...) after a warm-up.
+ * All servers are started the same way, stay up for the whole run, and are
+ * measured one after another in each round, the order reversed every other
+ * round (memory, sqlite, redis, bare, then bare, redis, sqlite, memory),
+ * after a warm-up. The SQLite file and redis-server (no persistence) are the
+ * bench's own, fresh for each run, removed and stopped at the end.
+ *
+ * Settings (environment; the defaults take about 2.5 minutes on 2 cores):
+ *   BENCH_SECONDS=3            length of one measurement
+ *   BENCH_WARMUP_SECONDS=2     warm-up per server, scenario and driver
+ *   BENCH_ROUNDS=2             measurements per server, scenario and driver
+ *   BENCH_CONCURRENCY=64       unary calls in flight
+ *   BENCH_CONNECTIONS=4        HTTP/2 connections per server and driver
+ *   BENCH_THREADS=300          threads the Add scenario writes to, round-robin
+ *   BENCH_DRIVERS=grpc-js,h2   load clients (see load.ts)
+ *   BENCH_SCENARIOS=Add,Get
+ *   BENCH_STORES=memory,sqlite,redis
+ *                              stores of the real server, one process each;
+ *                              the bare server always runs beside them
+ *   BENCH_REDIS_COUNT_CALLS=1000
+ *                              calls per scenario over which MONITOR counts the
+ *                              Redis commands the server sends (not timed)
+ *   REDIS_SERVER=redis-server  the redis-server binary (7.0 or later)
+ *   BENCH_CPU_PROF_DIR, BENCH_SERVER_NODE_ARGS: profiling and node flags of
+ *                              the servers (see below)
+ * Time: scenarios x drivers x (stores + 1) x (warm-up + rounds x seconds),
+ * plus about 2 s per server for start-up and seeding.
  */
 
 interface NumberSetting {
@@ -53,9 +81,11 @@ interface NumberSetting {
 }
 
 const SETTINGS = {
+  // 3 s rather than the 5 s of the two-server bench: four servers (three
+  // stores and the baseline) keep the default run under three minutes.
   seconds: {
     env: "BENCH_SECONDS",
-    fallback: 5,
+    fallback: 3,
     min: 0.5,
     max: 600,
     integer: false,
@@ -104,15 +134,27 @@ const SETTINGS = {
     integer: true,
     help: "threads the Add scenario writes to, round-robin",
   },
+  redisCountCalls: {
+    env: "BENCH_REDIS_COUNT_CALLS",
+    fallback: 1000,
+    min: 1,
+    max: 1_000_000,
+    integer: true,
+    help: "calls per scenario over which the Redis commands the server sends are counted (MONITOR)",
+  },
 } satisfies Record<string, NumberSetting>;
 
 const DRIVERS_ENV = "BENCH_DRIVERS";
 const ALL_DRIVERS: readonly DriverKind[] = ["grpc-js", "h2"];
 const SCENARIOS_ENV = "BENCH_SCENARIOS";
 const ALL_SCENARIOS: readonly ScenarioName[] = ["Add", "Get"];
-/** A directory: both servers run with `node --cpu-prof` and write their profiles there on exit. */
+/** The stores the real server runs on, one server each, beside the bare server. */
+const STORES_ENV = "BENCH_STORES";
+/** The redis-server binary for the redis store (the tests read the same variable). */
+const REDIS_SERVER_ENV = "REDIS_SERVER";
+/** A directory: all servers run with `node --cpu-prof` and write their profiles there on exit. */
 const CPU_PROF_ENV = "BENCH_CPU_PROF_DIR";
-/** Extra node flags for both servers, space-separated, e.g. "--max-semi-space-size=64". */
+/** Extra node flags for all servers, space-separated, e.g. "--max-semi-space-size=64". */
 const SERVER_NODE_ARGS_ENV = "BENCH_SERVER_NODE_ARGS";
 
 type ScenarioName = "Add" | "Get";
@@ -120,6 +162,8 @@ type ScenarioName = "Add" | "Get";
 type Settings = { readonly [K in keyof typeof SETTINGS]: number } & {
   readonly drivers: readonly DriverKind[];
   readonly scenarios: readonly ScenarioName[];
+  readonly stores: readonly StoreKind[];
+  readonly redisServer: string;
   readonly cpuProfDir: string | undefined;
   readonly serverNodeArgs: readonly string[];
 };
@@ -129,6 +173,9 @@ const SERVER_START_TIMEOUT_MS = 15_000;
 // Lets the previous measurement's garbage and stragglers settle.
 const PAUSE_BETWEEN_MS = 250;
 const GOAL_RATIO = 0.85;
+// A bound on the counted batch of calls (BENCH_REDIS_COUNT_CALLS); it normally takes a second or two.
+const COUNT_MAX_MS = 60_000;
+const REDIS_TARGET_PER_ADD = 1;
 
 class UsageError extends Error {}
 
@@ -154,6 +201,8 @@ function readSettings(env: NodeJS.ProcessEnv): Settings {
     ...(numbers as { [K in keyof typeof SETTINGS]: number }),
     drivers: listSetting(env, DRIVERS_ENV, ALL_DRIVERS),
     scenarios: listSetting(env, SCENARIOS_ENV, ALL_SCENARIOS),
+    stores: listSetting(env, STORES_ENV, ALL_STORES),
+    redisServer: env[REDIS_SERVER_ENV] || "redis-server",
     cpuProfDir: cpuProfDir === undefined || cpuProfDir === "" ? undefined : cpuProfDir,
     serverNodeArgs: (env[SERVER_NODE_ARGS_ENV] ?? "").split(/\s+/).filter((a) => a !== ""),
   };
@@ -182,6 +231,8 @@ function commandLine(env: NodeJS.ProcessEnv): string {
     ...Object.values(SETTINGS).map((s: NumberSetting) => s.env),
     DRIVERS_ENV,
     SCENARIOS_ENV,
+    STORES_ENV,
+    REDIS_SERVER_ENV,
     CPU_PROF_ENV,
     SERVER_NODE_ARGS_ENV,
   ]
@@ -202,13 +253,22 @@ interface Scenario {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** What a measurement reads of the bench's redis-server, when the redis store is measured. */
+interface RedisWatch {
+  readonly probe: RedisProbe;
+  cpuMicros(): number | undefined;
+}
+
 async function measure(
   server: ServerProcess,
   target: Connections,
   scenario: Scenario,
   settings: Settings,
   durationMs: number,
-): Promise<Omit<Measurement, "scenario" | "server" | "driver" | "round">> {
+  redis: RedisWatch | undefined,
+): Promise<Omit<Measurement, "scenario" | "target" | "driver" | "round">> {
+  const commandsBefore = await redis?.probe.commandCalls();
+  const storeBefore = redis?.cpuMicros();
   const machineBefore = machineBusyMicros();
   const serverBefore = server.cpuMicros();
   const driverBefore = process.cpuUsage();
@@ -220,20 +280,39 @@ async function measure(
   const driverUsage = process.cpuUsage(driverBefore);
   const serverAfter = server.cpuMicros();
   const machineAfter = machineBusyMicros();
+  const storeAfter = redis?.cpuMicros();
+  const commandsAfter = await redis?.probe.commandCalls();
   const serverCpuMicros =
     serverBefore === undefined || serverAfter === undefined
       ? undefined
       : serverAfter - serverBefore;
   const driverCpuMicros = driverUsage.user + driverUsage.system;
+  const storeCpuMicros =
+    storeBefore === undefined || storeAfter === undefined ? undefined : storeAfter - storeBefore;
   return {
     load,
     serverCpuMicros,
     driverCpuMicros,
-    // The other server is idle meanwhile, so what is left is other work on the machine.
+    // The other servers are idle meanwhile, so what is left is other work on the machine.
     otherCpuMicros:
-      machineBefore === undefined || machineAfter === undefined || serverCpuMicros === undefined
+      machineBefore === undefined ||
+      machineAfter === undefined ||
+      serverCpuMicros === undefined ||
+      (redis !== undefined && storeCpuMicros === undefined)
         ? undefined
-        : Math.max(0, machineAfter - machineBefore - serverCpuMicros - driverCpuMicros),
+        : Math.max(
+            0,
+            machineAfter -
+              machineBefore -
+              serverCpuMicros -
+              driverCpuMicros -
+              (storeCpuMicros ?? 0),
+          ),
+    storeCpuMicros,
+    redisCommands:
+      commandsBefore === undefined || commandsAfter === undefined
+        ? undefined
+        : Object.fromEntries(commandDelta(commandsBefore, commandsAfter)),
   };
 }
 
@@ -276,25 +355,34 @@ async function run(settings: Settings): Promise<number> {
     platform: `${os.platform()} ${os.release()}`,
   };
   const command = commandLine(process.env);
+  const targets: readonly Target[] = [...settings.stores, "bare"];
+  const storeDescriptions: Record<StoreKind, string> = {
+    memory: "memory",
+    sqlite: "sqlite:<file in a new temporary directory> (WAL, synchronous=FULL: an fsync per Add)",
+    redis: `redis://127.0.0.1:<port>/0 (a ${settings.redisServer} started by the bench, --save "" --appendonly no)`,
+  };
   const design =
     "child processes: each server runs alone in its own node process (real: bin/windlass-memory.js serve " +
-    "--port 0 --http-port 0 with default settings and the memory store; bare: dist/bench/bare-server.js), " +
+    "--port 0 --http-port 0 --store STORE, otherwise default settings, one process per store: " +
+    `${settings.stores.map((store) => storeDescriptions[store]).join(", ")}; ` +
+    "bare: dist/bench/bare-server.js), " +
     "this process drives the load (pre-encoded requests, responses not decoded) with two clients: " +
     "grpc-js channels (what a Node client costs) and a minimal gRPC client on node:http2 " +
     "(about a third of grpc-js's CPU per call, so the server rather than the driver runs out of CPU)" +
     (settings.serverNodeArgs.length === 0
       ? ""
-      : `; both servers run with node ${settings.serverNodeArgs.join(" ")}`);
+      : `; all servers run with node ${settings.serverNodeArgs.join(" ")}`);
 
   process.stdout.write(
     [
-      "windlass-memory benchmark: real server vs bare grpc-js returning the same bytes",
+      "windlass-memory benchmark: real server per store vs bare grpc-js returning the same bytes",
       `command:  ${command}`,
       `machine:  node ${machine.node}, ${machine.cpuCount} CPUs, ${machine.cpuModel}, ${machine.platform}`,
       `design:   ${design}`,
       `load:     ${settings.concurrency} unary calls in flight over ${settings.connections} connection(s) ` +
-        `per server; drivers ${settings.drivers.join(", ")}; ${settings.rounds} x ${settings.seconds} s ` +
-        `per server, scenario and driver, alternating, after ${settings.warmupSeconds} s warm-up each`,
+        `per server; drivers ${settings.drivers.join(", ")}; servers ${targets.join(", ")}; ` +
+        `${settings.rounds} x ${settings.seconds} s per server, scenario and driver, in turn, ` +
+        `after ${settings.warmupSeconds} s warm-up each`,
       `workload: Add = 1 user message (100 B) per call to ${settings.threads} threads round-robin; ` +
         `Get = window ${GET_WINDOW} of a thread holding ${GET_SEED_MESSAGES} messages (100-200 B)`,
       "",
@@ -314,18 +402,44 @@ async function run(settings: Settings): Promise<number> {
   }
   const servers: ServerProcess[] = [];
   const open: Connections[] = [];
+  let backends: StoreBackends | undefined;
+  let probe: RedisProbe | undefined;
   try {
-    const real = await startServerProcess({
-      label: "real server",
-      nodeArgs,
-      script: realScript,
-      args: ["serve", "--port", "0", "--http-port", "0"],
-      startTimeoutMs: SERVER_START_TIMEOUT_MS,
-    });
-    servers.push(real);
-    const realAddress = `127.0.0.1:${real.grpcPort}`;
+    backends = await openStoreBackends(settings.stores, settings.redisServer);
+    const storeBackends = backends;
+    const redisServer = backends.redis;
+    let redisWatch: RedisWatch | undefined;
+    if (redisServer !== undefined) {
+      probe = await openRedisProbe(redisServer.url);
+      redisWatch = { probe, cpuMicros: () => redisServer.cpuMicros() };
+      process.stdout.write(`redis:    redis-server pid ${redisServer.pid} at ${redisServer.url}\n`);
+    }
     const adds = addRequests(settings.threads);
-    const captured = await captureResponses(realAddress, adds);
+    const processes = new Map<Target, ServerProcess>();
+    let captured: { add: Buffer; get: Buffer } | undefined;
+    for (const store of settings.stores) {
+      const real = await startServerProcess({
+        label: `real server (${store} store)`,
+        nodeArgs,
+        script: realScript,
+        args: [
+          "serve",
+          "--port",
+          "0",
+          "--http-port",
+          "0",
+          "--store",
+          storeBackends.storeFlag(store),
+        ],
+        startTimeoutMs: SERVER_START_TIMEOUT_MS,
+      });
+      servers.push(real);
+      processes.set(store, real);
+      // Every real server is seeded and checked; the bare one answers with the first one's bytes.
+      const responses = await captureResponses(`127.0.0.1:${real.grpcPort}`, adds);
+      captured ??= responses;
+    }
+    if (captured === undefined) throw new Error("bench: no store to measure");
 
     const bare = await startServerProcess({
       label: "bare server",
@@ -335,68 +449,80 @@ async function run(settings: Settings): Promise<number> {
       startTimeoutMs: SERVER_START_TIMEOUT_MS,
     });
     servers.push(bare);
-    const bareAddress = `127.0.0.1:${bare.grpcPort}`;
-    await checkBare(bareAddress, captured);
+    processes.set("bare", bare);
+    await checkBare(`127.0.0.1:${bare.grpcPort}`, captured);
 
     process.stdout.write(
       `bytes:    Add request ${adds[0]?.length} B, response ${captured.add.length} B; ` +
-        `Get request ${getRequest().length} B, response ${captured.get.length} B\n\n`,
+        `Get request ${getRequest().length} B, response ${captured.get.length} B ` +
+        `(the ${settings.stores[0]} store's, which the bare server returns)\n\n`,
     );
 
-    const processes: Record<ServerName, ServerProcess> = { real, bare };
-    const targets = new Map<string, Connections>();
+    const processOf = (target: Target): ServerProcess => {
+      const p = processes.get(target);
+      if (p === undefined) throw new Error(`no server for ${target}`);
+      return p;
+    };
+    const connectionsByKey = new Map<string, Connections>();
     for (const driver of settings.drivers) {
-      for (const [name, address] of [
-        ["real", realAddress],
-        ["bare", bareAddress],
-      ] as const) {
-        const connections = openConnections(driver, address, settings.connections);
+      for (const target of targets) {
+        const connections = openConnections(
+          driver,
+          `127.0.0.1:${processOf(target).grpcPort}`,
+          settings.connections,
+        );
         open.push(connections);
-        targets.set(`${driver}/${name}`, connections);
+        connectionsByKey.set(`${driver}/${target}`, connections);
       }
     }
-    const targetOf = (driver: DriverKind, name: ServerName): Connections => {
-      const t = targets.get(`${driver}/${name}`);
-      if (t === undefined) throw new Error(`no connections for ${driver}/${name}`);
-      return t;
+    const connectionsOf = (driver: DriverKind, target: Target): Connections => {
+      const c = connectionsByKey.get(`${driver}/${target}`);
+      if (c === undefined) throw new Error(`no connections for ${driver}/${target}`);
+      return c;
     };
+    const redisOf = (target: Target): RedisWatch | undefined =>
+      target === "redis" ? redisWatch : undefined;
 
     const scenarios: Scenario[] = [
       { name: "Add" as const, path: ADD_PATH, requests: adds },
       { name: "Get" as const, path: GET_PATH, requests: [getRequest()] },
     ].filter((s) => settings.scenarios.includes(s.name));
     const measurements: Measurement[] = [];
+    const redisSent: RedisSentCount[] = [];
     for (const scenario of scenarios) {
       for (const driver of settings.drivers) {
         if (settings.warmupSeconds > 0) {
-          for (const name of ["real", "bare"] as const) {
-            process.stdout.write(`warm-up   ${scenario.name} ${driver} ${name}\n`);
+          for (const target of targets) {
+            process.stdout.write(`warm-up   ${scenario.name} ${driver} ${target}\n`);
             const w = await measure(
-              processes[name],
-              targetOf(driver, name),
+              processOf(target),
+              connectionsOf(driver, target),
               scenario,
               settings,
               settings.warmupSeconds * 1000,
+              undefined,
             );
             if (w.load.errors > 0) throw new Error(`warm-up failed: ${w.load.firstError}`);
             await sleep(PAUSE_BETWEEN_MS);
           }
         }
         for (let round = 0; round < settings.rounds; round++) {
-          // ABBA order, so drift over the run (heap growth, other load) hits both alike.
-          const order = round % 2 === 0 ? (["real", "bare"] as const) : (["bare", "real"] as const);
-          for (const name of order) {
+          // Reversed every other round, so drift over the run (heap and store
+          // growth, other load) hits every server alike.
+          const order = round % 2 === 0 ? targets : [...targets].reverse();
+          for (const target of order) {
             const m = await measure(
-              processes[name],
-              targetOf(driver, name),
+              processOf(target),
+              connectionsOf(driver, target),
               scenario,
               settings,
               settings.seconds * 1000,
+              redisOf(target),
             );
-            measurements.push({ scenario: scenario.name, driver, server: name, round, ...m });
+            measurements.push({ scenario: scenario.name, driver, target, round, ...m });
             const rate = (m.load.calls * 1000) / m.load.elapsedMs;
             process.stdout.write(
-              `measured  ${scenario.name} ${driver} ${name} round ${round + 1}: ${rate.toFixed(0)} calls/s, ` +
+              `measured  ${scenario.name} ${driver} ${target} round ${round + 1}: ${rate.toFixed(0)} calls/s, ` +
                 `p50 ${quantile(m.load.latenciesMs.slice().sort(), 0.5).toFixed(2)} ms` +
                 (m.load.errors > 0 ? `, ${m.load.errors} errors (${m.load.firstError})` : "") +
                 "\n",
@@ -404,6 +530,25 @@ async function run(settings: Settings): Promise<number> {
             await sleep(PAUSE_BETWEEN_MS);
           }
         }
+      }
+      if (probe !== undefined && processes.has("redis")) {
+        // Out of the timed runs: MONITOR slows Redis. The h2 driver when it
+        // runs, the one whose own cost is least.
+        const driver = settings.drivers.includes("h2") ? "h2" : (settings.drivers[0] ?? "h2");
+        const count = await countRedisCommands(
+          probe,
+          connectionsOf(driver, "redis"),
+          scenario,
+          settings,
+        );
+        redisSent.push({ ...count, scenario: scenario.name, driver });
+        process.stdout.write(
+          `counted   ${scenario.name} ${driver} redis: ${sumValues(count.commands)} Redis commands sent ` +
+            `over ${count.calls} calls` +
+            (count.errors > 0 ? `, ${count.errors} errors` : "") +
+            "\n",
+        );
+        await sleep(PAUSE_BETWEEN_MS);
       }
     }
 
@@ -415,11 +560,15 @@ async function run(settings: Settings): Promise<number> {
         ...settings,
         drivers: settings.drivers.join(","),
         scenarios: settings.scenarios.join(","),
+        stores: settings.stores.join(","),
         cpuProfDir: settings.cpuProfDir ?? "",
         serverNodeArgs: settings.serverNodeArgs.join(" "),
       },
       goalRatio: GOAL_RATIO,
+      redisTargetPerAdd: REDIS_TARGET_PER_ADD,
+      targets,
       measurements,
+      redisSent,
       bytes: {
         addRequest: adds[0]?.length ?? 0,
         addResponse: captured.add.length,
@@ -428,7 +577,9 @@ async function run(settings: Settings): Promise<number> {
       },
     };
     process.stdout.write(`\n${formatTable(result)}\n\n${formatJson(result)}\n`);
-    const errors = measurements.reduce((n, m) => n + m.load.errors, 0);
+    const errors =
+      measurements.reduce((n, m) => n + m.load.errors, 0) +
+      redisSent.reduce((n, c) => n + c.errors, 0);
     if (errors > 0) {
       process.stderr.write(`bench: ${errors} calls failed; the figures above are not valid\n`);
       return 1;
@@ -437,7 +588,35 @@ async function run(settings: Settings): Promise<number> {
   } finally {
     for (const connections of open) connections.close();
     await Promise.all(servers.map((s) => s.stop()));
+    await probe?.close();
+    await backends?.close();
   }
+}
+
+/** Runs settings.redisCountCalls calls of `scenario` while counting the Redis commands the server sends. */
+async function countRedisCommands(
+  probe: RedisProbe,
+  target: Connections,
+  scenario: Scenario,
+  settings: Settings,
+): Promise<{ calls: number; errors: number; commands: Record<string, number> }> {
+  let calls = 0;
+  let errors = 0;
+  const commands = await probe.countSent(async () => {
+    const load = await runLoad(target, scenario.path, scenario.requests, {
+      concurrency: settings.concurrency,
+      durationMs: COUNT_MAX_MS,
+      callTimeoutMs: CALL_TIMEOUT_MS,
+      maxCalls: settings.redisCountCalls,
+    });
+    calls = load.calls;
+    errors = load.errors;
+  });
+  return { calls, errors, commands: Object.fromEntries(commands) };
+}
+
+function sumValues(record: Readonly<Record<string, number>>): number {
+  return Object.values(record).reduce((total, n) => total + n, 0);
 }
 
 async function main(): Promise<number> {
@@ -451,14 +630,17 @@ async function main(): Promise<number> {
     }
     throw err;
   }
-  // A bound on the whole run: warm-ups, measurements, start and stop, with
-  // generous slack. Past it something is stuck; exiting kills the children.
+  // A bound on the whole run: warm-ups, measurements, counting, start and
+  // stop, with generous slack. Past it something is stuck; exiting kills the
+  // children (node servers and redis-server) and removes the temporary files.
+  const servers = settings.stores.length + 1;
   const perDriverMs =
-    2 * (settings.warmupSeconds + settings.rounds * settings.seconds) * 1000 +
-    4 * (settings.rounds + 1) * PAUSE_BETWEEN_MS;
+    servers * (settings.warmupSeconds + settings.rounds * settings.seconds) * 1000 +
+    2 * servers * (settings.rounds + 1) * PAUSE_BETWEEN_MS;
   const budgetMs =
     2 * (settings.scenarios.length * settings.drivers.length * perDriverMs) +
-    4 * SERVER_START_TIMEOUT_MS +
+    settings.scenarios.length * (COUNT_MAX_MS + 10_000) +
+    2 * (servers + 1) * SERVER_START_TIMEOUT_MS +
     60_000;
   const watchdog = setTimeout(() => {
     process.stderr.write(`bench: still running after ${budgetMs} ms; giving up\n`);
@@ -466,7 +648,9 @@ async function main(): Promise<number> {
   }, budgetMs);
   watchdog.unref();
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    // process.exit runs the 'exit' hook of server-process.ts, which kills the children.
+    // process.exit runs the 'exit' hooks of server-process.ts and
+    // redis-server.ts, which kill the children, and of stores.ts, which
+    // removes the temporary files.
     process.once(signal, () => process.exit(130));
   }
   try {

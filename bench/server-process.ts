@@ -122,7 +122,8 @@ function benchChildEnv(): NodeJS.ProcessEnv {
   return env;
 }
 
-async function settlesWithin(promise: Promise<void>, ms: number): Promise<boolean> {
+/** Whether `promise` settles within `ms`. */
+export async function settlesWithin(promise: Promise<void>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<boolean>((resolve) => {
     timer = setTimeout(() => resolve(false), ms);
