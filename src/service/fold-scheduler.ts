@@ -188,7 +188,8 @@ export class FoldScheduler {
     if (token === undefined) return false;
     let incarnation = "";
     try {
-      const snap = await store.read(st.namespace, st.threadId);
+      // Every unfolded message comes with any view of a summary thread.
+      const snap = await store.read(st.namespace, st.threadId, { limit: undefined });
       if (snap === undefined || snap.thread.strategy.kind !== "summary") return false;
       const strategy = snap.thread.strategy;
       incarnation = snap.thread.incarnation;

@@ -17,7 +17,7 @@ import {
   type WatchResponse,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
-import { planFold, recall, recallSize } from "../core/recall.js";
+import { planFold, recall, recallSize, visibleMessages } from "../core/recall.js";
 import { resolveStrategy, type StrategyDraft, strategyKey } from "../core/strategy.js";
 import type { ChatMessage, Strategy, ThreadState } from "../core/types.js";
 import type { Logger } from "../logger.js";
@@ -181,7 +181,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     assertOpen();
     const threadId = threadIdFrom(req.threadId);
     const limit = req.limit;
-    let snap = await store.read(ctx.namespace, threadId);
+    let snap = await readForGet(ctx.namespace, threadId, limit);
     if (snap === undefined) return create(GetResponseSchema, {});
     if (snap.thread.strategy.kind !== "summary" || req.allowStale) return respond(snap, limit);
 
@@ -227,10 +227,40 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       await settled;
       if (ctx.signal.aborted) throw ctx.signal.reason;
       assertOpen();
-      const next = await store.read(ctx.namespace, threadId);
+      const next = await readForGet(ctx.namespace, threadId, limit);
       if (next === undefined) return create(GetResponseSchema, {});
       snap = next;
     }
+  }
+
+  /**
+   * The thread as a Get with `limit` needs it: a windowed read (Redis sends
+   * only the newest messages), read again in full when the window reached the
+   * oldest message read — widening over tool results, or system messages left
+   * out, might need older ones. Summary threads always get every unfolded
+   * message, which is all their recall and fold planning look at.
+   */
+  async function readForGet(
+    namespace: string,
+    threadId: string,
+    limit: number | undefined,
+  ): Promise<ThreadSnapshot | undefined> {
+    const snap = await store.read(namespace, threadId, { limit });
+    if (snap === undefined || snap.complete || snap.thread.strategy.kind === "summary") return snap;
+    const oldestVisible = visibleMessages(snap.thread.strategy, snap.messages)[0];
+    const t = snap.thread;
+    const first = recall(
+      t.strategy,
+      {
+        summary: t.summary,
+        summarizedThroughSeq: t.summarizedThroughSeq,
+        summaryTime: t.summaryTime,
+      },
+      snap.messages,
+      { limit },
+    ).messages[0];
+    if (first !== undefined && first !== oldestVisible) return snap;
+    return store.read(namespace, threadId);
   }
 
   function respond(

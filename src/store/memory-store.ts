@@ -185,7 +185,8 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     async read(namespace: string, threadId: string): Promise<ThreadSnapshot | undefined> {
       const rec = namespaces.get(namespace)?.threads.get(threadId);
       if (rec === undefined) return undefined;
-      return { thread: copyThread(rec.state), messages: rec.messages.slice() };
+      // The messages are in memory already: a view would save nothing.
+      return { thread: copyThread(rec.state), messages: rec.messages.slice(), complete: true };
     },
 
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {

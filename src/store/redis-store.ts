@@ -35,10 +35,12 @@ import type {
   AppendResult,
   CommitSummaryCommand,
   FoldFailureCommand,
+  ReadView,
   Store,
   StoreLimits,
   ThreadSnapshot,
 } from "./store.js";
+import { READ_SLACK } from "./store.js";
 
 /** Options of {@link createRedisStore}. */
 export interface RedisStoreOptions {
@@ -434,14 +436,23 @@ export async function createRedisStore(
       throw new Error(`redis store: unexpected append reply ${String(status)}`);
     },
 
-    async read(namespace: string, threadId: string): Promise<ThreadSnapshot | undefined> {
+    async read(
+      namespace: string,
+      threadId: string,
+      view?: ReadView,
+    ): Promise<ThreadSnapshot | undefined> {
       const k = keys(namespace);
-      const reply = await run(READ, [k.thread(threadId), k.messages(threadId)], []);
+      const args =
+        view === undefined
+          ? [""]
+          : ["view", view.limit === undefined ? "" : String(view.limit), String(READ_SLACK)];
+      const reply = await run(READ, [k.thread(threadId), k.messages(threadId)], args);
       if (reply === null) return undefined;
-      const [thread, entries] = asArray(reply);
+      const [thread, entries, complete] = asArray(reply);
       return {
         thread: decodeThread(thread),
         messages: asArray(entries).map((e) => decodeMessage(asString(e))),
+        complete: complete === 1,
       };
     },
 

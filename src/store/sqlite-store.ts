@@ -631,7 +631,8 @@ export function createSqliteStore(
         messages = loadMessages(row.id);
         cache.set(row.incarnation, messages);
       }
-      return { thread: toThread(row), messages: messages.slice() };
+      // Recent threads' messages are served from the cache: a view would save little.
+      return { thread: toThread(row), messages: messages.slice(), complete: true };
     },
 
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {

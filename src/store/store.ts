@@ -28,8 +28,16 @@ export interface Store {
    */
   append(cmd: AppendCommand): Promise<AppendResult>;
 
-  /** The thread and its stored messages, oldest first; undefined if it does not exist. */
-  read(namespace: string, threadId: string): Promise<ThreadSnapshot | undefined>;
+  /**
+   * The thread and its stored messages, oldest first; undefined if it does
+   * not exist. With `view`, the store may leave out older messages that a Get
+   * with that limit cannot return: it still returns at least the newest
+   * `recallSize(strategy, view.limit) + READ_SLACK` messages (every message
+   * when that size is 0 or less) and, for the summary strategy, every message
+   * after summarized_through_seq; `complete` says whether anything was left
+   * out. Without `view`, every stored message.
+   */
+  read(namespace: string, threadId: string, view?: ReadView): Promise<ThreadSnapshot | undefined>;
 
   /** The thread without its messages; undefined if it does not exist. */
   getThread(namespace: string, threadId: string): Promise<ThreadState | undefined>;
@@ -117,7 +125,20 @@ export interface AppendResult {
 export interface ThreadSnapshot {
   thread: ThreadState;
   messages: StoredMessage[];
+  /** False when `read` with a view left out older messages. */
+  complete: boolean;
 }
+
+/** What a read is for: a Get with this limit (undefined: the strategy's size). */
+export interface ReadView {
+  limit: number | undefined;
+}
+
+/**
+ * Extra messages a windowed read returns beyond the recall size, so a window
+ * widened backwards over a few tool results rarely needs a second read.
+ */
+export const READ_SLACK = 16;
 
 export interface CommitSummaryCommand {
   namespace: string;

@@ -1,7 +1,12 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
-import type { AppendCommand, Store, StoreLimits } from "../../src/store/store.js";
+import {
+  type AppendCommand,
+  READ_SLACK,
+  type Store,
+  type StoreLimits,
+} from "../../src/store/store.js";
 
 /** Makes a fresh, empty store with the limits a case needs. */
 export type StoreFactory = (limits: Partial<StoreLimits>) => Promise<Store>;
@@ -78,6 +83,39 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       expect(snap?.thread.strategy).toEqual(window20);
       expect(snap?.thread.createTime).toBe(1000);
       expect(snap?.thread.updateTime).toBe(2000);
+    });
+
+    it("returns at least what a Get needs from a windowed read", async () => {
+      const many = Array.from({ length: 40 }, (_, i) => user(String(i + 1)));
+      await store.append(
+        cmd({ threadId: "w", strategy: { ...window20, window: 3 }, messages: many }),
+      );
+      const w = await store.read("ns", "w", { limit: undefined });
+      const seqs = w?.messages.map((m) => m.seq) ?? [];
+      expect(seqs.length).toBeGreaterThanOrEqual(w?.complete ? 40 : 3 + READ_SLACK);
+      expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => 41 - seqs.length + i));
+      const all = await store.read("ns", "w", { limit: 0 });
+      expect(all?.complete).toBe(true);
+      expect(all?.messages).toHaveLength(40);
+      expect((await store.read("ns", "w"))?.complete).toBe(true);
+
+      await store.append(cmd({ threadId: "s", strategy: summary, messages: many }));
+      const thread = await store.getThread("ns", "s");
+      const token = (await store.acquireFoldLease("ns", "s", 10_000)) ?? 0;
+      await store.commitSummary({
+        namespace: "ns",
+        threadId: "s",
+        incarnation: thread?.incarnation ?? "",
+        leaseToken: token,
+        fromSeq: 0,
+        throughSeq: 5,
+        summary: "s",
+        foldedCount: 5,
+        now: 2,
+      });
+      const s = await store.read("ns", "s", { limit: 1 });
+      const unfolded = s?.messages.filter((m) => m.seq > 5).map((m) => m.seq);
+      expect(unfolded).toEqual(Array.from({ length: 35 }, (_, i) => i + 6));
     });
 
     it("keeps every message field", async () => {
