@@ -158,6 +158,7 @@ export async function createRedisStore(
     throw new Error("redis store: the key prefix must be non-empty and contain no braces");
   }
   const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
+  const decoded = new DecodedMessages(DECODED_MESSAGES_KEPT);
   const target = describeTarget(url);
   const redis = createClient({
     url,
@@ -451,7 +452,7 @@ export async function createRedisStore(
       const [thread, entries, complete] = asArray(reply);
       return {
         thread: decodeThread(thread),
-        messages: asArray(entries).map((e) => decodeMessage(asString(e))),
+        messages: asArray(entries).map((e) => decoded.get(asString(e))),
         complete: complete === 1,
       };
     },
@@ -676,6 +677,34 @@ function decodeMessage(entry: string): StoredMessage {
   }
   const body = JSON.parse(entry.slice(space + 1)) as Omit<StoredMessage, "seq">;
   return { ...body, seq };
+}
+
+/** Decoded list entries kept for reuse across reads (see DecodedMessages). */
+const DECODED_MESSAGES_KEPT = 20_000;
+
+/**
+ * Every Get of a window reads the same recent entries again, and parsing
+ * them was most of a Get's CPU. An entry's text fully determines the message
+ * (seq, time and content are in it), so decoded messages are kept by that
+ * text — which also hands the service the same objects each time, so their
+ * wire form is encoded once (service/pre-encoded.ts). Oldest first out.
+ */
+class DecodedMessages {
+  readonly #byEntry = new Map<string, StoredMessage>();
+  constructor(readonly max: number) {}
+
+  get(entry: string): StoredMessage {
+    let m = this.#byEntry.get(entry);
+    if (m === undefined) {
+      m = Object.freeze(decodeMessage(entry));
+      if (this.#byEntry.size >= this.max) {
+        const oldest = this.#byEntry.keys().next();
+        if (oldest.done !== true) this.#byEntry.delete(oldest.value);
+      }
+      this.#byEntry.set(entry, m);
+    }
+    return m;
+  }
 }
 
 /** Field/value pairs of a flat array (HGETALL, stream entry fields). */
