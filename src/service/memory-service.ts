@@ -212,7 +212,9 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
         folds.markSlow(ctx.namespace, threadId);
         return respond(snap, limit, "summary fold still running when the wait ended");
       }
-      // Listen before kicking, so the fold's event cannot slip past.
+      // Listen first, then look again: a fold that finished between the read
+      // above and now (on this replica or another) has already sent its event.
+      const stopWaiting = new AbortController();
       const settled = hub.waitFor(
         ctx.namespace,
         threadId,
@@ -221,9 +223,19 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
           e.type === "summary_failed" ||
           e.type === "thread_cleared",
         remaining,
-        AbortSignal.any([ctx.signal, shutdown.signal]),
+        AbortSignal.any([ctx.signal, shutdown.signal, stopWaiting.signal]),
       );
-      folds.kick(ctx.namespace, threadId, size);
+      const current = await store.getThread(ctx.namespace, threadId);
+      const moved =
+        current === undefined ||
+        current.incarnation !== snap.thread.incarnation ||
+        current.summarizedThroughSeq !== snap.thread.summarizedThroughSeq ||
+        folds.failure(ctx.namespace, threadId, snap.thread.incarnation) !== undefined;
+      if (moved) {
+        stopWaiting.abort();
+      } else {
+        folds.kick(ctx.namespace, threadId, size);
+      }
       await settled;
       if (ctx.signal.aborted) throw ctx.signal.reason;
       assertOpen();
