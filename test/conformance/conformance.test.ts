@@ -1,0 +1,192 @@
+/**
+ * The TypeScript runner of the conformance suite: every case of
+ * test/conformance/cases against the compiled command, per store
+ * (CONFORMANCE_STORES, default memory, sqlite, redis), over gRPC (grpc-js) and
+ * over the Connect protocol (connect-node, JSON over HTTP/1.1).
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fromJson, type JsonValue, toJson } from "@bufbuild/protobuf";
+import { afterAll, beforeAll, describe, it } from "vitest";
+import {
+  AddRequestSchema,
+  AddResponseSchema,
+  ClearRequestSchema,
+  ClearResponseSchema,
+  GetRequestSchema,
+  GetResponseSchema,
+  ListThreadsRequestSchema,
+  ListThreadsResponseSchema,
+  WatchRequestSchema,
+  WatchResponseSchema,
+} from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { CallFailed, connectDriver, type Driver, grpcDriver } from "../integration/drivers.js";
+import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { type ServerProcess, startServerProcess } from "./server-process.js";
+import {
+  type ConformanceClient,
+  flagKey,
+  type Json,
+  loadCases,
+  type Outcome,
+  runCase,
+  storesFromEnv,
+} from "./suite.js";
+
+type JsonObject = { [key: string]: Json };
+
+const CASES = loadCases();
+const STORES = storesFromEnv();
+const TRANSPORTS: [string, (s: ServerProcess) => Driver][] = [
+  ["grpc", (s) => grpcDriver(s.grpcPort)],
+  ["connect-json-http1", (s) => connectDriver(s.httpPort, "connect", "1.1")],
+];
+const FLAG_SETS = [...new Set(CASES.map(flagKey))];
+const tally = { passed: 0, failed: 0 };
+
+function failure(err: unknown): { code: string; message: string } {
+  if (err instanceof CallFailed) {
+    // CallFailed's message is "CODE: message".
+    const prefix = `${err.code}: `;
+    const message = err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.message;
+    return { code: err.code, message };
+  }
+  return { code: "CLIENT", message: String(err) };
+}
+
+const asObject = (v: JsonValue): JsonObject => v as JsonObject;
+const asJson = (v: JsonObject): JsonValue => v as JsonValue;
+
+/** A ConformanceClient over one of the integration tests' drivers. */
+function clientOf(driver: Driver): ConformanceClient {
+  return {
+    async unary(method, request, timeoutMs): Promise<Outcome> {
+      const opts = timeoutMs === undefined ? {} : { timeoutMs };
+      const r = asJson(request);
+      try {
+        switch (method) {
+          case "Add":
+            return {
+              ok: true,
+              value: asObject(
+                toJson(AddResponseSchema, await driver.add(fromJson(AddRequestSchema, r), opts)),
+              ),
+            };
+          case "Get":
+            return {
+              ok: true,
+              value: asObject(
+                toJson(GetResponseSchema, await driver.get(fromJson(GetRequestSchema, r), opts)),
+              ),
+            };
+          case "Clear":
+            return {
+              ok: true,
+              value: asObject(
+                toJson(
+                  ClearResponseSchema,
+                  await driver.clear(fromJson(ClearRequestSchema, r), opts),
+                ),
+              ),
+            };
+          case "ListThreads":
+            return {
+              ok: true,
+              value: asObject(
+                toJson(
+                  ListThreadsResponseSchema,
+                  await driver.listThreads(fromJson(ListThreadsRequestSchema, r), opts),
+                ),
+              ),
+            };
+        }
+      } catch (err) {
+        return { ok: false, ...failure(err) };
+      }
+    },
+    watch(request, timeoutMs) {
+      const handle = driver.watch(
+        fromJson(WatchRequestSchema, asJson(request)),
+        timeoutMs === undefined ? {} : { timeoutMs },
+      );
+      return {
+        async next(ms) {
+          try {
+            return {
+              kind: "event",
+              event: asObject(toJson(WatchResponseSchema, await handle.next(ms))),
+            };
+          } catch (err) {
+            const f = failure(err);
+            if (f.code === "TIMEOUT") return { kind: "timeout" };
+            if (f.code === "ENDED") return { kind: "ended" };
+            return { kind: "error", ...f };
+          }
+        },
+        cancel: () => handle.cancel(),
+      };
+    },
+  };
+}
+
+describe.each(STORES)("conformance on the %s store", (store) => {
+  const servers = new Map<string, ServerProcess>();
+  let redis: RedisServer | undefined;
+  let dir: string | undefined;
+
+  beforeAll(async () => {
+    if (store === "redis") redis = await startRedisServer();
+    if (store === "sqlite") dir = mkdtempSync(join(tmpdir(), "windlass-conformance-"));
+    for (const [i, key] of FLAG_SETS.entries()) {
+      // One database (or file) per server, so servers of one store never share state.
+      const spec =
+        store === "memory"
+          ? "memory"
+          : store === "sqlite"
+            ? `sqlite:${join(dir ?? "", `server-${i}.db`)}`
+            : `redis://127.0.0.1:${redis?.port}/${i}`;
+      servers.set(key, await startServerProcess(spec, JSON.parse(key) as string[]));
+    }
+  }, 60_000);
+
+  afterAll(async () => {
+    for (const s of servers.values()) await s.stop();
+    await redis?.stop();
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  }, 60_000);
+
+  describe.each(TRANSPORTS)("over %s", (_transport, makeDriver) => {
+    const drivers = new Map<string, Driver>();
+    afterAll(() => {
+      for (const d of drivers.values()) d.close();
+    });
+
+    for (const c of CASES) {
+      it(c.name, async () => {
+        try {
+          const key = flagKey(c);
+          const server = servers.get(key);
+          if (server === undefined) throw new Error(`no server for flags ${key} (see beforeAll)`);
+          let driver = drivers.get(key);
+          if (driver === undefined) {
+            driver = makeDriver(server);
+            drivers.set(key, driver);
+          }
+          await runCase(c, clientOf(driver), server.model);
+          tally.passed++;
+        } catch (err) {
+          tally.failed++;
+          throw err;
+        }
+      });
+    }
+  });
+});
+
+afterAll(() => {
+  process.stdout.write(
+    `conformance ts: ${CASES.length} cases × ${STORES.length} stores × ${TRANSPORTS.length} transports: ` +
+      `${tally.passed} passed, ${tally.failed} failed\n`,
+  );
+});

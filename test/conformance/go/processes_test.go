@@ -1,0 +1,392 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// fakeModel is a scripted OpenAI-compatible Chat Completions server on a free
+// port: steps are consumed in order; once the script is used up the reply is
+// "summary #N", N being the requests since the last reset.
+type fakeModel struct {
+	mu      sync.Mutex
+	script  []map[string]any
+	count   int
+	server  *http.Server
+	baseURL string
+}
+
+func startFakeModel() (*fakeModel, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	m := &fakeModel{baseURL: fmt.Sprintf("http://%s/v1", ln.Addr())}
+	m.server = &http.Server{Handler: http.HandlerFunc(m.handle), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = m.server.Serve(ln) }()
+	return m, nil
+}
+
+func (m *fakeModel) handle(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if r.URL.Path != "/v1/chat/completions" || r.Method != http.MethodPost {
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"message": "no route"}})
+		return
+	}
+	var req struct {
+		Model    *string `json:"model"`
+		Messages []any   `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.Model == nil || req.Messages == nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"message": "not a chat completion request"}})
+		return
+	}
+	step := m.take()
+	if d := number(step["delayMs"], 0); d > 0 {
+		select {
+		case <-time.After(millis(d)):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	switch {
+	case step["reply"] != nil:
+		writeJSON(w, http.StatusOK, map[string]any{
+			"id": "chatcmpl-fake", "object": "chat.completion", "created": time.Now().Unix(), "model": *req.Model,
+			"choices": []any{map[string]any{
+				"index": 0, "finish_reason": "stop",
+				"message": map[string]any{"role": "assistant", "content": fmt.Sprint(step["reply"])},
+			}},
+			"usage": map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+		})
+	case step["status"] != nil:
+		writeJSON(w, int(number(step["status"], 500)), map[string]any{"error": map[string]any{"message": "fake failure", "type": "server_error"}})
+	default:
+		w.Header().Set("content-type", "application/json")
+		_, _ = w.Write([]byte("<html>this is not JSON"))
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("content-type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (m *fakeModel) take() map[string]any {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.count++
+	if len(m.script) == 0 {
+		return map[string]any{"reply": fmt.Sprintf("summary #%d", m.count)}
+	}
+	step := m.script[0]
+	m.script = m.script[1:]
+	return step
+}
+
+func (m *fakeModel) reset() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.script, m.count = nil, 0
+}
+
+func (m *fakeModel) push(steps []map[string]any) error {
+	for _, s := range steps {
+		if s["reply"] == nil && s["status"] == nil && s["malformed"] == nil {
+			return fmt.Errorf("unknown model step %v", s)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.script = append(m.script, steps...)
+	return nil
+}
+
+func (m *fakeModel) requests() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.count
+}
+
+func (m *fakeModel) pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.script)
+}
+
+func (m *fakeModel) close() { _ = m.server.Close() }
+
+// lockedBuffer keeps the tail of a child's stderr for error messages.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+var listening = regexp.MustCompile(`gRPC [^\s,]+:(\d+), Connect/gRPC-Web/JSON http://[^\s:]+:(\d+)`)
+
+// serverProcess is the compiled `windlass-memory serve` on free ports, with its own fake model.
+type serverProcess struct {
+	cmd      *exec.Cmd
+	model    *fakeModel
+	grpcPort int
+	stderr   *lockedBuffer
+	client   *grpcClient
+}
+
+// requireTool is the tool's path; a missing tool is an error, never a skip (CI=true must fail).
+func requireTool(name, hint string) (string, error) {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s is not installed: %s", name, hint)
+	}
+	return path, nil
+}
+
+func startServerProcess(root, store string, flags []string) (*serverProcess, error) {
+	if _, err := os.Stat(filepath.Join(root, "dist", "src", "main.js")); err != nil {
+		return nil, fmt.Errorf("dist/src/main.js is missing: run npm run build first")
+	}
+	node, err := requireTool("node", "install Node 20")
+	if err != nil {
+		return nil, err
+	}
+	model, err := startFakeModel()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		filepath.Join(root, "bin", "windlass-memory.js"), "serve",
+		"--host", "127.0.0.1", "--port", "0", "--http-port", "0",
+		"--summarizer", "openai", "--openai-base-url", model.baseURL,
+		"--openai-max-retries", "0", "--progress-interval-ms", "100", "--log-level", "error",
+		"--store", store,
+	}, flags...)
+	s := &serverProcess{cmd: exec.Command(node, args...), model: model, stderr: &lockedBuffer{}}
+	s.cmd.Dir = root
+	s.cmd.Stderr = s.stderr
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		model.close()
+		return nil, err
+	}
+	if err := s.cmd.Start(); err != nil {
+		model.close()
+		return nil, err
+	}
+	ports := make(chan int, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		found := false
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil && !found {
+				found = true
+				p, _ := strconv.Atoi(m[1])
+				ports <- p
+			}
+		}
+		close(ports)
+	}()
+	select {
+	case p, ok := <-ports:
+		if ok {
+			s.grpcPort = p
+			return s, nil
+		}
+	case <-time.After(15 * time.Second):
+	}
+	s.stop()
+	return nil, fmt.Errorf("windlass-memory did not start: %s", s.stderr.String())
+}
+
+func (s *serverProcess) grpc() (*grpcClient, error) {
+	if s.client == nil {
+		c, err := newGrpcClient(s.grpcPort)
+		if err != nil {
+			return nil, err
+		}
+		s.client = c
+	}
+	return s.client, nil
+}
+
+func (s *serverProcess) stop() {
+	if s.client != nil {
+		s.client.close()
+	}
+	if s.cmd.ProcessState == nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = s.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-done
+		}
+	}
+	s.model.close()
+}
+
+// redisServer is redis-server on a free port without persistence, in a temporary directory.
+type redisServer struct {
+	cmd  *exec.Cmd
+	dir  string
+	port int
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func startRedisServer() (*redisServer, error) {
+	binary := os.Getenv("REDIS_SERVER")
+	if binary == "" {
+		var err error
+		if binary, err = requireTool("redis-server", "apt-get install redis-server (.ci/run does), or set REDIS_SERVER"); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := os.MkdirTemp("", "windlass-redis-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	r := &redisServer{dir: dir, port: port, cmd: exec.Command(binary,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--protected-mode", "no", "--loglevel", "warning")}
+	if err := r.cmd.Start(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !pings(port) {
+		if time.Now().After(deadline) {
+			r.stop()
+			return nil, fmt.Errorf("redis-server did not start on port %d", port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return r, nil
+}
+
+func pings(port int) bool {
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 500*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "+PONG")
+}
+
+func (r *redisServer) stop() {
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	_ = r.cmd.Wait()
+	_ = os.RemoveAll(r.dir)
+}
+
+// serverPool holds one server per (store, flag set), started on first use.
+type serverPool struct {
+	root      string
+	servers   map[string]*serverProcess
+	perStore  map[string]int
+	redis     *redisServer
+	sqliteDir string
+}
+
+func newServerPool(root string) *serverPool {
+	return &serverPool{root: root, servers: map[string]*serverProcess{}, perStore: map[string]int{}}
+}
+
+func (p *serverPool) get(store string, c Case) (*serverProcess, error) {
+	key := store + " " + c.flagKey()
+	if s, ok := p.servers[key]; ok {
+		return s, nil
+	}
+	index := p.perStore[store]
+	var spec string
+	switch store {
+	case "memory":
+		spec = "memory"
+	case "sqlite":
+		if p.sqliteDir == "" {
+			dir, err := os.MkdirTemp("", "windlass-conformance-")
+			if err != nil {
+				return nil, err
+			}
+			p.sqliteDir = dir
+		}
+		spec = "sqlite:" + filepath.Join(p.sqliteDir, fmt.Sprintf("server-%d.db", index))
+	case "redis":
+		if p.redis == nil {
+			r, err := startRedisServer()
+			if err != nil {
+				return nil, err
+			}
+			p.redis = r
+		}
+		// One database per server, so servers of one store never share state.
+		spec = fmt.Sprintf("redis://127.0.0.1:%d/%d", p.redis.port, index)
+	}
+	s, err := startServerProcess(p.root, spec, c.ServerFlags)
+	if err != nil {
+		return nil, err
+	}
+	p.perStore[store] = index + 1
+	p.servers[key] = s
+	return s, nil
+}
+
+func (p *serverPool) close() {
+	for _, s := range p.servers {
+		s.stop()
+	}
+	if p.redis != nil {
+		p.redis.stop()
+	}
+	if p.sqliteDir != "" {
+		_ = os.RemoveAll(p.sqliteDir)
+	}
+}
