@@ -96,3 +96,23 @@ export function keepsSummary(from: Strategy, to: Strategy): boolean {
     from.kind === "summary" && to.kind === "summary" && from.excludeSystem === to.excludeSystem
   );
 }
+
+/** A thread as its first Add creates it: no messages yet, no summary. */
+export function newThreadState(
+  threadId: string,
+  strategy: Strategy,
+  incarnation: string,
+  now: number,
+): ThreadState {
+  return {
+    threadId,
+    incarnation,
+    strategy,
+    lastSeq: 0,
+    summarizedThroughSeq: 0,
+    summary: "",
+    summaryTime: 0,
+    createTime: now,
+    updateTime: now,
+  };
+}

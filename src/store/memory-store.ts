@@ -1,5 +1,11 @@
 import { randomUUID } from "node:crypto";
-import { decideAppend, keepsSummary, requestIdReusedError, trimCount } from "../core/append.js";
+import {
+  decideAppend,
+  keepsSummary,
+  newThreadState,
+  requestIdReusedError,
+  trimCount,
+} from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../core/types.js";
 import type {
@@ -139,17 +145,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       }
       const strategy = decideAppend(existing?.state, cmd);
       const rec: ThreadRecord = existing ?? {
-        state: {
-          threadId: cmd.threadId,
-          incarnation: randomUUID(),
-          strategy,
-          lastSeq: 0,
-          summarizedThroughSeq: 0,
-          summary: "",
-          summaryTime: 0,
-          createTime: cmd.now,
-          updateTime: cmd.now,
-        },
+        state: newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now),
         messages: [],
         requests: new Map(),
       };

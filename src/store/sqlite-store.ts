@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import Database from "better-sqlite3";
-import { decideAppend, keepsSummary, trimCount } from "../core/append.js";
+import { decideAppend, keepsSummary, newThreadState, trimCount } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import type {
   ChatMessage,
@@ -447,17 +447,7 @@ export function createSqliteStore(
     let key: number;
     let state: ThreadState;
     if (row === undefined || existing === undefined) {
-      state = {
-        threadId: cmd.threadId,
-        incarnation: randomUUID(),
-        strategy,
-        lastSeq: 0,
-        summarizedThroughSeq: 0,
-        summary: "",
-        summaryTime: 0,
-        createTime: cmd.now,
-        updateTime: cmd.now,
-      };
+      state = newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now);
       key = Number(
         sql.insertThread.run(
           cmd.namespace,
