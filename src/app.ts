@@ -8,6 +8,7 @@ import {
 } from "./core/strategy.js";
 import type { Strategy } from "./core/types.js";
 import type { Logger } from "./logger.js";
+import { ServerMetrics } from "./metrics.js";
 import { createMemoryService, type MemoryService } from "./service/memory-service.js";
 import { createStore } from "./store/create-store.js";
 import { createExtractiveSummarizer } from "./summarizer/extractive.js";
@@ -30,6 +31,7 @@ export interface App {
  * wiring only; `main.ts` adds the process concerns (argv, env, signals).
  */
 export async function startApp(config: Config, logger: Logger): Promise<App> {
+  const metrics = new ServerMetrics();
   const store = await createStore(config.store, { eventRetention: config.eventRetention });
   const summarizers = createSummarizers(config);
   const service = createMemoryService({
@@ -37,6 +39,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
     summarizers,
     defaultStrategy: defaultStrategy(config, summarizers),
     logger,
+    metrics,
     limits: {
       maxMessagesPerAdd: config.maxMessagesPerAdd,
       getFoldWaitMs: config.getFoldWaitMs,
@@ -53,6 +56,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       grpcPort: config.grpcPort,
       httpPort: config.httpPort,
       maxMessageBytes: config.maxMessageBytes,
+      metrics,
       ...(config.authTokens === undefined ? {} : { auth: config.authTokens }),
       ...(config.tls === undefined
         ? {}

@@ -1,5 +1,6 @@
 import { planFold } from "../core/recall.js";
 import type { Logger } from "../logger.js";
+import type { ServerMetrics } from "../metrics.js";
 import type { Store } from "../store/store.js";
 import type { SummarizerRegistry } from "../summarizer/registry.js";
 
@@ -16,6 +17,7 @@ export interface FoldSchedulerOptions {
   retryInitialMs: number;
   retryMaxMs: number;
   now: () => number;
+  metrics?: ServerMetrics;
 }
 
 /** Why a thread's summary cannot be brought up to date. */
@@ -56,6 +58,11 @@ export class FoldScheduler {
   private readonly running = new Set<Promise<void>>();
 
   constructor(private readonly opts: FoldSchedulerOptions) {}
+
+  /** Threads waiting for a fold slot. */
+  get pending(): number {
+    return this.queue.length;
+  }
 
   /** Plans a fold for the thread soon; `size` is a Get's recall size when it is not the strategy's. */
   kick(namespace: string, threadId: string, size?: number): void {
@@ -218,6 +225,8 @@ export class FoldScheduler {
         now: this.opts.now(),
       });
       st.failure = undefined;
+      this.opts.metrics?.folds.inc({ result: committed === undefined ? "discarded" : "committed" });
+      this.opts.metrics?.foldSeconds.observe((this.opts.now() - started) / 1000);
       logger.debug("fold", {
         namespace: st.namespace,
         folded: plan.messages.length,
@@ -238,6 +247,7 @@ export class FoldScheduler {
     const attempt = (st.failure?.incarnation === incarnation ? st.failure.attempt : 0) + 1;
     const reason = failureReason(err);
     st.failure = { incarnation, reason, attempt };
+    this.opts.metrics?.folds.inc({ result: "failed" });
     this.opts.logger.warn("fold failed; will retry", { namespace: st.namespace, attempt, reason });
     await this.opts.store
       .recordFoldFailure({

@@ -21,6 +21,7 @@ import { planFold, recall, recallSize, visibleMessages } from "../core/recall.js
 import { resolveStrategy, type StrategyDraft, strategyKey } from "../core/strategy.js";
 import type { ChatMessage, Strategy, ThreadState } from "../core/types.js";
 import type { Logger } from "../logger.js";
+import type { ServerMetrics } from "../metrics.js";
 import type { Store, ThreadSnapshot } from "../store/store.js";
 import type { SummarizerRegistry } from "../summarizer/registry.js";
 import type { CallContext, MemoryServiceCore } from "./context.js";
@@ -76,6 +77,8 @@ export interface MemoryServiceOptions {
   defaultStrategy: Strategy;
   limits?: Partial<ServiceLimits>;
   logger: Logger;
+  /** Fold outcomes, degraded Gets, open watchers, the fold queue's depth. */
+  metrics?: ServerMetrics;
   now?: () => number;
 }
 
@@ -106,7 +109,13 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     retryInitialMs: limits.foldRetryInitialMs,
     retryMaxMs: limits.foldRetryMaxMs,
     now,
+    ...(opts.metrics === undefined ? {} : { metrics: opts.metrics }),
   });
+  opts.metrics?.collect(
+    "windlass_fold_queue_depth",
+    "Threads waiting for a fold slot.",
+    () => folds.pending,
+  );
   const shutdown = new AbortController();
 
   const resolve = (draft: StrategyDraft): Strategy =>
@@ -343,6 +352,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
   function watch(req: WatchRequest, ctx: CallContext): AsyncIterable<WatchResponse> {
     assertOpen();
     return watchEvents(req, ctx, {
+      ...(opts.metrics === undefined ? {} : { watchers: opts.metrics.watchers }),
       store,
       hub,
       shutdown: shutdown.signal,

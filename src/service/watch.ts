@@ -1,6 +1,7 @@
 import type { WatchRequest, WatchResponse } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { MemoryError } from "../core/errors.js";
 import type { EventType } from "../core/types.js";
+import type { Gauge } from "../metrics.js";
 import type { Store } from "../store/store.js";
 import type { CallContext } from "./context.js";
 import {
@@ -21,6 +22,8 @@ export interface WatchDeps {
   watchBuffer: number;
   progressIntervalMs: number;
   now: () => number;
+  /** Counts open streams. */
+  watchers?: Gauge;
 }
 
 const READ_BATCH = 256;
@@ -56,6 +59,7 @@ export async function* watchEvents(
   const stop = AbortSignal.any([ctx.signal, deps.shutdown]);
   const onStop = () => wake?.();
   stop.addEventListener("abort", onStop);
+  deps.watchers?.add(1);
 
   try {
     let cursor = startCursor ?? (await deps.store.headCursor(ctx.namespace));
@@ -126,6 +130,7 @@ export async function* watchEvents(
       wake = undefined;
     }
   } finally {
+    deps.watchers?.add(-1);
     unlisten();
     stop.removeEventListener("abort", onStop);
   }

@@ -17,6 +17,7 @@ import { createCleartextHttpListener, type HttpRequestHandler } from "./cleartex
 import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
 import { HttpConnections } from "./http-connections.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import { recordRpc } from "./rpc-metrics.js";
 import type { ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
 
@@ -49,8 +50,14 @@ export async function startConnectServer(options: ConnectServerOptions): Promise
     writeMaxBytes: maxMessageBytes,
   });
   const connections = new HttpConnections();
+  const metrics = options.metrics;
   const handler: HttpRequestHandler = (req, res) => {
     connections.trackRequest(req, res);
+    if (metrics !== undefined && req.method === "GET" && req.url === "/metrics") {
+      res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+      res.end(metrics.render());
+      return;
+    }
     adapter(req, res);
   };
   const listener =
@@ -75,7 +82,7 @@ export async function startConnectServer(options: ConnectServerOptions): Promise
   };
 }
 
-type Deps = Pick<ConnectServerOptions, "authenticator" | "calls" | "logger">;
+type Deps = Pick<ConnectServerOptions, "authenticator" | "calls" | "logger" | "metrics">;
 
 /** One thin handler per RPC: authenticate, call the core, map errors through the table. */
 function memoryServiceImpl(options: ConnectServerOptions): ServiceImpl<typeof MemoryService> {
@@ -94,11 +101,16 @@ async function unary<O>(
   hctx: HandlerContext,
   invoke: (ctx: CallContext) => Promise<O>,
 ): Promise<O> {
+  const startedAt = performance.now();
   const active = beginConnectCall(deps.calls, "unary", hctx);
   try {
-    return await invoke(callContext(deps, hctx, active));
+    const response = await invoke(callContext(deps, hctx, active));
+    recordRpc(deps.metrics, "connect", hctx.method.name, "ok", startedAt);
+    return response;
   } catch (err) {
-    throw toConnectError(toClientError(err, errorScope(deps, hctx, active)));
+    const clientError = toClientError(err, errorScope(deps, hctx, active));
+    recordRpc(deps.metrics, "connect", hctx.method.name, clientError.code, startedAt);
+    throw toConnectError(clientError);
   } finally {
     active.end();
   }
@@ -130,12 +142,18 @@ async function* serverStreaming<O>(
       writing = false;
     }
     if (signal.aborted) throw signal.reason;
+    recordRpc(deps.metrics, "connect", hctx.method.name, "ok", undefined);
   } catch (err) {
     // connect-node throws its own write failures (the client went away) into
     // the generator at the yield: not the core's errors, so not mapped or
     // logged as internal.
-    if (writing) throw err;
-    throw toConnectError(toClientError(err, errorScope(deps, hctx, active)));
+    if (writing) {
+      recordRpc(deps.metrics, "connect", hctx.method.name, "cancelled", undefined);
+      throw err;
+    }
+    const clientError = toClientError(err, errorScope(deps, hctx, active));
+    recordRpc(deps.metrics, "connect", hctx.method.name, clientError.code, undefined);
+    throw toConnectError(clientError);
   } finally {
     active.end();
     releaseIterator(events, (err) =>

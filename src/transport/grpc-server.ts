@@ -29,6 +29,7 @@ import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
 import { createReflectionService } from "./grpc-reflection.js";
 import { grpcServiceDefinition } from "./grpc-service-definition.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import { recordRpc } from "./rpc-metrics.js";
 import type { ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
 
@@ -91,7 +92,7 @@ export async function startGrpcServer(options: GrpcServerOptions): Promise<GrpcS
   };
 }
 
-type Deps = Pick<GrpcServerOptions, "authenticator" | "calls" | "logger">;
+type Deps = Pick<GrpcServerOptions, "authenticator" | "calls" | "logger" | "metrics">;
 
 /**
  * One thin handler per RPC: authenticate, call the core, map errors through
@@ -116,14 +117,18 @@ function unary<I extends DescMessage, O extends DescMessage>(
 ): handleUnaryCall<MessageShape<I>, MessageShape<O>> {
   const name = `${method.parent.typeName}/${method.name}`;
   return (call, callback) => {
+    const startedAt = performance.now();
     const active = beginGrpcCall(deps.calls, "unary", call);
     const scope: ErrorScope = { method: name, signal: active.signal, logger: deps.logger };
     const respond = async (): Promise<void> => {
       try {
         const response = await invoke(call.request, callContext(deps, call.metadata, active));
         callback(null, response);
+        recordRpc(deps.metrics, "grpc", method.name, "ok", startedAt);
       } catch (err) {
-        callback(toGrpcStatus(toClientError(err, scope)));
+        const clientError = toClientError(err, scope);
+        callback(toGrpcStatus(clientError));
+        recordRpc(deps.metrics, "grpc", method.name, clientError.code, startedAt);
       } finally {
         active.end();
       }
@@ -137,9 +142,8 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
   method: DescMethodServerStreaming<I, O>,
   open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
 ): handleServerStreamingCall<MessageShape<I>, MessageShape<O>> {
-  const name = `${method.parent.typeName}/${method.name}`;
   return (call) => {
-    void pump(deps, name, call, open);
+    void pump(deps, method.name, call, open);
   };
 }
 
@@ -159,7 +163,11 @@ async function pump<I extends DescMessage, O extends DescMessage>(
 ): Promise<void> {
   const active = beginGrpcCall(deps.calls, "stream", call);
   const { signal } = active;
-  const scope: ErrorScope = { method: name, signal, logger: deps.logger };
+  const scope: ErrorScope = {
+    method: `${MemoryService.typeName}/${name}`,
+    signal,
+    logger: deps.logger,
+  };
   let events: AsyncIterator<MessageShape<O>> | undefined;
   try {
     events = open(call.request, callContext(deps, call.metadata, active))[Symbol.asyncIterator]();
@@ -172,10 +180,13 @@ async function pump<I extends DescMessage, O extends DescMessage>(
     // still learn why the stream ended.
     if (signal.aborted) throw signal.reason;
     call.end();
+    recordRpc(deps.metrics, "grpc", name, "ok", undefined);
   } catch (err) {
+    const clientError = toClientError(err, scope);
+    recordRpc(deps.metrics, "grpc", name, clientError.code, undefined);
     // A cancelled call (client gone, or deadline already reported by
     // grpc-js) has nobody to tell; its write errors are no news either.
-    if (!call.cancelled) call.emit("error", toGrpcStatus(toClientError(err, scope)));
+    if (!call.cancelled) call.emit("error", toGrpcStatus(clientError));
   } finally {
     active.end();
     releaseIterator(events, (err) =>

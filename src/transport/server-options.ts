@@ -1,4 +1,5 @@
 import type { Logger } from "../logger.js";
+import type { ServerMetrics } from "../metrics.js";
 import type { MemoryServiceCore } from "../service/context.js";
 import type { Authenticator } from "./auth.js";
 import type { CallRegistry } from "./call-registry.js";
@@ -17,4 +18,6 @@ export interface ServerOptions {
   readonly calls: CallRegistry;
   readonly logger: Logger;
   readonly tls?: TlsOptions;
+  /** Where RPC counts and latencies go; the Connect server also serves them at GET /metrics. */
+  readonly metrics?: ServerMetrics;
 }

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "../logger.js";
+import type { ServerMetrics } from "../metrics.js";
 import type { MemoryServiceCore } from "../service/context.js";
 import { createAuthenticator } from "./auth.js";
 import { CallRegistry } from "./call-registry.js";
@@ -26,6 +27,8 @@ export interface StartServersOptions {
   /** Bearer token -> namespace. Absent or empty: no auth, everything in namespace "". */
   readonly auth?: ReadonlyMap<string, string>;
   readonly logger: Logger;
+  /** RPC counts and latencies; GET /metrics on the HTTP port renders them. */
+  readonly metrics?: ServerMetrics;
   /** Serve TLS on both ports (optionally requiring client certificates). */
   readonly tls?: TlsOptions;
   /**
@@ -77,6 +80,7 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
     logger,
     ...(options.maxMessageBytes === undefined ? {} : { maxMessageBytes: options.maxMessageBytes }),
     ...(options.tls === undefined ? {} : { tls: options.tls }),
+    ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
   };
   const grpc = await startGrpcServer({ ...shared, port: options.grpcPort });
   let connect: ConnectServer;
