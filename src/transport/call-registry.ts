@@ -60,7 +60,7 @@ const MAX_TIMER_DELAY_MS = 2_147_483_647;
 
 interface Entry {
   readonly kind: CallKind;
-  readonly controller: AbortController;
+  abort(reason: MemoryError): void;
 }
 
 /** Tracks the calls in flight of one or more servers. */
@@ -78,30 +78,48 @@ export class CallRegistry {
    * Registers a call. Its signal aborts with `deadlineExceeded()` when
    * `deadline` passes; it is already aborted when the call arrives after
    * shutdown has ended calls of its kind.
+   *
+   * Most calls (an Add, a window Get) never look at their signal, and an
+   * AbortController plus a deadline timer cost several microseconds per call:
+   * both are made the first time `signal` is read. An abort before that is
+   * remembered and applied then.
    */
   begin(kind: CallKind, deadline: number | undefined): ActiveCall {
-    const controller = new AbortController();
-    const entry: Entry = { kind, controller };
-    const abort = (reason: MemoryError): void => {
-      if (!controller.signal.aborted) controller.abort(reason);
-    };
+    let controller: AbortController | undefined;
+    let pending: MemoryError | undefined;
     let timer: NodeJS.Timeout | undefined;
-    if (deadline !== undefined) {
-      const delay = deadline - Date.now();
-      if (delay <= 0) {
-        abort(deadlineExceeded());
-      } else if (delay <= MAX_TIMER_DELAY_MS) {
-        timer = setTimeout(() => abort(deadlineExceeded()), delay);
-        // A call's deadline must not keep the process alive on its own.
-        timer.unref();
+    const abort = (reason: MemoryError): void => {
+      if (controller === undefined) pending ??= reason;
+      else if (!controller.signal.aborted) controller.abort(reason);
+    };
+    const signal = (): AbortSignal => {
+      if (controller !== undefined) return controller.signal;
+      const c = new AbortController();
+      controller = c;
+      if (pending !== undefined) {
+        c.abort(pending);
+      } else if (deadline !== undefined) {
+        const delay = deadline - Date.now();
+        if (delay <= 0) {
+          c.abort(deadlineExceeded());
+        } else if (delay <= MAX_TIMER_DELAY_MS) {
+          timer = setTimeout(() => abort(deadlineExceeded()), delay);
+          // A call's deadline must not keep the process alive on its own.
+          timer.unref();
+        }
       }
-    }
+      return c.signal;
+    };
+    if (deadline !== undefined && deadline <= Date.now()) abort(deadlineExceeded());
     if (this.#refuseAll || (kind === "stream" && this.#refuseStreams)) {
       abort(serverShuttingDown());
     }
+    const entry: Entry = { kind, abort };
     this.#entries.add(entry);
     return {
-      signal: controller.signal,
+      get signal() {
+        return signal();
+      },
       deadline,
       abort,
       end: () => {
@@ -131,5 +149,5 @@ export class CallRegistry {
 }
 
 function abortWith(entry: Entry, reason: MemoryError): void {
-  if (!entry.controller.signal.aborted) entry.controller.abort(reason);
+  entry.abort(reason);
 }

@@ -180,7 +180,9 @@ function beginConnectCall(calls: CallRegistry, kind: CallKind, hctx: HandlerCont
   if (hctx.signal.aborted) onAbort();
   else hctx.signal.addEventListener("abort", onAbort, { once: true });
   return {
-    signal: active.signal,
+    get signal() {
+      return active.signal;
+    },
     deadline: active.deadline,
     abort: active.abort,
     end() {
@@ -195,11 +197,24 @@ function callContext(deps: Deps, hctx: HandlerContext, active: ActiveCall): Call
   const namespace = deps.authenticator.namespaceOf(
     hctx.requestHeader.get("authorization") ?? undefined,
   );
-  return { namespace, signal: active.signal, deadline: active.deadline };
+  // A getter: reading the signal is what creates it (call-registry.ts).
+  return {
+    namespace,
+    get signal() {
+      return active.signal;
+    },
+    deadline: active.deadline,
+  };
 }
 
 function errorScope(deps: Deps, hctx: HandlerContext, active: ActiveCall): ErrorScope {
-  return { method: methodName(hctx), signal: active.signal, logger: deps.logger };
+  return {
+    method: methodName(hctx),
+    get signal() {
+      return active.signal;
+    },
+    logger: deps.logger,
+  };
 }
 
 function methodName(hctx: HandlerContext): string {

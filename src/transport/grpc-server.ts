@@ -119,7 +119,13 @@ function unary<I extends DescMessage, O extends DescMessage>(
   return (call, callback) => {
     const startedAt = performance.now();
     const active = beginGrpcCall(deps.calls, "unary", call);
-    const scope: ErrorScope = { method: name, signal: active.signal, logger: deps.logger };
+    const scope: ErrorScope = {
+      method: name,
+      get signal() {
+        return active.signal;
+      },
+      logger: deps.logger,
+    };
     const respond = async (): Promise<void> => {
       try {
         const response = await invoke(call.request, callContext(deps, call.metadata, active));
@@ -211,7 +217,9 @@ function beginGrpcCall(calls: CallRegistry, kind: CallKind, call: SurfaceCall): 
   call.on("cancelled", onCancelled);
   if (call.cancelled) onCancelled();
   return {
-    signal: active.signal,
+    get signal() {
+      return active.signal;
+    },
     deadline: active.deadline,
     abort: active.abort,
     end() {
@@ -227,7 +235,14 @@ function callContext(deps: Deps, metadata: Metadata, active: ActiveCall): CallCo
   const namespace = deps.authenticator.namespaceOf(
     typeof authorization === "string" ? authorization : undefined,
   );
-  return { namespace, signal: active.signal, deadline: active.deadline };
+  // A getter: reading the signal is what creates it (call-registry.ts).
+  return {
+    namespace,
+    get signal() {
+      return active.signal;
+    },
+    deadline: active.deadline,
+  };
 }
 
 function deadlineOf(call: SurfaceCall): number | undefined {
