@@ -26,11 +26,11 @@ import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { type ServerProcess, startServerProcess } from "./server-process.js";
 import {
   type ConformanceClient,
-  flagKey,
   type Json,
   loadCases,
   type Outcome,
   runCase,
+  serverKey,
   storesFromEnv,
 } from "./suite.js";
 
@@ -42,7 +42,7 @@ const TRANSPORTS: [string, (s: ServerProcess) => Driver][] = [
   ["grpc", (s) => grpcDriver(s.grpcPort)],
   ["connect-json-http1", (s) => connectDriver(s.httpPort, "connect", "1.1")],
 ];
-const FLAG_SETS = [...new Set(CASES.map(flagKey))];
+const SERVER_KEYS = [...new Set(CASES.map(serverKey))];
 const tally = { passed: 0, failed: 0 };
 
 function failure(err: unknown): { code: string; message: string } {
@@ -61,8 +61,7 @@ const asJson = (v: JsonObject): JsonValue => v as JsonValue;
 /** A ConformanceClient over one of the integration tests' drivers. */
 function clientOf(driver: Driver): ConformanceClient {
   return {
-    async unary(method, request, timeoutMs): Promise<Outcome> {
-      const opts = timeoutMs === undefined ? {} : { timeoutMs };
+    async unary(method, request, opts = {}): Promise<Outcome> {
       const r = asJson(request);
       try {
         switch (method) {
@@ -105,11 +104,8 @@ function clientOf(driver: Driver): ConformanceClient {
         return { ok: false, ...failure(err) };
       }
     },
-    watch(request, timeoutMs) {
-      const handle = driver.watch(
-        fromJson(WatchRequestSchema, asJson(request)),
-        timeoutMs === undefined ? {} : { timeoutMs },
-      );
+    watch(request, opts = {}) {
+      const handle = driver.watch(fromJson(WatchRequestSchema, asJson(request)), opts);
       return {
         async next(ms) {
           try {
@@ -138,7 +134,7 @@ describe.each(STORES)("conformance on the %s store", (store) => {
   beforeAll(async () => {
     if (store === "redis") redis = await startRedisServer();
     if (store === "sqlite") dir = mkdtempSync(join(tmpdir(), "windlass-conformance-"));
-    for (const [i, key] of FLAG_SETS.entries()) {
+    for (const [i, key] of SERVER_KEYS.entries()) {
       // One database (or file) per server, so servers of one store never share state.
       const spec =
         store === "memory"
@@ -146,7 +142,8 @@ describe.each(STORES)("conformance on the %s store", (store) => {
           : store === "sqlite"
             ? `sqlite:${join(dir ?? "", `server-${i}.db`)}`
             : `redis://127.0.0.1:${redis?.port}/${i}`;
-      servers.set(key, await startServerProcess(spec, JSON.parse(key) as string[]));
+      const [flags, env] = JSON.parse(key) as [string[], Record<string, string>];
+      servers.set(key, await startServerProcess(spec, flags, env));
     }
   }, 60_000);
 
@@ -165,9 +162,9 @@ describe.each(STORES)("conformance on the %s store", (store) => {
     for (const c of CASES) {
       it(c.name, async () => {
         try {
-          const key = flagKey(c);
+          const key = serverKey(c);
           const server = servers.get(key);
-          if (server === undefined) throw new Error(`no server for flags ${key} (see beforeAll)`);
+          if (server === undefined) throw new Error(`no server for ${key} (see beforeAll)`);
           let driver = drivers.get(key);
           if (driver === undefined) {
             driver = makeDriver(server);

@@ -45,7 +45,12 @@ export function baseFlags(modelBaseUrl: string): string[] {
   ];
 }
 
-export async function startServerProcess(store: string, flags: string[]): Promise<ServerProcess> {
+/** Starts a server; `env` is added to this process's environment (a case's serverEnv). */
+export async function startServerProcess(
+  store: string,
+  flags: string[],
+  env: Record<string, string> = {},
+): Promise<ServerProcess> {
   if (!existsSync(BUILT)) {
     throw new Error(`${BUILT} is missing: run npm run build first`);
   }
@@ -54,7 +59,7 @@ export async function startServerProcess(store: string, flags: string[]): Promis
   const child = spawn(
     process.execPath,
     [COMMAND, "serve", ...baseFlags(llm.baseUrl), "--store", store, ...flags],
-    { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"] },
+    { cwd: REPO_ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] },
   );
   let stderr = "";
   child.stderr?.on("data", (d: Buffer) => {

@@ -16,6 +16,10 @@ export interface Case {
   name: string;
   description: string;
   serverFlags: string[];
+  /** Environment variables of the case's server, on top of the runner's own. */
+  serverEnv: Record<string, string>;
+  /** The bearer token of every call and watch step without its own `token`. */
+  token: string | undefined;
   steps: JsonObject[];
 }
 
@@ -37,10 +41,16 @@ export interface ConformanceStream {
 
 export type UnaryMethod = "Add" | "Get" | "Clear" | "ListThreads";
 
+/** Per-call options: the deadline, and the bearer token sent as `authorization: Bearer <token>`. */
+export interface CallOptions {
+  timeoutMs?: number;
+  token?: string;
+}
+
 /** A MemoryService client that takes and returns proto3 JSON. */
 export interface ConformanceClient {
-  unary(method: UnaryMethod, request: JsonObject, timeoutMs?: number): Promise<Outcome>;
-  watch(request: JsonObject, timeoutMs?: number): ConformanceStream;
+  unary(method: UnaryMethod, request: JsonObject, opts?: CallOptions): Promise<Outcome>;
+  watch(request: JsonObject, opts?: CallOptions): ConformanceStream;
 }
 
 /** The fake model server of one windlass-memory server. */
@@ -78,11 +88,21 @@ export function loadCases(dir = CASES_DIR): Case[] {
       if (!Array.isArray(flags) || !flags.every((f) => typeof f === "string")) {
         throw new Error(`${name}: serverFlags must be a list of strings`);
       }
+      const env = raw.serverEnv ?? {};
+      if (!isObject(env) || !Object.values(env).every((v) => typeof v === "string")) {
+        throw new Error(`${name}: serverEnv must be an object of strings`);
+      }
+      const token = raw.token;
+      if (token !== undefined && typeof token !== "string") {
+        throw new Error(`${name}: token must be a string`);
+      }
       if (!Array.isArray(raw.steps)) throw new Error(`${name}: no "steps" list`);
       out.push({
         name,
         description: typeof raw.description === "string" ? raw.description : "",
         serverFlags: flags as string[],
+        serverEnv: env as Record<string, string>,
+        token,
         steps: raw.steps as JsonObject[],
       });
     }
@@ -90,8 +110,35 @@ export function loadCases(dir = CASES_DIR): Case[] {
   return out;
 }
 
-/** The key servers are grouped by: cases with equal flags share a server. */
-export const flagKey = (c: Case): string => JSON.stringify(c.serverFlags);
+/**
+ * The key servers are grouped by: cases with equal flags and equal
+ * environments share a server. JSON of [flags, env with sorted keys].
+ */
+export const serverKey = (c: Case): string =>
+  JSON.stringify([
+    c.serverFlags,
+    Object.fromEntries(
+      Object.entries(c.serverEnv).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+    ),
+  ]);
+
+/**
+ * The tokens the reset before a case sends `Clear {all: true}` with: one
+ * token per namespace of the server's WINDLASS_AUTH_TOKENS (first token of
+ * each namespace), or a single call without a token when auth is off.
+ */
+export function resetTokens(env: Record<string, string>): (string | undefined)[] {
+  const raw = env.WINDLASS_AUTH_TOKENS;
+  if (raw === undefined || raw === "") return [undefined];
+  const byNamespace = new Map<string, string>();
+  for (const pair of raw.split(",")) {
+    const eq = pair.indexOf("=");
+    const token = pair.slice(0, eq).trim();
+    const namespace = pair.slice(eq + 1).trim();
+    if (!byNamespace.has(namespace)) byNamespace.set(namespace, token);
+  }
+  return [...byNamespace.values()];
+}
 
 const isObject = (v: Json | undefined): v is JsonObject =>
   typeof v === "object" && v !== null && !Array.isArray(v);
@@ -235,9 +282,15 @@ export async function runCase(
   const saved = new Map<string, Json>();
   const streams = new Map<string, ConformanceStream>();
   await model.reset();
-  const cleared = await client.unary("Clear", { all: true });
-  if (!cleared.ok)
-    throw new Error(`Clear all before the case: ${cleared.code}: ${cleared.message}`);
+  for (const token of resetTokens(c.serverEnv)) {
+    const cleared = await client.unary(
+      "Clear",
+      { all: true },
+      token === undefined ? {} : { token },
+    );
+    if (!cleared.ok)
+      throw new Error(`Clear all before the case: ${cleared.code}: ${cleared.message}`);
+  }
   try {
     for (const [i, step] of c.steps.entries()) {
       const fail = (why: string): never => {
@@ -257,19 +310,29 @@ export async function runCase(
     for (const s of streams.values()) s.cancel();
   }
 
+  /** The call options of a call or watch step: its deadline and token (`"token": null`: none). */
+  function callOptions(step: JsonObject, fail: (why: string) => never): CallOptions {
+    const opts: CallOptions = {};
+    if (typeof step.timeoutMs === "number") opts.timeoutMs = step.timeoutMs;
+    const token = step.token === undefined ? c.token : step.token;
+    if (typeof token === "string") opts.token = token;
+    else if (token !== null && token !== undefined) fail("token must be a string or null");
+    return opts;
+  }
+
   async function runStep(step: JsonObject, fail: (why: string) => never): Promise<void> {
     if (typeof step.call === "string") {
       if (!UNARY.has(step.call)) fail(`unknown call ${step.call}`);
       const method = step.call as UnaryMethod;
       const request = resolveRefs(step.request ?? {}, saved);
       if (!isObject(request)) return fail("request must be an object");
-      const timeoutMs = typeof step.timeoutMs === "number" ? step.timeoutMs : undefined;
+      const opts = callOptions(step, fail);
       const repeat = num(step.repeat, 1);
       for (let n = 0; n < repeat; n++) {
         const pollUntil = Date.now() + num(step.pollMs, 0);
         for (;;) {
           const started = Date.now();
-          const outcome = await client.unary(method, request, timeoutMs);
+          const outcome = await client.unary(method, request, opts);
           const elapsed = Date.now() - started;
           if (typeof step.maxElapsedMs === "number" && elapsed > step.maxElapsedMs) {
             fail(`took ${elapsed} ms, more than ${step.maxElapsedMs}`);
@@ -288,9 +351,9 @@ export async function runCase(
     if (typeof step.watch === "string") {
       const request = resolveRefs(step.request ?? {}, saved);
       if (!isObject(request)) return fail("request must be an object");
+      const opts = callOptions(step, fail);
       streams.get(step.watch)?.cancel();
-      const timeoutMs = typeof step.timeoutMs === "number" ? step.timeoutMs : undefined;
-      streams.set(step.watch, client.watch(request, timeoutMs));
+      streams.set(step.watch, client.watch(request, opts));
       return;
     }
     if (typeof step.next === "string") {

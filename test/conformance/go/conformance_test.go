@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -91,12 +92,20 @@ func newGrpcClient(port int) (*grpcClient, error) {
 
 func (c *grpcClient) close() { _ = c.conn.Close() }
 
-func (c *grpcClient) unary(method string, request any, timeout time.Duration) (outcome, error) {
+// withToken adds `authorization: Bearer <token>` to the call's metadata; "" sends none.
+func withToken(ctx context.Context, token string) context.Context {
+	if token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+func (c *grpcClient) unary(method string, request any, timeout time.Duration, token string) (outcome, error) {
 	body, err := json.Marshal(request)
 	if err != nil {
 		return outcome{}, err
 	}
-	ctx := context.Background()
+	ctx := withToken(context.Background(), token)
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -121,7 +130,7 @@ type watchStream struct {
 	cancel context.CancelFunc
 }
 
-func (c *grpcClient) watch(request any, timeout time.Duration) (*watchStream, error) {
+func (c *grpcClient) watch(request any, timeout time.Duration, token string) (*watchStream, error) {
 	body, err := json.Marshal(request)
 	if err != nil {
 		return nil, err
@@ -130,9 +139,11 @@ func (c *grpcClient) watch(request any, timeout time.Duration) (*watchStream, er
 	if err := protojson.Unmarshal(body, req); err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	base := withToken(context.Background(), token)
+	ctx, cancel := context.WithCancel(base)
 	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), timeout)
+		cancel()
+		ctx, cancel = context.WithTimeout(base, timeout)
 	}
 	// Buffered beyond what a case reads, so the reader never blocks after a cancel.
 	w := &watchStream{reads: make(chan streamRead, 4096), cancel: cancel}
@@ -216,12 +227,14 @@ func runCase(c Case, client *grpcClient, model *fakeModel) error {
 		}
 	}()
 	model.reset()
-	cleared, err := client.unary("Clear", map[string]any{"all": true}, 0)
-	if err != nil || !cleared.ok {
-		return fmt.Errorf("Clear all before the case: %v %s: %s", err, cleared.code, cleared.message)
+	for _, token := range resetTokens(c.ServerEnv) {
+		cleared, err := client.unary("Clear", map[string]any{"all": true}, 0, token)
+		if err != nil || !cleared.ok {
+			return fmt.Errorf("Clear all before the case: %v %s: %s", err, cleared.code, cleared.message)
+		}
 	}
 	for i, step := range c.Steps {
-		if err := runStep(step, client, model, saved, streams); err != nil {
+		if err := runStep(step, c, client, model, saved, streams); err != nil {
 			text, _ := json.Marshal(step)
 			if len(text) > 160 {
 				text = text[:160]
@@ -235,7 +248,26 @@ func runCase(c Case, client *grpcClient, model *fakeModel) error {
 	return nil
 }
 
-func runStep(step map[string]any, client *grpcClient, model *fakeModel, saved map[string]any, streams map[string]*watchStream) error {
+// stepToken is a call or watch step's bearer token: its own "token" (null: none), else the case's; "" is none.
+func stepToken(step map[string]any, c Case) (string, error) {
+	v, ok := step["token"]
+	if !ok {
+		if c.Token == nil {
+			return "", nil
+		}
+		return *c.Token, nil
+	}
+	if v == nil {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", errors.New("token must be a string or null")
+	}
+	return s, nil
+}
+
+func runStep(step map[string]any, c Case, client *grpcClient, model *fakeModel, saved map[string]any, streams map[string]*watchStream) error {
 	request := func() (any, error) {
 		r, ok := step["request"]
 		if !ok {
@@ -249,11 +281,15 @@ func runStep(step map[string]any, client *grpcClient, model *fakeModel, saved ma
 			return err
 		}
 		timeout := millis(number(step["timeoutMs"], 0))
+		token, err := stepToken(step, c)
+		if err != nil {
+			return err
+		}
 		for n := 0; n < int(number(step["repeat"], 1)); n++ {
 			pollUntil := time.Now().Add(millis(number(step["pollMs"], 0)))
 			for {
 				started := time.Now()
-				o, err := client.unary(method, req, timeout)
+				o, err := client.unary(method, req, timeout, token)
 				if err != nil {
 					return err
 				}
@@ -281,10 +317,14 @@ func runStep(step map[string]any, client *grpcClient, model *fakeModel, saved ma
 		if err != nil {
 			return err
 		}
+		token, err := stepToken(step, c)
+		if err != nil {
+			return err
+		}
 		if old, ok := streams[name]; ok {
 			old.cancel()
 		}
-		w, err := client.watch(req, millis(number(step["timeoutMs"], 0)))
+		w, err := client.watch(req, millis(number(step["timeoutMs"], 0)), token)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,7 +174,8 @@ func requireTool(name, hint string) (string, error) {
 	return path, nil
 }
 
-func startServerProcess(root, store string, flags []string) (*serverProcess, error) {
+// startServerProcess starts a server; env is added to this process's environment (a case's serverEnv).
+func startServerProcess(root, store string, flags []string, env map[string]string) (*serverProcess, error) {
 	if _, err := os.Stat(filepath.Join(root, "dist", "src", "main.js")); err != nil {
 		return nil, fmt.Errorf("dist/src/main.js is missing: run npm run build first")
 	}
@@ -194,6 +196,15 @@ func startServerProcess(root, store string, flags []string) (*serverProcess, err
 	}, flags...)
 	s := &serverProcess{cmd: exec.Command(node, args...), model: model, stderr: &lockedBuffer{}}
 	s.cmd.Dir = root
+	s.cmd.Env = os.Environ()
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s.cmd.Env = append(s.cmd.Env, k+"="+env[k])
+	}
 	s.cmd.Stderr = s.stderr
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {
@@ -327,7 +338,7 @@ func (r *redisServer) stop() {
 	_ = os.RemoveAll(r.dir)
 }
 
-// serverPool holds one server per (store, flag set), started on first use.
+// serverPool holds one server per (store, flag set, environment), started on first use.
 type serverPool struct {
 	root      string
 	servers   map[string]*serverProcess
@@ -341,7 +352,7 @@ func newServerPool(root string) *serverPool {
 }
 
 func (p *serverPool) get(store string, c Case) (*serverProcess, error) {
-	key := store + " " + c.flagKey()
+	key := store + " " + c.serverKey()
 	if s, ok := p.servers[key]; ok {
 		return s, nil
 	}
@@ -370,7 +381,7 @@ func (p *serverPool) get(store string, c Case) (*serverProcess, error) {
 		// One database per server, so servers of one store never share state.
 		spec = fmt.Sprintf("redis://127.0.0.1:%d/%d", p.redis.port, index)
 	}
-	s, err := startServerProcess(p.root, spec, c.ServerFlags)
+	s, err := startServerProcess(p.root, spec, c.ServerFlags, c.ServerEnv)
 	if err != nil {
 		return nil, err
 	}

@@ -20,16 +20,46 @@ import (
 
 // Case is one conformance case.
 type Case struct {
-	Name        string           `json:"name"`
-	Description string           `json:"description"`
-	ServerFlags []string         `json:"serverFlags"`
-	Steps       []map[string]any `json:"steps"`
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	ServerFlags []string `json:"serverFlags"`
+	// ServerEnv holds environment variables of the case's server, on top of the runner's own.
+	ServerEnv map[string]string `json:"serverEnv"`
+	// Token is the bearer token of every call and watch step without its own "token".
+	Token *string          `json:"token"`
+	Steps []map[string]any `json:"steps"`
 }
 
-// flagKey groups cases by server: cases with equal flags share a server.
-func (c Case) flagKey() string {
-	b, _ := json.Marshal(append([]string{}, c.ServerFlags...))
+// serverKey groups cases by server: cases with equal flags and equal
+// environments share a server (json.Marshal sorts the map's keys).
+func (c Case) serverKey() string {
+	env := c.ServerEnv
+	if env == nil {
+		env = map[string]string{}
+	}
+	b, _ := json.Marshal([]any{append([]string{}, c.ServerFlags...), env})
 	return string(b)
+}
+
+// resetTokens are the tokens the reset before a case sends Clear {all: true}
+// with: one token per namespace of the server's WINDLASS_AUTH_TOKENS (the
+// first token of each), or a single call without a token ("") when auth is off.
+func resetTokens(env map[string]string) []string {
+	raw := env["WINDLASS_AUTH_TOKENS"]
+	if raw == "" {
+		return []string{""}
+	}
+	var tokens []string
+	seen := map[string]bool{}
+	for _, pair := range strings.Split(raw, ",") {
+		token, namespace, _ := strings.Cut(pair, "=")
+		namespace = strings.TrimSpace(namespace)
+		if !seen[namespace] {
+			seen[namespace] = true
+			tokens = append(tokens, strings.TrimSpace(token))
+		}
+	}
+	return tokens
 }
 
 var caseName = regexp.MustCompile(`^[a-z0-9-]+$`)

@@ -46,10 +46,29 @@ class Case:
     description: str
     server_flags: list[str]
     steps: list[JsonObject]
+    # Environment variables of the case's server, on top of the runner's own.
+    server_env: dict[str, str] = field(default_factory=dict)
+    # The bearer token of every call and watch step without its own "token".
+    token: Optional[str] = None
 
     @property
-    def flag_key(self) -> str:
-        return json.dumps(self.server_flags)
+    def server_key(self) -> str:
+        """Cases with equal flags and equal environments share a server."""
+        return json.dumps([self.server_flags, self.server_env], sort_keys=True)
+
+
+def reset_tokens(env: dict[str, str]) -> list[Optional[str]]:
+    """The tokens the reset before a case sends Clear {all: true} with: one
+    token per namespace of the server's WINDLASS_AUTH_TOKENS (the first token
+    of each), or a single call without a token when auth is off."""
+    raw = env.get("WINDLASS_AUTH_TOKENS", "")
+    if raw == "":
+        return [None]
+    by_namespace: dict[str, str] = {}
+    for pair in raw.split(","):
+        token, _, namespace = pair.partition("=")
+        by_namespace.setdefault(namespace.strip(), token.strip())
+    return list(by_namespace.values())
 
 
 def load_cases(directory: Path = CASES_DIR) -> list[Case]:
@@ -63,12 +82,20 @@ def load_cases(directory: Path = CASES_DIR) -> list[Case]:
             if not re.fullmatch(r"[a-z0-9-]+", name) or name in names:
                 raise ValueError(f"{path.name}: bad or duplicate case name {name!r}")
             names.add(name)
+            env = raw.get("serverEnv", {})
+            if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+                raise ValueError(f"{name}: serverEnv must be an object of strings")
+            token = raw.get("token")
+            if token is not None and not isinstance(token, str):
+                raise ValueError(f"{name}: token must be a string")
             out.append(
                 Case(
                     name=name,
                     description=raw.get("description", ""),
                     server_flags=list(raw.get("serverFlags", [])),
                     steps=list(raw["steps"]),
+                    server_env=dict(env),
+                    token=token,
                 )
             )
     return out
@@ -246,6 +273,11 @@ class WatchStream:
         self._call.cancel()
 
 
+def _metadata(token: Optional[str]) -> Optional[list[tuple[str, str]]]:
+    """`authorization: Bearer <token>`, or no metadata without a token."""
+    return None if token is None else [("authorization", f"Bearer {token}")]
+
+
 class GrpcClient:
     """MemoryService over grpcio, taking and returning proto3 JSON."""
 
@@ -254,20 +286,24 @@ class GrpcClient:
         # memory_pb2_grpc is generated without type annotations.
         self._stub = memory_pb2_grpc.MemoryServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
-    def unary(self, method: str, request: JsonObject, timeout_ms: Optional[float] = None) -> Outcome:
+    def unary(
+        self, method: str, request: JsonObject, timeout_ms: Optional[float] = None, token: Optional[str] = None
+    ) -> Outcome:
         request_type, name = _REQUESTS[method]
         message = json_format.ParseDict(request, request_type())
         timeout = None if timeout_ms is None else timeout_ms / 1000
         try:
-            response = getattr(self._stub, name)(message, timeout=timeout)
+            response = getattr(self._stub, name)(message, timeout=timeout, metadata=_metadata(token))
         except grpc.RpcError as err:
             return Outcome(False, code=err.code().name, message=err.details() or "")
         return Outcome(True, value=to_json(response))
 
-    def watch(self, request: JsonObject, timeout_ms: Optional[float] = None) -> WatchStream:
+    def watch(
+        self, request: JsonObject, timeout_ms: Optional[float] = None, token: Optional[str] = None
+    ) -> WatchStream:
         message = json_format.ParseDict(request, memory_pb2.WatchRequest())
         timeout = None if timeout_ms is None else timeout_ms / 1000
-        return WatchStream(self._stub.Watch(message, timeout=timeout))
+        return WatchStream(self._stub.Watch(message, timeout=timeout, metadata=_metadata(token)))
 
     def close(self) -> None:
         self._channel.close()
@@ -390,7 +426,7 @@ def free_port() -> int:
 class ServerProcess:
     """The compiled `windlass-memory serve` on free ports, with its own fake model."""
 
-    def __init__(self, store: str, flags: list[str]) -> None:
+    def __init__(self, store: str, flags: list[str], env: Optional[dict[str, str]] = None) -> None:
         main_js = REPO_ROOT / "dist" / "src" / "main.js"
         if not main_js.exists():
             raise RuntimeError(f"{main_js} is missing: run npm run build first")
@@ -406,7 +442,13 @@ class ServerProcess:
             "--store", store, *flags,
         ]  # fmt: skip
         self._proc = subprocess.Popen(
-            args, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, text=True
+            args,
+            cwd=REPO_ROOT,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
         )
         lines: queue.Queue[str] = queue.Queue()
 
@@ -490,7 +532,7 @@ class RedisServer:
 
 
 class ServerPool:
-    """One server per (store, flag set), started on first use and stopped by close()."""
+    """One server per (store, flag set, environment), started on first use and stopped by close()."""
 
     def __init__(self) -> None:
         self._servers: dict[tuple[str, str], ServerProcess] = {}
@@ -498,10 +540,10 @@ class ServerPool:
         self._sqlite_dir: Optional[tempfile.TemporaryDirectory[str]] = None
 
     def get(self, store: str, case: Case) -> ServerProcess:
-        key = (store, case.flag_key)
+        key = (store, case.server_key)
         if key not in self._servers:
             index = sum(1 for s, _ in self._servers if s == store)
-            self._servers[key] = ServerProcess(self._store_spec(store, index), case.server_flags)
+            self._servers[key] = ServerProcess(self._store_spec(store, index), case.server_flags, case.server_env)
         return self._servers[key]
 
     def _store_spec(self, store: str, index: int) -> str:
@@ -538,13 +580,14 @@ def run_case(case: Case, client: GrpcClient, model: FakeModel) -> None:
     saved: dict[str, Json] = {}
     streams: dict[str, WatchStream] = {}
     model.reset()
-    cleared = client.unary("Clear", {"all": True})
-    if not cleared.ok:
-        raise CaseFailed(f"Clear all before the case: {cleared.code}: {cleared.message}")
+    for token in reset_tokens(case.server_env):
+        cleared = client.unary("Clear", {"all": True}, token=token)
+        if not cleared.ok:
+            raise CaseFailed(f"Clear all before the case: {cleared.code}: {cleared.message}")
     try:
         for i, step in enumerate(case.steps):
             try:
-                _run_step(step, client, model, saved, streams)
+                _run_step(step, case, client, model, saved, streams)
             except (CaseFailed, LookupError, ValueError, json_format.ParseError) as err:
                 raise CaseFailed(f"{case.name} step {i + 1} {json.dumps(step)[:160]}: {err}") from err
         if model.pending() > 0:
@@ -574,8 +617,17 @@ def _describe(read: StreamRead) -> str:
     return "the end of the stream" if read.kind == "ended" else "nothing in time"
 
 
+def _token(step: JsonObject, case: Case) -> Optional[str]:
+    """The step's bearer token: its own "token" (null: none), else the case's."""
+    token = step["token"] if "token" in step else case.token
+    if token is not None and not isinstance(token, str):
+        raise CaseFailed("token must be a string or null")
+    return token
+
+
 def _run_step(
     step: JsonObject,
+    case: Case,
     client: GrpcClient,
     model: FakeModel,
     saved: dict[str, Json],
@@ -586,11 +638,12 @@ def _run_step(
             raise CaseFailed(f"unknown call {step['call']}")
         request = resolve_refs(step.get("request", {}), saved)
         timeout_ms = step.get("timeoutMs")
+        token = _token(step, case)
         for _ in range(int(step.get("repeat", 1))):
             poll_until = time.monotonic() + step.get("pollMs", 0) / 1000
             while True:
                 started = time.monotonic()
-                outcome = client.unary(step["call"], request, timeout_ms)
+                outcome = client.unary(step["call"], request, timeout_ms, token)
                 elapsed = (time.monotonic() - started) * 1000
                 if "maxElapsedMs" in step and elapsed > step["maxElapsedMs"]:
                     raise CaseFailed(f"took {elapsed:.0f} ms, more than {step['maxElapsedMs']}")
@@ -605,9 +658,10 @@ def _run_step(
         return
     if "watch" in step:
         request = resolve_refs(step.get("request", {}), saved)
+        token = _token(step, case)
         if step["watch"] in streams:
             streams[step["watch"]].cancel()
-        streams[step["watch"]] = client.watch(request, step.get("timeoutMs"))
+        streams[step["watch"]] = client.watch(request, step.get("timeoutMs"), token)
         return
     if "next" in step:
         stream = streams.get(step["next"])
