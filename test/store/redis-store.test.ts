@@ -6,8 +6,9 @@ import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
 import { createMemoryStore } from "../../src/store/memory-store.js";
 import { createRedisStore } from "../../src/store/redis-store.js";
-import type { AppendCommand, Store, StoreLimits } from "../../src/store/store.js";
+import type { Store, StoreLimits } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { appendCommands, summary, user, window20 } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
 
 /**
@@ -29,29 +30,7 @@ const open = (limits: Partial<StoreLimits> = {}, prefix = `test-${randomUUID()}`
 
 runStoreContract("redis", (limits) => open(limits));
 
-const window20: Strategy = { kind: "window", window: 20, excludeSystem: false, maxStored: 1000 };
-const summary: Strategy = {
-  kind: "summary",
-  window: 2,
-  summarizeEvery: 2,
-  model: "extractive",
-  excludeSystem: false,
-  maxStored: 1000,
-};
-const user = (content: string): ChatMessage => ({ role: "user", content });
-const cmd = (over: Partial<AppendCommand> = {}): AppendCommand => ({
-  namespace: "ns",
-  threadId: "t",
-  messages: [user("a")],
-  strategy: undefined,
-  defaultStrategy: window20,
-  replaceStrategy: false,
-  requestId: "",
-  requestHash: "",
-  expectedLastSeq: undefined,
-  now: 1000,
-  ...over,
-});
+const cmd = appendCommands(window20);
 
 async function codeOf(p: Promise<unknown>): Promise<string> {
   try {

@@ -8,7 +8,8 @@ import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, Strategy } from "../../src/core/types.js";
 import { compareBytes, createMemoryStore } from "../../src/store/memory-store.js";
 import { createSqliteStore } from "../../src/store/sqlite-store.js";
-import type { AppendCommand, Store, StoreLimits } from "../../src/store/store.js";
+import type { Store, StoreLimits } from "../../src/store/store.js";
+import { appendCommands, buffer, summary, user } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
 
 /** One directory per test file; every store gets a fresh file in it. */
@@ -22,32 +23,7 @@ runStoreContract("sqlite, no cache", async (limits) =>
   createSqliteStore(freshPath(), limits, { cacheSize: 0 }),
 );
 
-const buffer: Strategy = { kind: "buffer", maxMessages: 0, excludeSystem: false, maxStored: 1000 };
-const summary: Strategy = {
-  kind: "summary",
-  window: 2,
-  summarizeEvery: 2,
-  model: "extractive",
-  excludeSystem: false,
-  maxStored: 1000,
-};
-const user = (content: string): ChatMessage => ({ role: "user", content });
-
-function cmd(over: Partial<AppendCommand> = {}): AppendCommand {
-  return {
-    namespace: "ns",
-    threadId: "t",
-    messages: [user("a")],
-    strategy: undefined,
-    defaultStrategy: buffer,
-    replaceStrategy: false,
-    requestId: "",
-    requestHash: "",
-    expectedLastSeq: undefined,
-    now: 1000,
-    ...over,
-  };
-}
+const cmd = appendCommands(buffer);
 
 async function codeOf(p: Promise<unknown>): Promise<string> {
   try {

@@ -1,47 +1,13 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
-import {
-  type AppendCommand,
-  READ_SLACK,
-  type Store,
-  type StoreLimits,
-} from "../../src/store/store.js";
+import { READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
+import { appendCommands, summary, user, window20 } from "./fixtures.js";
 
 /** Makes a fresh, empty store with the limits a case needs. */
 export type StoreFactory = (limits: Partial<StoreLimits>) => Promise<Store>;
 
-const window20: Extract<Strategy, { kind: "window" }> = {
-  kind: "window",
-  window: 20,
-  excludeSystem: false,
-  maxStored: 1000,
-};
-const summary: Strategy = {
-  kind: "summary",
-  window: 2,
-  summarizeEvery: 2,
-  model: "extractive",
-  excludeSystem: false,
-  maxStored: 1000,
-};
-const user = (content: string): ChatMessage => ({ role: "user", content });
-
-function cmd(over: Partial<AppendCommand> = {}): AppendCommand {
-  return {
-    namespace: "ns",
-    threadId: "t",
-    messages: [user("a")],
-    strategy: undefined,
-    defaultStrategy: window20,
-    replaceStrategy: false,
-    requestId: "",
-    requestHash: "",
-    expectedLastSeq: undefined,
-    now: 1000,
-    ...over,
-  };
-}
+const cmd = appendCommands(window20);
 
 async function rejects(p: Promise<unknown>, code: string): Promise<MemoryError> {
   try {
