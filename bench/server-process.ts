@@ -11,6 +11,8 @@ export interface ServerProcess {
   readonly pid: number;
   /** The gRPC port the server printed. */
   readonly grpcPort: number;
+  /** The Connect (HTTP) port, when the server printed one. */
+  readonly httpPort: number | undefined;
   /** User + system CPU time the process has used so far, in microseconds; undefined without /proc. */
   cpuMicros(): number | undefined;
   /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
@@ -29,6 +31,7 @@ export interface StartServerProcessOptions {
 
 // Both servers print a line holding "gRPC <host>:<port>" once bound.
 const LISTENING = /gRPC \S+:(\d+)\b/;
+const HTTP_LISTENING = /http:\/\/\S+:(\d+)\b/;
 const STDERR_TAIL_BYTES = 4096;
 
 const live = new Set<ChildProcess>();
@@ -101,6 +104,9 @@ export function startServerProcess(options: StartServerProcessOptions): Promise<
         label: options.label,
         pid,
         grpcPort: Number(match[1]),
+        httpPort: ((http) => (http?.[1] === undefined ? undefined : Number(http[1])))(
+          HTTP_LISTENING.exec(stdout),
+        ),
         cpuMicros: () => processCpuMicros(pid),
         stop,
       });
