@@ -136,7 +136,7 @@ async function main(): Promise<void> {
       service.add(addReqs[i % addReqs.length] ?? create(AddRequestSchema), ctxOnce),
     );
     await run("Add: toBinary AddResponse", () => toBinary(AddResponseSchema, addRes));
-    await run("per call: AbortController + deadline timer (CallRegistry.begin/end)", () => {
+    await run("per call whose signal is read: AbortController + deadline timer", () => {
       const controller = new AbortController();
       const timer = setTimeout(() => controller.abort(), CALL_DEADLINE_MS);
       timer.unref();

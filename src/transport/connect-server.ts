@@ -18,7 +18,7 @@ import { type ErrorScope, toClientError, toConnectError } from "./error-table.js
 import { HttpConnections } from "./http-connections.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
 import { recordRpc } from "./rpc-metrics.js";
-import type { ServerOptions } from "./server-options.js";
+import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
 
 /**
@@ -27,7 +27,6 @@ import { pemBuffer, type TlsOptions } from "./tls.js";
  * browsers, curl), gRPC-Web, and gRPC. One port carries HTTP/1.1 and HTTP/2:
  * cleartext via first-bytes sniffing, TLS via ALPN.
  */
-export type ConnectServerOptions = ServerOptions;
 
 export interface ConnectServer {
   /** The port bound. */
@@ -42,7 +41,7 @@ export interface ConnectServer {
 }
 
 /** Starts the Connect server and resolves once it is listening. */
-export async function startConnectServer(options: ConnectServerOptions): Promise<ConnectServer> {
+export async function startConnectServer(options: ServerOptions): Promise<ConnectServer> {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const adapter = connectNodeAdapter({
     routes: (router) => router.service(MemoryService, memoryServiceImpl(options)),
@@ -82,10 +81,8 @@ export async function startConnectServer(options: ConnectServerOptions): Promise
   };
 }
 
-type Deps = Pick<ConnectServerOptions, "authenticator" | "calls" | "logger" | "metrics">;
-
 /** One thin handler per RPC: authenticate, call the core, map errors through the table. */
-function memoryServiceImpl(options: ConnectServerOptions): ServiceImpl<typeof MemoryService> {
+function memoryServiceImpl(options: ServerOptions): ServiceImpl<typeof MemoryService> {
   const { core } = options;
   return {
     add: (req, hctx) => unary(options, hctx, (ctx) => core.add(req, ctx)),

@@ -30,7 +30,7 @@ import { createReflectionService } from "./grpc-reflection.js";
 import { grpcServiceDefinition } from "./grpc-service-definition.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
 import { recordRpc } from "./rpc-metrics.js";
-import type { ServerOptions } from "./server-options.js";
+import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
 
 /**
@@ -40,7 +40,6 @@ import { pemBuffer, type TlsOptions } from "./tls.js";
  * gRPC, DESIGN.md section 6), so gRPC clients come here and the Connect
  * server covers Connect, gRPC-Web and JSON.
  */
-export type GrpcServerOptions = ServerOptions;
 
 export interface GrpcServer {
   /** The port bound. */
@@ -60,7 +59,7 @@ export interface GrpcServer {
 export const HEALTH_SERVICE_NAMES = ["", MemoryService.typeName] as const;
 
 /** Starts the gRPC server and resolves once it is bound. */
-export async function startGrpcServer(options: GrpcServerOptions): Promise<GrpcServer> {
+export async function startGrpcServer(options: ServerOptions): Promise<GrpcServer> {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const server = new Server({
     "grpc.max_receive_message_length": maxMessageBytes,
@@ -94,13 +93,11 @@ export async function startGrpcServer(options: GrpcServerOptions): Promise<GrpcS
   };
 }
 
-type Deps = Pick<GrpcServerOptions, "authenticator" | "calls" | "logger" | "metrics">;
-
 /**
  * One thin handler per RPC: authenticate, call the core, map errors through
  * the table, respond. `satisfies` keeps the keys in step with the descriptor.
  */
-function memoryServiceHandlers(options: GrpcServerOptions) {
+function memoryServiceHandlers(options: ServerOptions) {
   const { core } = options;
   const methods = MemoryService.method;
   return {

@@ -21,3 +21,6 @@ export interface ServerOptions {
   /** Where RPC counts and latencies go; the Connect server also serves them at GET /metrics. */
   readonly metrics?: ServerMetrics;
 }
+
+/** What a handler needs of the options, beyond the core it calls. */
+export type HandlerDeps = Pick<ServerOptions, "authenticator" | "calls" | "logger" | "metrics">;
