@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { once } from "node:events";
 import { mkdirSync } from "node:fs";
-import { createConnection, createServer } from "node:net";
 import { createClient } from "redis";
+// The tests' own launcher helpers (tsc compiles that file into dist as well).
+import { answersPing, freePort } from "../test/support/redis-server.js";
 import { processCpuMicros } from "./cpu-time.js";
 import { settlesWithin } from "./server-process.js";
 
@@ -228,35 +228,4 @@ export function commandDelta(before: CommandCounts, after: CommandCounts): Map<s
     if (d > 0) delta.set(name, d);
   }
   return delta;
-}
-
-/** A port the kernel just gave us and took back: free unless someone races for it. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const address = server.address();
-  const port = typeof address === "object" && address !== null ? address.port : 0;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (port === 0) throw new Error("could not find a free port");
-  return port;
-}
-
-/** PING over a raw socket, so start-up needs no client library. */
-function answersPing(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = createConnection({ host: "127.0.0.1", port });
-    let reply = "";
-    const done = (ok: boolean): void => {
-      socket.destroy();
-      resolve(ok);
-    };
-    socket.setTimeout(500, () => done(false));
-    socket.on("error", () => done(false));
-    socket.on("connect", () => socket.write("PING\r\n"));
-    socket.on("data", (d: Buffer) => {
-      reply += d.toString();
-      if (reply.includes("\r\n")) done(reply.startsWith("+PONG"));
-    });
-  });
 }

@@ -156,7 +156,7 @@ async function launch(port: number, dir: string): Promise<ChildProcess> {
 }
 
 /** A port the kernel just gave us and took back: free unless someone races for it. */
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const server = createServer();
   server.listen(0, "127.0.0.1");
   await once(server, "listening");
@@ -168,7 +168,7 @@ async function freePort(): Promise<number> {
 }
 
 /** PING over a raw socket: the helper needs no Redis client of its own. */
-function answersPing(port: number): Promise<boolean> {
+export function answersPing(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = createConnection({ host: "127.0.0.1", port });
     let reply = "";
