@@ -53,7 +53,10 @@ export async function startConnectServer(options: ServerOptions): Promise<Connec
   const handler: HttpRequestHandler = (req, res) => {
     connections.trackRequest(req, res);
     if (metrics !== undefined && req.method === "GET" && req.url === "/metrics") {
-      res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+      // setHeader + end rather than writeHead: on a union of the HTTP/1.1 and
+      // HTTP/2 response types, @types/node 24 cannot pick a writeHead overload.
+      res.statusCode = 200;
+      res.setHeader("content-type", "text/plain; version=0.0.4; charset=utf-8");
       res.end(metrics.render());
       return;
     }

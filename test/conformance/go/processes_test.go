@@ -179,7 +179,7 @@ func startServerProcess(root, store string, flags []string, env map[string]strin
 	if _, err := os.Stat(filepath.Join(root, "dist", "src", "main.js")); err != nil {
 		return nil, fmt.Errorf("dist/src/main.js is missing: run npm run build first")
 	}
-	node, err := requireTool("node", "install Node 20")
+	node, err := requireTool("node", "install Node 24 (source scripts/use-node.sh)")
 	if err != nil {
 		return nil, err
 	}

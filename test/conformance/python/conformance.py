@@ -430,7 +430,7 @@ class ServerProcess:
         main_js = REPO_ROOT / "dist" / "src" / "main.js"
         if not main_js.exists():
             raise RuntimeError(f"{main_js} is missing: run npm run build first")
-        node = require_tool("node", "install Node 20")
+        node = require_tool("node", "install Node 24 (source scripts/use-node.sh)")
         self.model = FakeModel()
         self._client: Optional[GrpcClient] = None
         self._stderr = tempfile.TemporaryFile()
