@@ -1,7 +1,7 @@
 /**
  * Recall and fold planning: what a Get returns for each strategy, and which
  * messages a summary fold takes in. Plain functions over a thread's stored
- * messages (DESIGN.md 3.3), so they are tested without a store, a clock or a
+ * messages (README, Semantics: Recall), so they are tested without a store, a clock or a
  * model; the service reads the thread, calls these and writes the result.
  *
  * Everything refers to messages by seq, never by position, so trimming the
@@ -142,7 +142,7 @@ export interface Recalled {
 }
 
 /**
- * Get's result (DESIGN.md 3.3).
+ * Get's result (README, Semantics: Recall).
  * - buffer: the ceiling of ceilingSlice; window: the seed's windowSlice.
  * - summary: the summary as a system message (when there is one), then every
  *   visible message it does not cover yet, verbatim. Unlike the seed, which

@@ -1,7 +1,7 @@
 import { invalidArgument } from "./errors.js";
 import type { Strategy } from "./types.js";
 
-/** Defaults of DESIGN.md section 2. */
+/** The defaults the proto's Strategy comments promise. */
 export const DEFAULT_WINDOW = 20;
 export const DEFAULT_SUMMARY_WINDOW = 10;
 export const DEFAULT_SUMMARIZE_EVERY = 6;

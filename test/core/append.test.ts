@@ -1,4 +1,4 @@
-/** The rules of an Add (DESIGN.md 3.2, 3.9) and trimming to max_stored (section 4). */
+/** The rules of an Add (README, Semantics: Strategy; Errors) and trimming to max_stored. */
 import { describe, expect, it } from "vitest";
 import { decideAppend, keepsSummary, trimCount } from "../../src/core/append.js";
 import { isMemoryError, type MemoryError } from "../../src/core/errors.js";

@@ -1,7 +1,7 @@
 /**
- * Recall and fold planning by example: every example of the seed's
- * documentation (seed-conversation-memory.md), then the rules DESIGN.md 3.3
- * adds (seqs, tool pairs, the summary's not-yet-folded messages, degraded).
+ * Recall and fold planning by example: every example of the original Python
+ * module's documentation, then the rules the README's Semantics section adds
+ * (seqs, tool pairs, the summary's not-yet-folded messages, degraded).
  */
 import { describe, expect, it } from "vitest";
 import {

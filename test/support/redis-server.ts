@@ -10,7 +10,7 @@
  * ```
  *
  * A missing binary is an error, never a skip: under CI=true a missing tool
- * must fail the run (DESIGN.md section 8).
+ * must fail the run (README, Development).
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
