@@ -86,7 +86,7 @@ export async function startServerProcess(
 function readPorts(child: ChildProcess, stderr: () => string): Promise<[number, number]> {
   return new Promise((resolve, reject) => {
     let out = "";
-    const timer = setTimeout(() => fail(new Error("no listening line within 15 s")), 15_000);
+    const timer = setTimeout(() => fail(new Error("no listening line within 30 s")), 30_000);
     const fail = (err: Error) => {
       clearTimeout(timer);
       reject(new Error(`windlass-memory did not start: ${err.message}\n${stderr()}`));
