@@ -92,6 +92,8 @@ export interface FakeLlm {
   setFallback(step: FakeStep): void;
   /** Steps still scripted, not yet consumed. */
   pending(): number;
+  /** Requests whose answer has been written out in full. */
+  answered(): number;
   /** Stops the server and destroys open connections, hung ones included. Idempotent. */
   close(): Promise<void>;
 }
@@ -170,7 +172,11 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
     sendJson(res, 200, completion(recorded, recorded.body, content));
   }
 
+  let answered = 0;
   const server = createServer((req, res) => {
+    res.once("finish", () => {
+      answered++;
+    });
     handle(req, res).catch((err: unknown) => {
       // A throwing reply function is a test bug: make it visible as a 500.
       if (!res.headersSent && !res.destroyed) sendError(res, 500, `fake-llm: ${String(err)}`);
@@ -200,6 +206,7 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
       fallback = step;
     },
     pending: () => script.length,
+    answered: () => answered,
     close() {
       markClosing();
       closing ??= new Promise<void>((resolve) => {
