@@ -98,18 +98,18 @@ function tracee(stracePid: number): number {
 describe("SQLite store durability", () => {
   const dir = mkdtempSync(join(tmpdir(), "windlass-fsync-"));
   const children: ChildProcess[] = [];
-  const pids: number[] = [];
   afterEach(async () => {
-    for (const pid of pids) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
-    pids.length = 0;
+    // Killing strace would leave the server running: kill the server, and
+    // strace exits with it.
     for (const child of children) {
-      if (child.exitCode === null && child.signalCode === null) await once(child, "exit");
+      if (child.exitCode !== null || child.signalCode !== null) continue;
+      const exited = once(child, "exit");
+      try {
+        process.kill(tracee(child.pid ?? 0), "SIGKILL");
+      } catch {
+        child.kill("SIGKILL"); // no server started
+      }
+      await exited;
     }
     children.length = 0;
   });
@@ -160,7 +160,6 @@ describe("SQLite store durability", () => {
       });
     });
     const server = tracee(strace.pid ?? 0);
-    pids.push(server);
     const client = createGrpcClient(`127.0.0.1:${port}`);
     try {
       const syncedFiles = new Set<string>();
