@@ -1,5 +1,59 @@
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { loadCases, match, matchError, resolveRefs } from "./suite.js";
+import { type Json, loadCases, match, matchError, resolveRefs } from "./suite.js";
+
+/** The rows every runner's matcher is tested against (the Python and Go runners read them too). */
+const table = JSON.parse(
+  readFileSync(new URL("./matcher-cases.json", import.meta.url), "utf8"),
+) as {
+  match: { name: string; expected: Json; actual?: Json; matches: boolean; diff?: string }[];
+  matchError: {
+    name: string;
+    expected: { [key: string]: Json };
+    code: string;
+    message: string;
+    matches: boolean;
+  }[];
+  resolveRefs: {
+    name: string;
+    saved: { [key: string]: Json };
+    value: Json;
+    result?: Json;
+    error?: string;
+  }[];
+};
+
+describe("the shared matcher table (matcher-cases.json)", () => {
+  it.each(table.match.map((row) => [row.name, row] as const))("match: %s", (_name, row) => {
+    const diff = match(row.expected, "actual" in row ? row.actual : undefined);
+    if (row.matches) expect(diff).toBeUndefined();
+    else {
+      expect(diff).toBeDefined();
+      expect(diff).toContain(row.diff ?? "");
+    }
+  });
+
+  it.each(table.matchError.map((row) => [row.name, row] as const))(
+    "matchError: %s",
+    (_name, row) => {
+      const diff = matchError(row.expected, row.code, row.message);
+      if (row.matches) expect(diff).toBeUndefined();
+      else expect(diff).toBeDefined();
+    },
+  );
+
+  it.each(table.resolveRefs.map((row) => [row.name, row] as const))(
+    "resolveRefs: %s",
+    (_name, row) => {
+      const saved = new Map(Object.entries(row.saved));
+      if (row.error !== undefined) {
+        expect(() => resolveRefs(row.value, saved)).toThrow(row.error);
+      } else {
+        expect(resolveRefs(row.value, saved)).toEqual(row.result);
+      }
+    },
+  );
+});
 
 describe("the conformance matching rule", () => {
   it("reads absent fields as defaults and null as unset", () => {

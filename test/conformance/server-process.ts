@@ -86,7 +86,7 @@ export async function startServerProcess(
 function readPorts(child: ChildProcess, stderr: () => string): Promise<[number, number]> {
   return new Promise((resolve, reject) => {
     let out = "";
-    const timer = setTimeout(() => fail(new Error("no listening line within 15 s")), 15_000);
+    const timer = setTimeout(() => fail(new Error("no listening line within 30 s")), 30_000);
     const fail = (err: Error) => {
       clearTimeout(timer);
       reject(new Error(`windlass-memory did not start: ${err.message}\n${stderr()}`));
@@ -116,8 +116,18 @@ async function stopChild(child: ChildProcess): Promise<void> {
 function modelControl(llm: FakeLlm): ModelControl {
   // "summary #N", N counted from the case's start (requests is cleared by reset).
   llm.setFallback({ reply: () => `summary #${llm.requests.length}` });
+  // Held steps wait for the case's release; each case starts with a new gate.
+  let release: () => void = () => {};
+  let released = Promise.resolve();
+  const newGate = () => {
+    released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+  };
+  newGate();
   return {
     async reset() {
+      release();
       // The fake cannot drop steps, so leftovers of a failed case are consumed here.
       while (llm.pending() > 0) {
         await fetch(`${llm.baseUrl}/chat/completions`, {
@@ -127,17 +137,22 @@ function modelControl(llm: FakeLlm): ModelControl {
         }).then((r) => r.text());
       }
       llm.requests.length = 0;
+      newGate();
     },
     push(steps) {
-      llm.push(...steps.map(fakeStep));
+      llm.push(...steps.map((step) => fakeStep(step, released)));
     },
     requests: () => llm.requests.length,
     pending: () => llm.pending(),
+    release: () => release(),
   };
 }
 
-function fakeStep(step: { [key: string]: Json }): FakeStep {
-  const delay = typeof step.delayMs === "number" ? { delayMs: step.delayMs } : {};
+function fakeStep(step: { [key: string]: Json }, released: Promise<void>): FakeStep {
+  const delay = {
+    ...(typeof step.delayMs === "number" ? { delayMs: step.delayMs } : {}),
+    ...(step.held === true ? { until: released } : {}),
+  };
   if (typeof step.reply === "string") return { reply: step.reply, ...delay };
   if (typeof step.status === "number") return { status: step.status, ...delay };
   if (step.malformed === true) return { malformed: true, ...delay };

@@ -99,7 +99,7 @@ function eventQueue() {
       ended = true;
       wake?.();
     },
-    async next(timeoutMs = 3000): Promise<WatchResponse> {
+    async next(timeoutMs = 10_000): Promise<WatchResponse> {
       const until = Date.now() + timeoutMs;
       for (;;) {
         const item = items.shift();

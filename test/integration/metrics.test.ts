@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { type AppHarness, startAppHarness } from "./app-harness.js";
 import { CallFailed, connectDriver, type Driver, grpcDriver } from "./drivers.js";
@@ -64,13 +64,15 @@ describe("Prometheus metrics at GET /metrics", () => {
     expect((await w.next()).event.case).toBe("progress");
     expect(await series(h, "windlass_watchers")).toBe(1);
     w.cancel();
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(await series(h, "windlass_watchers")).toBe(0);
-    expect(
-      await series(
-        h,
-        'windlass_rpc_requests_total{transport="grpc",method="Watch",code="CANCELLED"}',
-      ),
-    ).toBe(1);
+    // The server learns of the cancel asynchronously: wait for the stream to be gone.
+    const cancelled =
+      'windlass_rpc_requests_total{transport="grpc",method="Watch",code="CANCELLED"}';
+    await vi.waitFor(
+      async () => {
+        expect(await series(h, "windlass_watchers")).toBe(0);
+        expect(await series(h, cancelled)).toBe(1);
+      },
+      { timeout: 10_000, interval: 20 },
+    );
   });
 });

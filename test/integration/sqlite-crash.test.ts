@@ -92,6 +92,8 @@ describe("SQLite store under kill -9", () => {
     const acked = new Map<string, Ack[]>(threadIds.map((t) => [t, []]));
     const sent = new Map<string, Set<string>>(threadIds.map((t) => [t, new Set()]));
     let acknowledged = 0;
+    /** Called after each acknowledgement: lets a cycle wait for its writes. */
+    let onAck: (() => void) | undefined;
     let retriedInFlight = 0;
     /** Of those, how many the killed server had committed without answering. */
     let committedUnanswered = 0;
@@ -110,6 +112,7 @@ describe("SQLite store under kill -9", () => {
       });
       acked.get(w.threadId)?.push({ seq: Number(r.firstSeq), content, writer: w.name });
       acknowledged++;
+      onAck?.();
     };
 
     /** Reads every thread back; records acknowledged messages missing and anything amiss. */
@@ -179,7 +182,21 @@ describe("SQLite store under kill -9", () => {
           w.next++;
         }
       });
-      await new Promise((r) => setTimeout(r, 200 + Math.random() * 500));
+      // Kill at a random point measured in writes, not time: a few per writer
+      // at least, so every cycle crashes in the middle of real work however
+      // slow the machine is.
+      const killAt = acknowledged + writers.length * 3 + Math.floor(Math.random() * 300);
+      await new Promise<void>((resolve) => {
+        onAck = () => {
+          if (acknowledged >= killAt) resolve();
+        };
+        // A writer that fails ends the wait too; the failure surfaces below.
+        void Promise.all(running).then(
+          () => resolve(),
+          () => resolve(),
+        );
+      });
+      onAck = undefined;
       killed = true;
       await killHard(server.child);
       await Promise.all(running);

@@ -22,13 +22,20 @@ type Init = Parameters<typeof create<typeof WatchRequestSchema>>[1];
 function open(h: Harness, init: Init = {}, ctx = h.ctx()) {
   const it = h.service.watch(create(WatchRequestSchema, init), ctx)[Symbol.asyncIterator]();
   return {
-    async next(ms = 2000): Promise<WatchResponse> {
+    async next(ms = 10_000): Promise<WatchResponse> {
       const r = await Promise.race([
         it.next(),
         new Promise<never>((_, rej) => setTimeout(() => rej(new Error("no event in time")), ms)),
       ]);
       if (r.done) throw new Error("stream ended");
       return r.value;
+    },
+    /** The next event that is not a Progress. */
+    async nextEvent(ms = 10_000): Promise<WatchResponse> {
+      for (;;) {
+        const e = await this.next(ms);
+        if (e.event.case !== "progress") return e;
+      }
     },
     async take(n: number): Promise<WatchResponse[]> {
       const out: WatchResponse[] = [];
@@ -48,15 +55,15 @@ describe("MemoryService.Watch", () => {
   afterEach(async () => h.close());
 
   it("streams events of the namespace in order, from now on", async () => {
-    h = await startHarness();
+    h = await startHarness({ limits: { progressIntervalMs: 50 } });
     await h.service.add(addReq({ threadId: "before", messages: users("x") }), h.ctx());
     const w = open(h);
-    const first = w.next();
-    await new Promise((r) => setTimeout(r, 20));
+    // The stream is up once it sends its first Progress.
+    expect((await w.next()).event.case).toBe("progress");
     await h.service.add(addReq({ threadId: "a", messages: users("1", "2") }), h.ctx());
     await h.service.add(addReq({ threadId: "a", messages: users("3") }), h.ctx({ namespace: "x" }));
     await h.service.clear(create(ClearRequestSchema, { threadId: "a" }), h.ctx());
-    const events = [await first, ...(await w.take(1))];
+    const events = [await w.nextEvent(), await w.nextEvent()];
     expect(events[0]?.threadId).toBe("a");
     expect(events[0]?.event).toMatchObject({
       case: "messagesAdded",
@@ -115,20 +122,19 @@ describe("MemoryService.Watch", () => {
   });
 
   it("sends the initial state, then summary updates", async () => {
-    h = await startHarness();
+    h = await startHarness({ limits: { progressIntervalMs: 50 } });
     h.llm.setFallback({ reply: "sum" });
     const w0 = open(h, { eventTypes: [EventType.SUMMARY_UPDATED] });
-    const firstP = w0.next();
-    await new Promise((r) => setTimeout(r, 20));
+    expect((await w0.next()).event.case).toBe("progress");
     await h.service.add(
       addReq({ threadId: "s", strategy: summaryStrategy(1, 1), messages: users("a", "b") }),
       h.ctx(),
     );
-    const first = await firstP;
+    const first = await w0.nextEvent();
     await w0.close();
     expect(first.event).toMatchObject({ case: "summaryUpdated", value: { summary: "sum" } });
     const w = open(h, { sendInitialState: true, threadIds: ["s", "missing"] });
-    const init = await w.next();
+    const init = await w.nextEvent();
     expect(init.threadId).toBe("s");
     expect(init.event).toMatchObject({
       case: "summaryUpdated",

@@ -122,14 +122,17 @@ describe("redis store", () => {
     });
     await a.append(cmd({ messages: [user("3")] }));
     await b.clear("ns", "t", 3000);
-    await waitFor(() => seen.length >= 4);
-    await new Promise((res) => setTimeout(res, 50));
+    // A marker written last: once it is delivered, everything before it has
+    // been, and anything extra (a duplicate) would show before it.
+    await b.append(cmd({ threadId: "marker" }));
+    await waitFor(() => seen.some((e) => e.threadId === "marker"));
     stop();
     expect(seen.map((e) => e.type)).toEqual([
       "messages_added",
       "summary_updated",
       "messages_added",
       "thread_cleared",
+      "messages_added",
     ]);
     expect(seen[1]).toMatchObject({ summary: "s1", summarizedThroughSeq: 1, threadId: "t" });
     // The same events, read by cursor through B: cursors mean the same on every replica.
@@ -153,14 +156,16 @@ describe("redis store", () => {
         b.append(cmd({ threadId: `p${i}`, messages: [user("z")] })),
       ),
     );
-    await waitFor(() => first.length >= 12 && second.length >= 11);
-    await new Promise((res) => setTimeout(res, 50));
+    // A marker written last: once both have it, anything extra would show before it.
+    await b.append(cmd({ threadId: "marker", messages: [user("m")] }));
+    const hasMarker = (list: MemoryEvent[]) => list.some((e) => e.threadId === "marker");
+    await waitFor(() => hasMarker(first) && hasMarker(second));
     stop1();
     stop2();
-    expect(first).toHaveLength(12);
-    expect(second).toHaveLength(11);
+    expect(first).toHaveLength(13);
+    expect(second).toHaveLength(12);
     expect(first.slice(1)).toEqual(second);
-    expect(new Set(first.map((e) => e.cursor)).size).toBe(12);
+    expect(new Set(first.map((e) => e.cursor)).size).toBe(13);
   });
 
   it("keeps at least eventRetention events and answers out_of_range for a trimmed cursor", async () => {

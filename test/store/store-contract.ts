@@ -332,8 +332,14 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       await store.clearAll("ns", 5);
       await waitFor(() => seen.length >= 2);
       stop();
+      // A subscriber that joins now hears "b"; once it has, the first one
+      // would have too, had it still been subscribed.
+      const later: MemoryEvent[] = [];
+      const stopLater = store.subscribe("ns", (events) => later.push(...events));
       await store.append(cmd({ threadId: "b" }));
-      await new Promise((r) => setTimeout(r, 50));
+      await waitFor(() => later.length >= 1);
+      stopLater();
+      expect(later.map((e) => e.threadId)).toEqual(["b"]);
       expect(seen.map((e) => [e.type, e.threadId])).toEqual([
         ["messages_added", "a"],
         ["thread_cleared", "a"],

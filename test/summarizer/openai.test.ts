@@ -60,7 +60,7 @@ async function failure(promise: Promise<unknown>): Promise<unknown> {
   throw new Error("expected a rejection");
 }
 
-async function waitFor(condition: () => boolean, timeoutMs = 2000): Promise<void> {
+async function waitFor(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
   const end = Date.now() + timeoutMs;
   while (!condition()) {
     if (Date.now() > end) throw new Error("condition not met in time");
@@ -197,7 +197,8 @@ describe("openai summarizer: retries", () => {
     expect(await summarize()).toBe("ok");
     const elapsed = Date.now() - started;
     expect(elapsed).toBeGreaterThanOrEqual(280);
-    expect(elapsed).toBeLessThan(1500);
+    // Retry-After asked for 30 s.
+    expect(elapsed).toBeLessThan(5_000);
     expect(llm.requests).toHaveLength(2);
   });
 
@@ -232,7 +233,8 @@ describe("openai summarizer: timeouts and cancellation", () => {
     expect(err.message).toContain("timed out after 200 ms");
     expect(llm.requests).toHaveLength(2);
     expect(elapsed).toBeGreaterThanOrEqual(380);
-    expect(elapsed).toBeLessThan(1500);
+    // Unbounded, the hung requests would never end.
+    expect(elapsed).toBeLessThan(5_000);
   });
 
   it("bounds the body too: a reply that stalls after its headers times out", async () => {
@@ -261,7 +263,7 @@ describe("openai summarizer: timeouts and cancellation", () => {
     const reason = new Error("client went away");
     controller.abort(reason);
     expect(await pending).toBe(reason);
-    expect(Date.now() - abortedAt).toBeLessThan(300);
+    expect(Date.now() - abortedAt).toBeLessThan(2_000);
     expect(llm.requests).toHaveLength(1);
   });
 
@@ -272,15 +274,14 @@ describe("openai summarizer: timeouts and cancellation", () => {
     });
     const controller = new AbortController();
     const pending = failure(summarize(controller.signal));
-    await waitFor(() => llm.requests.length === 1);
-    // The 500 arrives at once; by now the summariser sleeps before its retry.
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Once the 500 is out, the summariser reads it and sleeps before its retry.
+    await waitFor(() => llm.answered() === 1);
     const abortedAt = Date.now();
     controller.abort();
     const err = await pending;
     expect(err).toMatchObject({ name: "AbortError" });
     expect(err).not.toBeInstanceOf(SummarizerError);
-    expect(Date.now() - abortedAt).toBeLessThan(300);
+    expect(Date.now() - abortedAt).toBeLessThan(2_000);
     expect(llm.requests).toHaveLength(1);
   });
 });

@@ -46,18 +46,27 @@ export interface RecordedRequest {
   body: ChatCompletionBody | undefined;
 }
 
+/**
+ * When a step answers: after `delayMs`, and once `until` (if given) has
+ * settled, so a test can hold a reply until it has seen what it waits for.
+ */
+export interface StepTiming {
+  delayMs?: number;
+  until?: Promise<unknown>;
+}
+
 /** What the fake does with one chat completion request. */
 export type FakeStep =
   /** Answers 200 with this assistant content (a function computes it from the request). */
-  | { reply: string | ((request: RecordedRequest) => string); delayMs?: number }
+  | ({ reply: string | ((request: RecordedRequest) => string) } & StepTiming)
   /**
    * Answers with this status and body (default: an OpenAI-style error object),
    * e.g. `{ status: 500 }`, `{ status: 429, headers: { "retry-after": "1" } }`,
    * or `{ status: 200, body: '{"choices":[]}' }` for a well-formed but useless reply.
    */
-  | { status: number; body?: string; headers?: Record<string, string>; delayMs?: number }
+  | ({ status: number; body?: string; headers?: Record<string, string> } & StepTiming)
   /** Answers 200 with a body that is not JSON. */
-  | { malformed: true; delayMs?: number }
+  | ({ malformed: true } & StepTiming)
   /**
    * Never answers, until the client gives up or close() is called. With
    * `afterHeaders`, sends the status line, headers and part of the body first,
@@ -83,6 +92,8 @@ export interface FakeLlm {
   setFallback(step: FakeStep): void;
   /** Steps still scripted, not yet consumed. */
   pending(): number;
+  /** Requests whose answer has been written out in full. */
+  answered(): number;
   /** Stops the server and destroys open connections, hung ones included. Idempotent. */
   close(): Promise<void>;
 }
@@ -102,6 +113,11 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
   const waits = new Map<NodeJS.Timeout, () => void>();
   let received = 0;
   let closing: Promise<void> | undefined;
+  let markClosing: () => void = () => {};
+  /** Resolves when close() is called: held replies stop waiting. */
+  const closeCalled = new Promise<void>((resolve) => {
+    markClosing = resolve;
+  });
 
   /** Waits ms, or until close(): the caller checks `closing` afterwards. */
   function wait(ms: number): Promise<void> {
@@ -139,6 +155,7 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
       return; // The socket stays open until the client leaves or close() destroys it.
     }
     if (step.delayMs !== undefined) await wait(step.delayMs);
+    if (step.until !== undefined) await Promise.race([step.until.catch(() => {}), closeCalled]);
     if (closing !== undefined || res.destroyed) return;
     if ("malformed" in step) {
       res.writeHead(200, { "content-type": "application/json" });
@@ -155,7 +172,11 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
     sendJson(res, 200, completion(recorded, recorded.body, content));
   }
 
+  let answered = 0;
   const server = createServer((req, res) => {
+    res.once("finish", () => {
+      answered++;
+    });
     handle(req, res).catch((err: unknown) => {
       // A throwing reply function is a test bug: make it visible as a 500.
       if (!res.headersSent && !res.destroyed) sendError(res, 500, `fake-llm: ${String(err)}`);
@@ -185,7 +206,9 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
       fallback = step;
     },
     pending: () => script.length,
+    answered: () => answered,
     close() {
+      markClosing();
       closing ??= new Promise<void>((resolve) => {
         for (const [timer, resolveWait] of waits) {
           clearTimeout(timer);

@@ -189,7 +189,7 @@ describe.each(clientKinds)("Connect server with $kind", ({ options }) => {
     const { ctx } = await core.callOf("watch");
     await aborted(ctx.signal);
     expect(ctx.signal.reason).toMatchObject({ code: "cancelled" });
-    await vi.waitFor(() => expect(released).toBe(true));
+    await vi.waitFor(() => expect(released).toBe(true), { timeout: 10_000 });
   });
 
   it("maps bearer tokens to namespaces and refuses calls without a known token", async () => {

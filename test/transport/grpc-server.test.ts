@@ -196,7 +196,7 @@ describe("gRPC server (grpc-js)", () => {
     const { ctx } = await core.callOf("watch");
     await aborted(ctx.signal);
     expect(ctx.signal.reason).toMatchObject({ code: "cancelled" });
-    await vi.waitFor(() => expect(released).toBe(true));
+    await vi.waitFor(() => expect(released).toBe(true), { timeout: 10_000 });
   });
 
   it("refuses a request above the message size limit with RESOURCE_EXHAUSTED", async () => {

@@ -7,7 +7,9 @@ than one event loop on the same memory object.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import threading
 
 import grpc
 import pytest
@@ -87,14 +89,29 @@ def test_cancelling_the_task_cancels_the_call() -> None:
     # call hangs until its 60 s deadline unless cancelling the task ends it.
     with socket.create_server(("127.0.0.1", 0)) as silent:
         target = f"127.0.0.1:{silent.getsockname()[1]}"
+        connected = threading.Event()
+        held: list[socket.socket] = []
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):
+                held.append(silent.accept()[0])
+                connected.set()
+
+        threading.Thread(target=accept, daemon=True).start()
 
         async def scenario() -> None:
             with BufferMemory(target=target, timeout=60) as m:
                 task = asyncio.create_task(m.aget())
-                await asyncio.sleep(0.3)
+                # The call is under way once its connection is made.
+                loop = asyncio.get_running_loop()
+                assert await loop.run_in_executor(None, connected.wait, 10)
                 assert not task.done()
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
 
-        asyncio.run(asyncio.wait_for(scenario(), timeout=10))
+        try:
+            asyncio.run(asyncio.wait_for(scenario(), timeout=20))
+        finally:
+            for conn in held:
+                conn.close()

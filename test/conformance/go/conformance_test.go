@@ -353,24 +353,35 @@ func runStep(step map[string]any, c Case, client *grpcClient, model *fakeModel, 
 				return fmt.Errorf("expected %v, got %s", e["code"], describe(r))
 			}
 		}
-		events, ok := step["events"].([]any)
-		if !ok {
+		if _, ok := step["events"].([]any); !ok {
 			return errors.New("next needs events or error")
 		}
+		resolved, err := resolveRefs(step["events"], saved)
+		if err != nil {
+			return err
+		}
+		events, _ := resolved.([]any)
 		names, _ := step["as"].([]any)
 		for k, expected := range events {
 			exp, _ := expected.(map[string]any)
 			_, wantsProgress := exp["progress"]
 			until := time.Now().Add(within)
+			skipped := ""
 			for {
 				r := w.next(time.Until(until))
 				if r.kind != "event" {
-					return fmt.Errorf("event %d: expected an event, got %s", k+1, describe(r))
+					return fmt.Errorf("event %d: expected an event, got %s%s", k+1, describe(r), skipped)
 				}
-				if _, progress := r.event["progress"].(map[string]any); progress && !wantsProgress {
+				_, progress := r.event["progress"].(map[string]any)
+				if progress && !wantsProgress {
 					continue
 				}
 				if d := match(expected, r.event, "$"); d != "" {
+					if progress && wantsProgress {
+						// A Progress that does not match an expected Progress is skipped.
+						skipped = " (after skipping a Progress: " + d + ")"
+						continue
+					}
 					return fmt.Errorf("event %d: %s in %s", k+1, d, show(r.event))
 				}
 				if k < len(names) {
@@ -402,6 +413,10 @@ func runStep(step map[string]any, c Case, client *grpcClient, model *fakeModel, 
 			steps = append(steps, m)
 		}
 		return model.push(steps)
+	}
+	if release, ok := step["modelRelease"].(bool); ok && release {
+		model.release()
+		return nil
 	}
 	if want, ok := step["modelRequests"]; ok {
 		if got := model.requests(); float64(got) != number(want, -1) {

@@ -29,6 +29,9 @@ type fakeModel struct {
 	count   int
 	server  *http.Server
 	baseURL string
+	// released is closed by the case's release; held steps wait for it. Each
+	// case starts with a new one.
+	released chan struct{}
 }
 
 func startFakeModel() (*fakeModel, error) {
@@ -36,7 +39,7 @@ func startFakeModel() (*fakeModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &fakeModel{baseURL: fmt.Sprintf("http://%s/v1", ln.Addr())}
+	m := &fakeModel{baseURL: fmt.Sprintf("http://%s/v1", ln.Addr()), released: make(chan struct{})}
 	m.server = &http.Server{Handler: http.HandlerFunc(m.handle), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = m.server.Serve(ln) }()
 	return m, nil
@@ -56,10 +59,17 @@ func (m *fakeModel) handle(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"message": "not a chat completion request"}})
 		return
 	}
-	step := m.take()
+	step, released := m.take()
 	if d := number(step["delayMs"], 0); d > 0 {
 		select {
 		case <-time.After(millis(d)):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if held, _ := step["held"].(bool); held {
+		select {
+		case <-released:
 		case <-r.Context().Done():
 			return
 		}
@@ -88,22 +98,39 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func (m *fakeModel) take() map[string]any {
+func (m *fakeModel) take() (map[string]any, chan struct{}) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.count++
 	if len(m.script) == 0 {
-		return map[string]any{"reply": fmt.Sprintf("summary #%d", m.count)}
+		return map[string]any{"reply": fmt.Sprintf("summary #%d", m.count)}, m.released
 	}
 	step := m.script[0]
 	m.script = m.script[1:]
-	return step
+	return step, m.released
 }
 
 func (m *fakeModel) reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.script, m.count = nil, 0
+	m.releaseLocked() // whatever a failed case left held
+	m.released = make(chan struct{})
+}
+
+// release lets held replies go: those waiting now and those taken later in the case.
+func (m *fakeModel) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.releaseLocked()
+}
+
+func (m *fakeModel) releaseLocked() {
+	select {
+	case <-m.released:
+	default:
+		close(m.released)
+	}
 }
 
 func (m *fakeModel) push(steps []map[string]any) error {
@@ -234,7 +261,7 @@ func startServerProcess(root, store string, flags []string, env map[string]strin
 			s.grpcPort = p
 			return s, nil
 		}
-	case <-time.After(15 * time.Second):
+	case <-time.After(30 * time.Second):
 	}
 	s.stop()
 	return nil, fmt.Errorf("windlass-memory did not start: %s", s.stderr.String())

@@ -187,6 +187,11 @@ func match(expected, actual any, path string) string {
 						return fmt.Sprintf("%s: expected a non-empty value, got %s", path, show(actual))
 					}
 					return ""
+				case op == "$not":
+					if match(arg, actual, path) == "" {
+						return fmt.Sprintf("%s: expected anything but %s, got %s", path, show(arg), show(actual))
+					}
+					return ""
 				case strings.HasPrefix(op, "$"):
 					return fmt.Sprintf("%s: unknown operator %s", path, op)
 				}

@@ -149,6 +149,10 @@ def match(expected: Json, actual: object, path: str = "$") -> Optional[str]:
             if actual is _ABSENT or actual is None or actual in ("", [], {}):
                 return f"{path}: expected a non-empty value, got {_show(actual)}"
             return None
+        if op == "$not":
+            if match(expected[op], actual, path) is None:
+                return f"{path}: expected anything but {_show(expected[op])}, got {_show(actual)}"
+            return None
         if op is not None:
             return f"{path}: unknown operator {op}"
         if not isinstance(actual, dict):
@@ -323,6 +327,8 @@ class FakeModel:
         self._lock = threading.Lock()
         self._script: list[JsonObject] = []
         self._count = 0
+        # Held steps wait for the case's release; each case starts with a new gate.
+        self._released = threading.Event()
         model = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -340,10 +346,12 @@ class FakeModel:
                     ok = False
                 if not ok:
                     return self._send(400, {"error": {"message": "not a chat completion request"}})
-                step = model._take()
+                step, released = model._take()
                 delay = step.get("delayMs")
                 if isinstance(delay, (int, float)):
                     time.sleep(delay / 1000)
+                if step.get("held") is True:
+                    released.wait(timeout=600)
                 if "reply" in step:
                     return self._send(200, _completion(request["model"], str(step["reply"])))
                 if "status" in step:
@@ -365,15 +373,23 @@ class FakeModel:
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
-    def _take(self) -> JsonObject:
+    def _take(self) -> tuple[JsonObject, threading.Event]:
         with self._lock:
             self._count += 1
-            return self._script.pop(0) if self._script else {"reply": f"summary #{self._count}"}
+            step = self._script.pop(0) if self._script else {"reply": f"summary #{self._count}"}
+            return step, self._released
 
     def reset(self) -> None:
         with self._lock:
             self._script.clear()
             self._count = 0
+            self._released.set()  # whatever a failed case left held
+            self._released = threading.Event()
+
+    def release(self) -> None:
+        """Lets held replies go: those waiting now and those taken later in the case."""
+        with self._lock:
+            self._released.set()
 
     def push(self, steps: list[JsonObject]) -> None:
         for step in steps:
@@ -459,7 +475,7 @@ class ServerProcess:
             lines.put("")
 
         threading.Thread(target=drain, daemon=True).start()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 30
         while True:
             try:
                 line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
@@ -470,9 +486,13 @@ class ServerProcess:
                 self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
                 return
             if line == "" or time.monotonic() > deadline:
-                self.stop()
+                if self._proc.poll() is None:
+                    self._proc.kill()
+                self._proc.wait()
                 self._stderr.seek(0)
-                raise RuntimeError(f"windlass-memory did not start: {self._stderr.read().decode()[-4000:]}")
+                log = self._stderr.read().decode()[-4000:]
+                self.stop()
+                raise RuntimeError(f"windlass-memory did not start: {log}")
 
     @property
     def client(self) -> GrpcClient:
@@ -681,16 +701,22 @@ def _run_step(
                     continue
                 raise CaseFailed(f"expected {step['error']['code']}, got {_describe(read)}")
         names: list[Optional[str]] = step.get("as", [])
-        for k, expected in enumerate(step["events"]):
+        for k, expected in enumerate(resolve_refs(step["events"], saved)):
             wants_progress = isinstance(expected, dict) and "progress" in expected
             until = time.monotonic() + within_ms / 1000
+            skipped = ""
             while True:
                 read = stream.next((until - time.monotonic()) * 1000)
                 if read.kind != "event":
-                    raise CaseFailed(f"event {k + 1}: expected an event, got {_describe(read)}")
-                if not wants_progress and isinstance(read.event.get("progress"), dict):
+                    raise CaseFailed(f"event {k + 1}: expected an event, got {_describe(read)}{skipped}")
+                is_progress = isinstance(read.event.get("progress"), dict)
+                if not wants_progress and is_progress:
                     continue
                 diff = match(expected, read.event)
+                if diff is not None and wants_progress and is_progress:
+                    # A Progress that does not match an expected Progress is skipped.
+                    skipped = f" (after skipping a Progress: {diff})"
+                    continue
                 if diff is not None:
                     raise CaseFailed(f"event {k + 1}: {diff} in {json.dumps(read.event)}")
                 if k < len(names) and isinstance(names[k], str):
@@ -705,6 +731,9 @@ def _run_step(
         return
     if "model" in step:
         model.push(list(step["model"]))
+        return
+    if step.get("modelRelease") is True:
+        model.release()
         return
     if "modelRequests" in step:
         got = model.requests()
