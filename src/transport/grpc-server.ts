@@ -102,7 +102,14 @@ export async function startGrpcServer(options: ServerOptions): Promise<GrpcServe
     },
     close() {
       listener.stopAccepting();
-      closing ??= new Promise((resolve) => server.tryShutdown(() => resolve()));
+      // Once grpc-js has closed its sessions, what is left are sockets that
+      // never became one (a TLS handshake under way): nobody to wait for.
+      closing ??= new Promise((resolve) =>
+        server.tryShutdown(() => {
+          listener.destroyAll();
+          resolve();
+        }),
+      );
       return closing;
     },
     forceClose() {
