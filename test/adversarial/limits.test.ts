@@ -1,13 +1,19 @@
+import { execFile } from "node:child_process";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import * as net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { setImmediate } from "node:timers/promises";
+import { connect as connectTls } from "node:tls";
+import { promisify } from "node:util";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { type ServiceError, status } from "@grpc/grpc-js";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import {
   Role,
   WatchRequestSchema,
@@ -117,6 +123,23 @@ describe.each(PORTS)("connections on the $port port", ({ of }) => {
 });
 
 describe("keepalive on the gRPC port", () => {
+  it("closes a connection that does not answer its pings within --keepalive-timeout-ms", async () => {
+    const s = await servers({
+      connectionLimits: { keepaliveTimeMs: 100, keepaliveTimeoutMs: 200 },
+    });
+    // An HTTP/2 client in name only: the preface and an empty SETTINGS
+    // frame, then it reads (and drops) what comes but never answers a PING.
+    const peer = rawSocket(s.grpcPort);
+    await connected(peer.socket);
+    peer.socket.write(
+      Buffer.concat([
+        Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1"),
+        Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0]),
+      ]),
+    );
+    await peer.closed;
+  });
+
   it("pings connections every --keepalive-time-ms", async () => {
     const s = await servers({ connectionLimits: { keepaliveTimeMs: 100 } });
     const session = http2.connect(`http://127.0.0.1:${s.grpcPort}`);
@@ -482,5 +505,87 @@ describe("GET /metrics", () => {
     // Which addresses count as public: all but loopback.
     expect(["127.0.0.1", "::1", "localhost"].every(isLoopbackHost)).toBe(true);
     expect(["0.0.0.0", "::", "10.0.0.5", "example.com"].some(isLoopbackHost)).toBe(false);
+  });
+});
+
+describe("with TLS", () => {
+  let dir = "";
+  let tls: { cert: Buffer; key: Buffer };
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), "windlass-limits-tls-"));
+    await promisify(execFile)(
+      "openssl",
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "cert.pem",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        "-days",
+        "1",
+      ],
+      { cwd: dir },
+    );
+    tls = {
+      cert: await readFile(join(dir, "cert.pem")),
+      key: await readFile(join(dir, "key.pem")),
+    };
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it.each(PORTS)("closes a $port-port socket that sends nothing", async ({ of }) => {
+    const s = await servers({ tls, connectionLimits: { firstByteTimeoutMs: 300 } });
+    const silent = rawSocket(of(s));
+    await connected(silent.socket);
+    await silent.closed;
+  });
+
+  it("closes an HTTP-port socket that starts a TLS handshake and stops", async () => {
+    const s = await servers({ tls, connectionLimits: { firstByteTimeoutMs: 300 } });
+    const peer = rawSocket(s.httpPort);
+    await connected(peer.socket);
+    // The first bytes of a ClientHello record, and nothing more: the handshake
+    // must finish within the timeout. (On the gRPC port these bytes pass the
+    // first-byte check, and grpc-js's TLS server has Node's 120 s limit.)
+    peer.socket.write(Buffer.from([0x16, 0x03, 0x01]));
+    await peer.closed;
+  });
+
+  it("ends a non-reading HTTP/1.1 watcher over TLS", async () => {
+    const { core, state } = floodingCore();
+    const s = await servers({ tls, watchStallTimeoutMs: 300 }, core);
+    const body = framedWatchRequest();
+    const socket = connectTls({
+      host: "127.0.0.1",
+      port: s.httpPort,
+      ca: tls.cert,
+      ALPNProtocols: ["http/1.1"],
+    });
+    socket.on("error", () => {});
+    cleanups.push(() => socket.destroy());
+    await new Promise<void>((resolve) => socket.once("secureConnect", () => resolve()));
+    socket.write(
+      `POST ${WATCH_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n` +
+        `Content-Type: application/connect+proto\r\nConnect-Protocol-Version: 1\r\n` +
+        `Content-Length: ${body.length}\r\n\r\n`,
+    );
+    socket.write(body);
+    socket.pause();
+    await vi.waitFor(() => expect(state.released).toBe(true), WAIT);
+    const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
+    socket.resume();
+    await closed;
   });
 });
