@@ -430,6 +430,9 @@ async function run(settings: Settings): Promise<number> {
           "0",
           "--store",
           storeBackends.storeFlag(store),
+          // The bench measures the server's capacity, not the per-namespace limit.
+          "--rate-limit-rps",
+          "0",
         ],
         startTimeoutMs: SERVER_START_TIMEOUT_MS,
       });

@@ -21,7 +21,8 @@ async function main(): Promise<void> {
   const server = await startServerProcess({
     label: "windlass-memory",
     script: `${root}bin/windlass-memory.js`,
-    args: ["serve", "--port", "0", "--http-port", "0"],
+    // The bench measures the transports, not the per-namespace rate limit.
+    args: ["serve", "--port", "0", "--http-port", "0", "--rate-limit-rps", "0"],
     startTimeoutMs: 15_000,
   });
   try {

@@ -21,6 +21,8 @@ import { startServers } from "./transport/servers.js";
 export interface App {
   readonly grpcPort: number;
   readonly httpPort: number;
+  /** Port of GET /metrics when `--metrics-port` gives it one. */
+  readonly metricsPort: number | undefined;
   readonly service: MemoryService;
   /** Graceful stop: servers first (in-flight calls finish), then folds, then the store. */
   stop(): Promise<void>;
@@ -57,6 +59,17 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       httpPort: config.httpPort,
       maxMessageBytes: config.maxMessageBytes,
       metrics,
+      ...(config.metricsPort === undefined ? {} : { metricsPort: config.metricsPort }),
+      ...(config.metricsToken === undefined ? {} : { metricsToken: config.metricsToken }),
+      rateLimit: { ratePerSecond: config.limits.rateLimitRps, burst: config.limits.rateLimitBurst },
+      connectionLimits: {
+        maxConnections: config.limits.maxConnections,
+        firstByteTimeoutMs: config.limits.firstByteTimeoutMs,
+        maxConnectionIdleMs: config.limits.maxConnectionIdleMs,
+        keepaliveTimeMs: config.limits.keepaliveTimeMs,
+        keepaliveTimeoutMs: config.limits.keepaliveTimeoutMs,
+      },
+      watchStallTimeoutMs: config.limits.watchStallTimeoutMs,
       ...(config.authTokens === undefined ? {} : { auth: config.authTokens }),
       ...(config.tls === undefined
         ? {}
@@ -80,6 +93,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
   return {
     grpcPort: servers.grpcPort,
     httpPort: servers.httpPort,
+    metricsPort: servers.metricsPort,
     service,
     stop() {
       stopping ??= (async () => {

@@ -25,6 +25,23 @@ export interface Config {
   eventRetention: number;
   maxConcurrentFolds: number;
   shutdownGraceMs: number;
+  /** Limits per caller and per connection; see README "Transports and operations". */
+  limits: {
+    /** Requests per second per namespace (token bucket rate); 0: no limit. */
+    rateLimitRps: number;
+    rateLimitBurst: number;
+    /** Open connections per port. */
+    maxConnections: number;
+    firstByteTimeoutMs: number;
+    maxConnectionIdleMs: number;
+    keepaliveTimeMs: number;
+    keepaliveTimeoutMs: number;
+    watchStallTimeoutMs: number;
+  };
+  /** GET /metrics on its own port; undefined: on the HTTP port. */
+  metricsPort: number | undefined;
+  /** Bearer token GET /metrics requires; undefined: none. */
+  metricsToken: string | undefined;
   /** Bearer token -> namespace; undefined: no auth, one namespace. */
   authTokens: Map<string, string> | undefined;
   tls: { certFile: string; keyFile: string; clientCaFile: string | undefined } | undefined;
@@ -158,6 +175,65 @@ export const SETTINGS = {
     default: "5000",
     help: "time in-flight calls get on SIGTERM/SIGINT",
   },
+  rateLimitRps: {
+    flag: "rate-limit-rps",
+    env: "WINDLASS_RATE_LIMIT_RPS",
+    default: "1000",
+    help: "requests per second per namespace (token bucket); 0 turns the limit off",
+  },
+  rateLimitBurst: {
+    flag: "rate-limit-burst",
+    env: "WINDLASS_RATE_LIMIT_BURST",
+    default: "2000",
+    help: "requests a namespace may make at once above its rate",
+  },
+  maxConnections: {
+    flag: "max-connections",
+    env: "WINDLASS_MAX_CONNECTIONS",
+    default: "500",
+    help: "open connections per port; new ones beyond are closed at once",
+  },
+  firstByteTimeoutMs: {
+    flag: "first-byte-timeout-ms",
+    env: "WINDLASS_FIRST_BYTE_TIMEOUT_MS",
+    default: "10000",
+    help: "a new connection that sends nothing for this long is closed",
+  },
+  maxConnectionIdleMs: {
+    flag: "max-connection-idle-ms",
+    env: "WINDLASS_MAX_CONNECTION_IDLE_MS",
+    default: "300000",
+    help: "an HTTP/2 connection without calls for this long is closed (GOAWAY)",
+  },
+  keepaliveTimeMs: {
+    flag: "keepalive-time-ms",
+    env: "WINDLASS_KEEPALIVE_TIME_MS",
+    default: "60000",
+    help: "the gRPC port pings each connection this often",
+  },
+  keepaliveTimeoutMs: {
+    flag: "keepalive-timeout-ms",
+    env: "WINDLASS_KEEPALIVE_TIMEOUT_MS",
+    default: "20000",
+    help: "a connection whose ping is not answered within this is closed",
+  },
+  watchStallTimeoutMs: {
+    flag: "watch-stall-timeout-ms",
+    env: "WINDLASS_WATCH_STALL_TIMEOUT_MS",
+    default: "30000",
+    help: "a Watch whose client reads nothing for this long ends with RESOURCE_EXHAUSTED",
+  },
+  metricsPort: {
+    flag: "metrics-port",
+    env: "WINDLASS_METRICS_PORT",
+    help: "serve GET /metrics on this port instead of the HTTP port; 0 picks a free one",
+  },
+  metricsToken: {
+    flag: "metrics-token",
+    env: "WINDLASS_METRICS_TOKEN",
+    secret: true,
+    help: "GET /metrics requires authorization: Bearer TOKEN (environment only)",
+  },
   authTokens: {
     flag: "auth-tokens",
     env: "WINDLASS_AUTH_TOKENS",
@@ -259,6 +335,18 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     eventRetention: int("eventRetention", 1),
     maxConcurrentFolds: int("maxConcurrentFolds", 1, 10_000),
     shutdownGraceMs: int("shutdownGraceMs", 0),
+    limits: {
+      rateLimitRps: int("rateLimitRps", 0, 1_000_000),
+      rateLimitBurst: int("rateLimitBurst", 1, 10_000_000),
+      maxConnections: int("maxConnections", 1, 1_000_000),
+      firstByteTimeoutMs: int("firstByteTimeoutMs", 1),
+      maxConnectionIdleMs: int("maxConnectionIdleMs", 1),
+      keepaliveTimeMs: int("keepaliveTimeMs", 1),
+      keepaliveTimeoutMs: int("keepaliveTimeoutMs", 1),
+      watchStallTimeoutMs: int("watchStallTimeoutMs", 1),
+    },
+    metricsPort: raw("metricsPort") === undefined ? undefined : int("metricsPort", 0, 65535),
+    metricsToken: parseMetricsToken(raw("metricsToken")),
     authTokens: parseAuthTokens(raw("authTokens")),
     tls:
       tlsCert === undefined || tlsKey === undefined
@@ -318,6 +406,15 @@ function parseAuthTokens(v: string | undefined): Map<string, string> | undefined
     map.set(token, namespace);
   }
   return map;
+}
+
+function parseMetricsToken(v: string | undefined): string | undefined {
+  if (v === undefined) return undefined;
+  if (/\s/.test(v)) {
+    // Never echo the value: it is a secret.
+    throw new ConfigError("WINDLASS_METRICS_TOKEN: must not contain whitespace");
+  }
+  return v;
 }
 
 /** The text of `windlass-memory --help`. */

@@ -81,3 +81,47 @@ describe("configuration", () => {
     expect(text).toContain("--get-fold-wait-ms / WINDLASS_GET_FOLD_WAIT_MS");
   });
 });
+
+describe("limits per caller and per connection", () => {
+  it("has defaults that protect a small node, each a flag with an environment twin", () => {
+    const c = loadConfig([], {});
+    expect(c.limits).toEqual({
+      rateLimitRps: 1000,
+      rateLimitBurst: 2000,
+      maxConnections: 500,
+      firstByteTimeoutMs: 10_000,
+      maxConnectionIdleMs: 300_000,
+      keepaliveTimeMs: 60_000,
+      keepaliveTimeoutMs: 20_000,
+      watchStallTimeoutMs: 30_000,
+    });
+    expect(c.metricsPort).toBeUndefined();
+    expect(c.metricsToken).toBeUndefined();
+    const set = loadConfig(["--rate-limit-rps", "0", "--metrics-port=0"], {
+      WINDLASS_RATE_LIMIT_RPS: "5",
+      WINDLASS_MAX_CONNECTIONS: "7",
+      WINDLASS_WATCH_STALL_TIMEOUT_MS: "1000",
+      WINDLASS_METRICS_TOKEN: "scrape-me",
+    });
+    expect(set.limits).toMatchObject({
+      rateLimitRps: 0,
+      maxConnections: 7,
+      watchStallTimeoutMs: 1000,
+    });
+    expect(set.metricsPort).toBe(0);
+    expect(set.metricsToken).toBe("scrape-me");
+  });
+
+  it("rejects bad values naming the setting, and takes the metrics token from the environment only", () => {
+    expect(() => loadConfig(["--max-connections", "0"], {})).toThrow(/--max-connections/);
+    expect(() => loadConfig(["--rate-limit-burst", "0"], {})).toThrow(/--rate-limit-burst/);
+    expect(() => loadConfig(["--watch-stall-timeout-ms", "soon"], {})).toThrow(
+      /--watch-stall-timeout-ms/,
+    );
+    expect(() => loadConfig(["--metrics-port", "70000"], {})).toThrow(/--metrics-port/);
+    expect(() => loadConfig(["--metrics-token", "x"], {})).toThrow(/environment/);
+    expect(() => loadConfig([], { WINDLASS_METRICS_TOKEN: "has space" })).toThrow(
+      /WINDLASS_METRICS_TOKEN/,
+    );
+  });
+});

@@ -22,11 +22,18 @@ export class MemoryError extends Error {
   readonly code: ErrorCode;
   /** The request field at fault, for invalid_argument: "messages[2].role". */
   readonly field: string | undefined;
+  /** For a resource_exhausted that passes by itself (a rate limit): when to retry, in ms. */
+  readonly retryAfterMs: number | undefined;
 
-  constructor(code: ErrorCode, message: string, options?: { field?: string; cause?: unknown }) {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options?: { field?: string; cause?: unknown; retryAfterMs?: number },
+  ) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.field = options?.field;
+    this.retryAfterMs = options?.retryAfterMs;
   }
 }
 

@@ -87,15 +87,22 @@ export async function* watchEvents(
       }
     }
 
-    let lastSent = deps.now();
-    for (;;) {
-      throwIfStopped(stop, ctx, deps.shutdown);
+    // Also checked after every event sent: a client that stops reading parks
+    // this generator at a yield while events keep coming, and must learn
+    // RESOURCE_EXHAUSTED when it reads again, not OUT_OF_RANGE from a cursor
+    // the log has trimmed meanwhile.
+    const throwIfTooFarBehind = (): void => {
       if (behind > deps.watchBuffer) {
         throw new MemoryError(
           "resource_exhausted",
           `watch fell more than ${deps.watchBuffer} events behind; resume from the last resume_token`,
         );
       }
+    };
+    let lastSent = deps.now();
+    for (;;) {
+      throwIfStopped(stop, ctx, deps.shutdown);
+      throwIfTooFarBehind();
       if (dirty) {
         dirty = false;
         for (;;) {
@@ -108,6 +115,7 @@ export async function* watchEvents(
             yield eventToPb(e, encodeResumeToken(e.cursor));
             lastSent = deps.now();
             throwIfStopped(stop, ctx, deps.shutdown);
+            throwIfTooFarBehind();
           }
           if (events.length < READ_BATCH) break;
         }

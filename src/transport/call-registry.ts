@@ -1,4 +1,6 @@
 import { MemoryError } from "../core/errors.js";
+import type { RateLimiter } from "../service/rate-limit.js";
+import type { Authenticator } from "./auth.js";
 
 /**
  * The life of calls in flight, shared by both transports: each call gets an
@@ -23,6 +25,38 @@ export function deadlineExceeded(): MemoryError {
 /** The server is shutting down; the client should retry elsewhere. */
 export function serverShuttingDown(): MemoryError {
   return new MemoryError("unavailable", "server shutting down");
+}
+
+/** The namespace has used up its requests per second; `retryAfterMs` goes out as RetryInfo. */
+export function rateLimited(retryAfterMs: number): MemoryError {
+  return new MemoryError(
+    "resource_exhausted",
+    `rate limit of this namespace exceeded; retry in ${retryAfterMs} ms`,
+    { retryAfterMs },
+  );
+}
+
+/** The client of a Watch has not read anything for `stallTimeoutMs`. */
+export function watchStalled(stallTimeoutMs: number): MemoryError {
+  return new MemoryError(
+    "resource_exhausted",
+    `watch client read nothing for ${stallTimeoutMs} ms; resume from the last resume_token`,
+  );
+}
+
+/**
+ * Admission of every MemoryService call, on both transports: the caller's
+ * namespace from its bearer token, then one token from that namespace's rate
+ * bucket. Throws MemoryError unauthenticated or resource_exhausted.
+ */
+export function admitCall(
+  deps: { readonly authenticator: Authenticator; readonly rateLimiter?: RateLimiter | undefined },
+  authorization: string | undefined,
+): string {
+  const namespace = deps.authenticator.namespaceOf(authorization);
+  const decision = deps.rateLimiter?.take(namespace);
+  if (decision !== undefined && !decision.allowed) throw rateLimited(decision.retryAfterMs);
+  return namespace;
 }
 
 /**

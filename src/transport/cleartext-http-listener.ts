@@ -3,9 +3,12 @@ import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { HttpConnections } from "./http-connections.js";
 
+/** A request over HTTP/1.1 or HTTP/2. */
+export type HttpRequest = http.IncomingMessage | http2.Http2ServerRequest;
+
 /** A request handler that serves both HTTP/1.1 and HTTP/2 requests. */
 export type HttpRequestHandler = (
-  req: http.IncomingMessage | http2.Http2ServerRequest,
+  req: HttpRequest,
   res: http.ServerResponse | http2.Http2ServerResponse,
 ) => void;
 

@@ -1,19 +1,25 @@
 import * as http2 from "node:http2";
 import type { AddressInfo, Server as NetServer } from "node:net";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
 import {
   type ActiveCall,
+  admitCall,
   type CallKind,
   type CallRegistry,
   clientStopReason,
   deadlineExceeded,
+  watchStalled,
 } from "./call-registry.js";
-import { createCleartextHttpListener, type HttpRequestHandler } from "./cleartext-http-listener.js";
+import {
+  createCleartextHttpListener,
+  type HttpRequest,
+  type HttpRequestHandler,
+} from "./cleartext-http-listener.js";
 import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
 import { HttpConnections } from "./http-connections.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
@@ -47,25 +53,28 @@ export async function startConnectServer(options: ServerOptions): Promise<Connec
     routes: (router) => router.service(MemoryService, memoryServiceImpl(options)),
     readMaxBytes: maxMessageBytes,
     writeMaxBytes: maxMessageBytes,
+    // The raw request, so a stalled Watch can reset its HTTP/2 stream or socket.
+    contextValues: (req) => createContextValues().set(rawRequestKey, req),
   });
-  const connections = new HttpConnections();
-  const metrics = options.metrics;
+  const limits = options.connectionLimits;
+  const connections = new HttpConnections({ maxConnectionIdleMs: limits.maxConnectionIdleMs });
+  const metricsEndpoint = options.metricsEndpoint;
   const handler: HttpRequestHandler = (req, res) => {
     connections.trackRequest(req, res);
-    if (metrics !== undefined && req.method === "GET" && req.url === "/metrics") {
-      // setHeader + end rather than writeHead: on a union of the HTTP/1.1 and
-      // HTTP/2 response types, @types/node 24 cannot pick a writeHead overload.
-      res.statusCode = 200;
-      res.setHeader("content-type", "text/plain; version=0.0.4; charset=utf-8");
-      res.end(metrics.render());
+    if (metricsEndpoint !== undefined && req.url === "/metrics") {
+      metricsEndpoint(req, res);
       return;
     }
     adapter(req, res);
   };
   const listener =
     options.tls === undefined
-      ? createCleartextHttpListener(handler, connections)
-      : createTlsListener(handler, connections, options.tls);
+      ? createCleartextHttpListener(handler, connections, {
+          firstBytesTimeoutMs: limits.firstByteTimeoutMs,
+        })
+      : createTlsListener(handler, connections, options.tls, limits.firstByteTimeoutMs);
+  // Node closes sockets beyond this as soon as they are accepted.
+  listener.maxConnections = limits.maxConnections;
   await listen(listener, options.host, options.port);
   const address = listener.address() as AddressInfo;
   let closing: Promise<void> | undefined;
@@ -122,6 +131,12 @@ async function unary<O>(
  * filling memory. When the call's signal aborts, the stream ends with the
  * abort reason (CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE), never with OK or
  * INTERNAL, whether the core throws, returns, or does not react.
+ *
+ * A write the client does not take within `watchStallTimeoutMs` ends the
+ * stream with RESOURCE_EXHAUSTED: no status can pass the unread bytes, so
+ * the HTTP/2 stream is reset with ENHANCE_YOUR_CALM (which gRPC and Connect
+ * clients read as RESOURCE_EXHAUSTED) and an HTTP/1.1 connection is reset;
+ * either way the bytes queued for it are dropped.
  */
 async function* serverStreaming<O>(
   deps: Deps,
@@ -132,18 +147,40 @@ async function* serverStreaming<O>(
   const { signal } = active;
   let events: AsyncIterator<O> | undefined;
   let writing = false;
+  let stalled = false;
+  const release = (): void =>
+    releaseIterator(events, (err) =>
+      deps.logger.warn("watch iterator failed while closing", { method: methodName(hctx), err }),
+    );
+  // connect-node may never resume a generator whose write cannot finish:
+  // everything the call holds is let go here, not in `finally`.
+  const onStall = (): void => {
+    stalled = true;
+    recordRpc(deps.metrics, "connect", hctx.method.name, "resource_exhausted", undefined);
+    active.abort(watchStalled(deps.watchStallTimeoutMs));
+    resetStalledRequest(hctx.values.get(rawRequestKey));
+    release();
+    active.end();
+  };
   try {
     events = open(callContext(deps, hctx, active))[Symbol.asyncIterator]();
     for (;;) {
       const next = await nextUnlessAborted(events, signal);
       if (next === undefined || next.done === true) break;
       writing = true;
-      yield next.value;
+      const stallTimer = setTimeout(onStall, deps.watchStallTimeoutMs);
+      try {
+        yield next.value;
+      } finally {
+        clearTimeout(stallTimer);
+      }
       writing = false;
     }
     if (signal.aborted) throw signal.reason;
     recordRpc(deps.metrics, "connect", hctx.method.name, "ok", undefined);
   } catch (err) {
+    // Ended by onStall, which has recorded it; whatever connect-node threw in, the client's answer is the stall.
+    if (stalled) throw toConnectError(toClientError(signal.reason, errorScope(deps, hctx, active)));
     // connect-node throws its own write failures (the client went away) into
     // the generator at the yield: not the core's errors, so not mapped or
     // logged as internal.
@@ -156,9 +193,28 @@ async function* serverStreaming<O>(
     throw toConnectError(clientError);
   } finally {
     active.end();
-    releaseIterator(events, (err) =>
-      deps.logger.warn("watch iterator failed while closing", { method: methodName(hctx), err }),
-    );
+    release();
+  }
+}
+
+/** The Node request of a call; set for every call by the adapter's `contextValues`. */
+const rawRequestKey = createContextKey<HttpRequest | undefined>(undefined, {
+  description: "raw Node request",
+});
+
+/** Drops a response whose client does not read (see serverStreaming). */
+function resetStalledRequest(req: HttpRequest | undefined): void {
+  if (req === undefined) return;
+  if ("stream" in req) {
+    req.stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    return;
+  }
+  const socket = req.socket;
+  try {
+    // RST: the kernel drops the unread bytes instead of keeping them for a FIN.
+    socket.resetAndDestroy();
+  } catch {
+    socket.destroy(); // a TLS socket has no TCP handle of its own to reset
   }
 }
 
@@ -192,11 +248,12 @@ function beginConnectCall(calls: CallRegistry, kind: CallKind, hctx: HandlerCont
   };
 }
 
-/** Throws MemoryError("unauthenticated") when auth is on and the token is not good. */
+/**
+ * Throws MemoryError("unauthenticated") when auth is on and the token is not
+ * good, and "resource_exhausted" when the namespace is over its rate.
+ */
 function callContext(deps: Deps, hctx: HandlerContext, active: ActiveCall): CallContext {
-  const namespace = deps.authenticator.namespaceOf(
-    hctx.requestHeader.get("authorization") ?? undefined,
-  );
+  const namespace = admitCall(deps, hctx.requestHeader.get("authorization") ?? undefined);
   // A getter: reading the signal is what creates it (call-registry.ts).
   return {
     namespace,
@@ -226,11 +283,13 @@ function createTlsListener(
   handler: HttpRequestHandler,
   connections: HttpConnections,
   tls: TlsOptions,
+  handshakeTimeoutMs: number,
 ): http2.Http2SecureServer {
   const clientCa = tls.clientCa === undefined ? undefined : pemBuffer(tls.clientCa);
   const server = http2.createSecureServer(
     {
       allowHTTP1: true,
+      handshakeTimeout: handshakeTimeoutMs,
       cert: pemBuffer(tls.cert),
       key: pemBuffer(tls.key),
       ...(clientCa === undefined

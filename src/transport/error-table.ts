@@ -1,7 +1,13 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { status } from "@grpc/grpc-js";
+import { Metadata, status } from "@grpc/grpc-js";
 import { type ErrorCode, isMemoryError } from "../core/errors.js";
 import type { Logger } from "../logger.js";
+import {
+  encodeRetryInfo,
+  encodeStatusWithRetryInfo,
+  RETRY_INFO_TYPE,
+  STATUS_DETAILS_KEY,
+} from "./retry-info.js";
 
 /**
  * THE table from domain error codes to wire codes. Both transports map every
@@ -26,6 +32,8 @@ export const errorCodeTable: {
 export interface ClientError {
   readonly code: ErrorCode;
   readonly message: string;
+  /** When the client may retry (rate limits): sent as a google.rpc.RetryInfo detail. */
+  readonly retryAfterMs?: number;
 }
 
 /** Where an error happened, for the log line of an internal error. */
@@ -58,7 +66,9 @@ export function toClientError(thrown: unknown, scope: ErrorScope): ClientError {
       field !== undefined && !thrown.message.startsWith(field)
         ? `${field}: ${thrown.message}`
         : thrown.message;
-    return { code: thrown.code, message };
+    return thrown.retryAfterMs === undefined
+      ? { code: thrown.code, message }
+      : { code: thrown.code, message, retryAfterMs: thrown.retryAfterMs };
   }
   const signal = scope.signal;
   if (signal?.aborted === true && isAbortError(thrown, signal.reason)) {
@@ -73,13 +83,33 @@ export function toClientError(thrown: unknown, scope: ErrorScope): ClientError {
 }
 
 /** A grpc-js status object for `callback(err)` or `call.emit("error", err)`. */
-export function toGrpcStatus(err: ClientError): { code: status; details: string } {
-  return { code: errorCodeTable[err.code].grpc, details: err.message };
+export function toGrpcStatus(err: ClientError): {
+  code: status;
+  details: string;
+  metadata?: Metadata;
+} {
+  const code = errorCodeTable[err.code].grpc;
+  if (err.retryAfterMs === undefined) return { code, details: err.message };
+  const metadata = new Metadata();
+  metadata.set(
+    STATUS_DETAILS_KEY,
+    Buffer.from(encodeStatusWithRetryInfo(code, err.message, err.retryAfterMs)),
+  );
+  return { code, details: err.message, metadata };
 }
 
 /** A ConnectError carrying only the code and the safe message. */
 export function toConnectError(err: ClientError): ConnectError {
-  return new ConnectError(err.message, errorCodeTable[err.code].connect);
+  const error = new ConnectError(err.message, errorCodeTable[err.code].connect);
+  if (err.retryAfterMs !== undefined) {
+    // Already encoded: connect-node sends it as it is (JSON details, or grpc-status-details-bin).
+    error.details.push({
+      type: RETRY_INFO_TYPE,
+      value: encodeRetryInfo(err.retryAfterMs),
+      debug: { retryDelay: `${err.retryAfterMs / 1000}s` },
+    });
+  }
+  return error;
 }
 
 function isAbortError(thrown: unknown, reason: unknown): boolean {

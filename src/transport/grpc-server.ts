@@ -1,4 +1,5 @@
 import { once } from "node:events";
+import * as http2 from "node:http2";
 import type {
   DescMessage,
   DescMethodServerStreaming,
@@ -21,11 +22,14 @@ import type { CallContext } from "../service/context.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
 import {
   type ActiveCall,
+  admitCall,
   type CallKind,
   type CallRegistry,
   clientStopReason,
+  watchStalled,
 } from "./call-registry.js";
 import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
+import { type GrpcListener, listenForGrpc } from "./grpc-listener.js";
 import { createReflectionService } from "./grpc-reflection.js";
 import { grpcServiceDefinition } from "./grpc-service-definition.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
@@ -61,11 +65,16 @@ export const HEALTH_SERVICE_NAMES = ["", MemoryService.typeName] as const;
 /** Starts the gRPC server and resolves once it is bound. */
 export async function startGrpcServer(options: ServerOptions): Promise<GrpcServer> {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const limits = options.connectionLimits;
   const server = new Server({
     "grpc.max_receive_message_length": maxMessageBytes,
     "grpc.max_send_message_length": maxMessageBytes,
     // channelz (grpc-js's call tracing) is not served here and costs CPU on every call.
     "grpc.enable_channelz": 0,
+    // GOAWAY to a connection without calls; pings find peers that are gone.
+    "grpc.max_connection_idle_ms": limits.maxConnectionIdleMs,
+    "grpc.keepalive_time_ms": limits.keepaliveTimeMs,
+    "grpc.keepalive_timeout_ms": limits.keepaliveTimeoutMs,
   });
   const health = new HealthImplementation(
     Object.fromEntries(HEALTH_SERVICE_NAMES.map((name) => [name, "SERVING"])),
@@ -74,21 +83,38 @@ export async function startGrpcServer(options: ServerOptions): Promise<GrpcServe
   createReflectionService().addToServer(server);
   server.addService(grpcServiceDefinition(MemoryService), memoryServiceHandlers(options));
 
-  const port = await bind(server, hostPort(options.host, options.port), credentials(options.tls));
+  // Our own listener, so connections are capped and must speak first (grpc-listener.ts).
+  const injector = server.createConnectionInjector(credentials(options.tls));
+  let listener: GrpcListener;
+  try {
+    listener = await listenForGrpc(injector, options.host, options.port, limits);
+  } catch (err) {
+    injector.destroy();
+    throw err;
+  }
   let closing: Promise<void> | undefined;
   return {
-    port,
+    port: listener.port,
     setServing(serving) {
       for (const name of HEALTH_SERVICE_NAMES) {
         health.setStatus(name, serving ? "SERVING" : "NOT_SERVING");
       }
     },
     close() {
-      closing ??= new Promise((resolve) => server.tryShutdown(() => resolve()));
+      listener.stopAccepting();
+      // Once grpc-js has closed its sessions, what is left are sockets that
+      // never became one (a TLS handshake under way): nobody to wait for.
+      closing ??= new Promise((resolve) =>
+        server.tryShutdown(() => {
+          listener.destroyAll();
+          resolve();
+        }),
+      );
       return closing;
     },
     forceClose() {
       server.forceShutdown();
+      listener.destroyAll();
     },
   };
 }
@@ -159,6 +185,12 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
  * buffer plus the HTTP/2 window here; keeping up is the core's job (it ends a
  * watcher that falls too far behind with RESOURCE_EXHAUSTED). Cancellation,
  * deadline and shutdown abort the wait and release the core's iterator.
+ *
+ * No 'drain' within `watchStallTimeoutMs` (the client reads nothing) ends
+ * the stream with RESOURCE_EXHAUSTED: the status is queued, and since it
+ * cannot pass the unread bytes the HTTP/2 stream is also reset with
+ * ENHANCE_YOUR_CALM, which gRPC clients read as RESOURCE_EXHAUSTED too, and
+ * which drops what was queued for it.
  */
 async function pump<I extends DescMessage, O extends DescMessage>(
   deps: Deps,
@@ -174,12 +206,16 @@ async function pump<I extends DescMessage, O extends DescMessage>(
     logger: deps.logger,
   };
   let events: AsyncIterator<MessageShape<O>> | undefined;
+  let stalled = false;
   try {
     events = open(call.request, callContext(deps, call.metadata, active))[Symbol.asyncIterator]();
     for (;;) {
       const next = await nextUnlessAborted(events, signal);
       if (next === undefined || next.done === true) break;
-      if (!call.write(next.value)) await once(call, "drain", { signal });
+      if (!call.write(next.value)) {
+        stalled = !(await drainedWithin(call, signal, deps.watchStallTimeoutMs));
+        if (stalled) throw watchStalled(deps.watchStallTimeoutMs);
+      }
     }
     // A core may simply return when the signal aborts; the client must
     // still learn why the stream ended.
@@ -192,12 +228,59 @@ async function pump<I extends DescMessage, O extends DescMessage>(
     // A cancelled call (client gone, or deadline already reported by
     // grpc-js) has nobody to tell; its write errors are no news either.
     if (!call.cancelled) call.emit("error", toGrpcStatus(clientError));
+    if (stalled) resetHttp2Stream(call);
   } finally {
     active.end();
     releaseIterator(events, (err) =>
       deps.logger.warn("watch iterator failed while closing", { method: name, err }),
     );
   }
+}
+
+/** Whether 'drain' came within `ms`; rejects when the call's signal aborts first. */
+async function drainedWithin(
+  call: ServerWritableStream<unknown, unknown>,
+  signal: AbortSignal,
+  ms: number,
+): Promise<boolean> {
+  const stall = AbortSignal.timeout(ms);
+  try {
+    await once(call, "drain", { signal: AbortSignal.any([signal, stall]) });
+    return true;
+  } catch (err) {
+    if (stall.aborted && !signal.aborted) return false;
+    throw err;
+  }
+}
+
+/**
+ * RST_STREAM ENHANCE_YOUR_CALM on the call's HTTP/2 stream. grpc-js keeps the
+ * stream private (ServerWritableStreamImpl.call, then .nextCall through any
+ * interceptors, then .stream); if a later grpc-js hides it elsewhere, the
+ * queued status still ends the call once the client reads, and the
+ * limits tests fail.
+ */
+function resetHttp2Stream(call: object): void {
+  let node: unknown = (call as { call?: unknown }).call;
+  for (let depth = 0; depth < 8 && typeof node === "object" && node !== null; depth++) {
+    const stream: unknown = (node as { stream?: unknown }).stream;
+    if (isClosableHttp2Stream(stream)) {
+      if (!stream.closed) stream.close(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      return;
+    }
+    node = (node as { nextCall?: unknown }).nextCall;
+  }
+}
+
+function isClosableHttp2Stream(
+  value: unknown,
+): value is { readonly closed: boolean; close(code: number): void } {
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    "rstCode" in value &&
+    typeof (value as { close?: unknown }).close === "function"
+  );
 }
 
 type SurfaceCall = Pick<
@@ -228,12 +311,13 @@ function beginGrpcCall(calls: CallRegistry, kind: CallKind, call: SurfaceCall): 
   };
 }
 
-/** Throws MemoryError("unauthenticated") when auth is on and the token is not good. */
+/**
+ * Throws MemoryError("unauthenticated") when auth is on and the token is not
+ * good, and "resource_exhausted" when the namespace is over its rate.
+ */
 function callContext(deps: Deps, metadata: Metadata, active: ActiveCall): CallContext {
   const [authorization] = metadata.get("authorization");
-  const namespace = deps.authenticator.namespaceOf(
-    typeof authorization === "string" ? authorization : undefined,
-  );
+  const namespace = admitCall(deps, typeof authorization === "string" ? authorization : undefined);
   // A getter: reading the signal is what creates it (call-registry.ts).
   return {
     namespace,
@@ -258,14 +342,4 @@ function credentials(tls: TlsOptions | undefined): ServerCredentials {
     [{ cert_chain: pemBuffer(tls.cert), private_key: pemBuffer(tls.key) }],
     clientCa !== null,
   );
-}
-
-function hostPort(host: string, port: number): string {
-  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
-}
-
-function bind(server: Server, address: string, creds: ServerCredentials): Promise<number> {
-  return new Promise((resolve, reject) => {
-    server.bindAsync(address, creds, (err, port) => (err === null ? resolve(port) : reject(err)));
-  });
 }

@@ -11,8 +11,14 @@ import type { Duplex } from "node:stream";
  * Graceful close sends GOAWAY on HTTP/2 sessions (streams in flight finish),
  * ends idle HTTP/1.1 connections at once and busy ones after their response,
  * and drops connections that have not sent a byte yet. Force close destroys
- * everything.
+ * everything. An HTTP/2 session with no stream open for `maxConnectionIdleMs`
+ * is closed (GOAWAY); HTTP/1.1 keep-alive has Node's own timeout.
  */
+export interface HttpConnectionsOptions {
+  /** Default: no idle timeout. */
+  readonly maxConnectionIdleMs?: number;
+}
+
 export class HttpConnections {
   readonly #sockets = new Set<Socket>();
   readonly #pending = new Set<Socket>();
@@ -20,6 +26,11 @@ export class HttpConnections {
   readonly #http1 = new Map<Duplex, number>();
   readonly #sessions = new Set<Http2Session>();
   #closing = false;
+  readonly #maxIdleMs: number | undefined;
+
+  constructor(options: HttpConnectionsOptions = {}) {
+    this.#maxIdleMs = options.maxConnectionIdleMs;
+  }
 
   /** A TCP connection was accepted. */
   acceptSocket(socket: Socket): void {
@@ -57,7 +68,39 @@ export class HttpConnections {
       return;
     }
     this.#sessions.add(session);
-    session.once("close", () => this.#sessions.delete(session));
+    const idle = this.#closeWhenIdle(session);
+    session.once("close", () => {
+      if (idle !== undefined) clearTimeout(idle);
+      this.#sessions.delete(session);
+    });
+  }
+
+  /**
+   * One timer per session, refreshed rather than remade, so a busy session
+   * costs no timer per call.
+   */
+  #closeWhenIdle(session: Http2Session): NodeJS.Timeout | undefined {
+    const maxIdleMs = this.#maxIdleMs;
+    if (maxIdleMs === undefined) return undefined;
+    let open = 0;
+    let idleSince = performance.now();
+    const timer = setTimeout(function check() {
+      if (open > 0 || session.closed) return;
+      if (performance.now() - idleSince >= maxIdleMs) session.close();
+      else timer.refresh();
+    }, maxIdleMs);
+    timer.unref();
+    session.on("stream", (stream: Duplex) => {
+      open++;
+      stream.once("close", () => {
+        open--;
+        if (open === 0) {
+          idleSince = performance.now();
+          timer.refresh();
+        }
+      });
+    });
+    return timer;
   }
 
   /** Counts an HTTP/1.1 request until its response closes; no-op for HTTP/2. */

@@ -2,10 +2,22 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { MemoryServiceCore } from "../service/context.js";
+import { RateLimiter } from "../service/rate-limit.js";
 import { createAuthenticator } from "./auth.js";
 import { CallRegistry } from "./call-registry.js";
 import { type ConnectServer, startConnectServer } from "./connect-server.js";
 import { type GrpcServer, startGrpcServer } from "./grpc-server.js";
+import {
+  isLoopbackHost,
+  type MetricsServer,
+  metricsEndpoint,
+  startMetricsServer,
+} from "./metrics-endpoint.js";
+import {
+  type ConnectionLimits,
+  DEFAULT_CONNECTION_LIMITS,
+  DEFAULT_WATCH_STALL_TIMEOUT_MS,
+} from "./server-options.js";
 import type { TlsOptions } from "./tls.js";
 
 /**
@@ -27,8 +39,18 @@ export interface StartServersOptions {
   /** Bearer token -> namespace. Absent or empty: no auth, everything in namespace "". */
   readonly auth?: ReadonlyMap<string, string>;
   readonly logger: Logger;
-  /** RPC counts and latencies; GET /metrics on the HTTP port renders them. */
+  /** RPC counts and latencies; GET /metrics renders them (see metrics-endpoint.ts). */
   readonly metrics?: ServerMetrics;
+  /** Serve GET /metrics on this port (0: a free one) instead of the HTTP port. */
+  readonly metricsPort?: number;
+  /** GET /metrics requires `authorization: Bearer <metricsToken>`. */
+  readonly metricsToken?: string;
+  /** Requests per second per namespace; absent or rate 0: no limit. */
+  readonly rateLimit?: { readonly ratePerSecond: number; readonly burst: number };
+  /** Per-port connection limits; each absent one takes its default. */
+  readonly connectionLimits?: Partial<ConnectionLimits>;
+  /** A Watch whose client reads nothing for this long ends with RESOURCE_EXHAUSTED. Default 30 s. */
+  readonly watchStallTimeoutMs?: number;
   /** Serve TLS on both ports (optionally requiring client certificates). */
   readonly tls?: TlsOptions;
   /**
@@ -48,6 +70,8 @@ export interface RunningServers {
   readonly grpcPort: number;
   /** Port of the Connect server (Connect, gRPC-Web, gRPC; HTTP/1.1 and HTTP/2). */
   readonly httpPort: number;
+  /** Port of GET /metrics when it has its own (`metricsPort`). */
+  readonly metricsPort: number | undefined;
   /** Resolves when shutdown has finished, however it was started. */
   readonly closed: Promise<void>;
   /**
@@ -72,28 +96,75 @@ const FORCED_CLOSE_WAIT_MS = 1_000;
 export async function startServers(options: StartServersOptions): Promise<RunningServers> {
   const { logger } = options;
   const calls = new CallRegistry();
+  const connectionLimits = { ...DEFAULT_CONNECTION_LIMITS, ...options.connectionLimits };
+  const rate = options.rateLimit;
   const shared = {
     core: options.core,
     host: options.host,
     authenticator: createAuthenticator(options.auth),
     calls,
     logger,
+    connectionLimits,
+    watchStallTimeoutMs: options.watchStallTimeoutMs ?? DEFAULT_WATCH_STALL_TIMEOUT_MS,
+    ...(rate === undefined || rate.ratePerSecond === 0
+      ? {}
+      : { rateLimiter: new RateLimiter({ ratePerSecond: rate.ratePerSecond, burst: rate.burst }) }),
     ...(options.maxMessageBytes === undefined ? {} : { maxMessageBytes: options.maxMessageBytes }),
     ...(options.tls === undefined ? {} : { tls: options.tls }),
     ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
   };
+  const metrics = options.metrics;
+  const ownMetricsPort = options.metricsPort !== undefined;
+  const endpoint =
+    metrics === undefined
+      ? undefined
+      : metricsEndpoint({
+          metrics,
+          token: options.metricsToken,
+          openWithoutToken: ownMetricsPort || isLoopbackHost(options.host),
+        });
   const grpc = await startGrpcServer({ ...shared, port: options.grpcPort });
   let connect: ConnectServer;
+  let metricsServer: MetricsServer | undefined;
   try {
-    connect = await startConnectServer({ ...shared, port: options.httpPort });
+    connect = await startConnectServer({
+      ...shared,
+      port: options.httpPort,
+      ...(endpoint === undefined || ownMetricsPort ? {} : { metricsEndpoint: endpoint }),
+    });
+    if (endpoint !== undefined && options.metricsPort !== undefined) {
+      try {
+        metricsServer = await startMetricsServer(
+          endpoint,
+          options.host,
+          options.metricsPort,
+          connectionLimits.maxConnections,
+        );
+      } catch (err) {
+        connect.forceClose();
+        throw err;
+      }
+    }
   } catch (err) {
     grpc.forceClose();
     throw err;
+  }
+  if (
+    endpoint !== undefined &&
+    !ownMetricsPort &&
+    options.metricsToken === undefined &&
+    !isLoopbackHost(options.host)
+  ) {
+    logger.warn(
+      "GET /metrics answers 403 on a public address: set WINDLASS_METRICS_TOKEN or --metrics-port",
+      {},
+    );
   }
   logger.info("servers listening", {
     host: options.host,
     grpcPort: grpc.port,
     httpPort: connect.port,
+    metricsPort: metricsServer?.port,
     auth: options.auth !== undefined && options.auth.size > 0,
     tls: options.tls !== undefined,
   });
@@ -107,7 +178,9 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
     shuttingDown ??= shutdownServers(
       { grpc, connect, calls, logger, drainDelayMs: options.drainDelayMs ?? 0 },
       graceMs,
-    ).finally(markClosed);
+    )
+      .then(() => metricsServer?.close())
+      .finally(markClosed);
     return shuttingDown;
   };
 
@@ -121,7 +194,13 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
     else signal.addEventListener("abort", onAbort, { once: true });
   }
 
-  return { grpcPort: grpc.port, httpPort: connect.port, closed, shutdown };
+  return {
+    grpcPort: grpc.port,
+    httpPort: connect.port,
+    metricsPort: metricsServer?.port,
+    closed,
+    shutdown,
+  };
 }
 
 interface Parts {
