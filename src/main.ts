@@ -43,16 +43,26 @@ export async function main(argv: readonly string[]): Promise<number> {
     return 1;
   }
   // Handlers go in before the listening line: a supervisor may signal as soon as it sees it.
+  // They stay until the stop has finished: a signal sent to the process group
+  // reaches this process twice when `npm start` forwards its copy, and the
+  // second one must not kill a shutdown in progress (Node's default action).
+  let requestStop: () => void = () => {};
   const stopRequested = new Promise<void>((resolve) => {
-    const onSignal = (signal: NodeJS.Signals) => {
-      logger.info("signal received; shutting down", { signal });
-      process.off("SIGTERM", onSignal);
-      process.off("SIGINT", onSignal);
-      resolve();
-    };
-    process.on("SIGTERM", onSignal);
-    process.on("SIGINT", onSignal);
+    requestStop = resolve;
   });
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    logger.info(
+      stopping ? "signal received; already shutting down" : "signal received; shutting down",
+      {
+        signal,
+      },
+    );
+    stopping = true;
+    requestStop();
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
   process.stdout.write(
     `windlass-memory listening: gRPC ${config.host}:${app.grpcPort}, ` +
       `Connect/gRPC-Web/JSON http://${config.host}:${app.httpPort} ` +
@@ -61,5 +71,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   await stopRequested;
   await app.stop();
   logger.info("stopped", {});
+  process.off("SIGTERM", onSignal);
+  process.off("SIGINT", onSignal);
   return 0;
 }
