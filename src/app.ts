@@ -57,6 +57,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       httpPort: config.httpPort,
       maxMessageBytes: config.maxMessageBytes,
       metrics,
+      corsOrigins: config.corsOrigins,
       ...(config.authTokens === undefined ? {} : { auth: config.authTokens }),
       ...(config.tls === undefined
         ? {}

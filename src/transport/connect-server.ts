@@ -2,6 +2,7 @@ import * as http2 from "node:http2";
 import type { AddressInfo, Server as NetServer } from "node:net";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
@@ -16,6 +17,7 @@ import {
 import { createCleartextHttpListener, type HttpRequestHandler } from "./cleartext-http-listener.js";
 import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
 import { HttpConnections } from "./http-connections.js";
+import { createHttpFront } from "./http-front.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
 import { recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
@@ -43,11 +45,17 @@ export interface ConnectServer {
 /** Starts the Connect server and resolves once it is listening. */
 export async function startConnectServer(options: ServerOptions): Promise<ConnectServer> {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  let rpcHandlers: readonly UniversalHandler[] = [];
   const adapter = connectNodeAdapter({
-    routes: (router) => router.service(MemoryService, memoryServiceImpl(options)),
+    routes: (router) => {
+      router.service(MemoryService, memoryServiceImpl(options));
+      rpcHandlers = router.handlers;
+    },
     readMaxBytes: maxMessageBytes,
     writeMaxBytes: maxMessageBytes,
+    fallback: (req, res) => front.notFound(req, res),
   });
+  const front = createHttpFront(options.corsOrigins ?? [], rpcHandlers);
   const connections = new HttpConnections();
   const metrics = options.metrics;
   const handler: HttpRequestHandler = (req, res) => {
@@ -60,6 +68,7 @@ export async function startConnectServer(options: ServerOptions): Promise<Connec
       res.end(metrics.render());
       return;
     }
+    if (front.handle(req, res)) return;
     adapter(req, res);
   };
   const listener =

@@ -20,6 +20,8 @@ export interface ServerOptions {
   readonly tls?: TlsOptions;
   /** Where RPC counts and latencies go; the Connect server also serves them at GET /metrics. */
   readonly metrics?: ServerMetrics;
+  /** Browser origins allowed to call the Connect port (CORS); `*` for any. Default none. */
+  readonly corsOrigins?: readonly string[];
 }
 
 /** What a handler needs of the options, beyond the core it calls. */
