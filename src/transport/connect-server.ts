@@ -63,9 +63,18 @@ export async function startConnectServer(options: ServerOptions): Promise<Connec
     if (metrics !== undefined && req.method === "GET" && req.url === "/metrics") {
       // setHeader + end rather than writeHead: on a union of the HTTP/1.1 and
       // HTTP/2 response types, @types/node 24 cannot pick a writeHead overload.
-      res.statusCode = 200;
-      res.setHeader("content-type", "text/plain; version=0.0.4; charset=utf-8");
-      res.end(metrics.render());
+      metrics.render().then(
+        (text) => {
+          res.statusCode = 200;
+          res.setHeader("content-type", metrics.contentType);
+          res.end(text);
+        },
+        (err: unknown) => {
+          options.logger.error("rendering metrics failed", { err });
+          res.statusCode = 500;
+          res.end();
+        },
+      );
       return;
     }
     if (front.handle(req, res)) return;
