@@ -31,6 +31,8 @@ export interface Config {
   logLevel: LogLevel;
   /** Browser origins allowed to call the Connect port; ["*"]: any; []: none. */
   corsOrigins: string[];
+  /** Put namespaces and thread ids into trace attributes. */
+  traceThreadIds: boolean;
 }
 
 export type StoreConfig =
@@ -181,6 +183,12 @@ export const SETTINGS = {
     repeatable: true,
     help: "browser origin allowed to call the Connect port (CORS), e.g. https://app.example.com; repeatable or comma-separated; * for any",
   },
+  traceThreadIds: {
+    flag: "trace-thread-ids",
+    env: "WINDLASS_TRACE_THREAD_IDS",
+    default: "false",
+    help: "true: put namespaces and thread ids into trace span attributes (tracing is on when OTEL_* asks for it)",
+  },
   logLevel: {
     flag: "log-level",
     env: "WINDLASS_LOG_LEVEL",
@@ -276,6 +284,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
         : { certFile: tlsCert, keyFile: tlsKey, clientCaFile: tlsClientCa },
     logLevel: oneOf("logLevel", ["debug", "info", "warn", "error"] as const),
     corsOrigins: parseCorsOrigins(raw("corsOrigin")),
+    traceThreadIds: oneOf("traceThreadIds", ["false", "true"] as const) === "true",
   };
 }
 

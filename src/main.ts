@@ -1,6 +1,7 @@
 import { startApp } from "./app.js";
 import { ConfigError, helpText, loadConfig } from "./config.js";
 import { createJsonLogger } from "./logger.js";
+import { startTracing } from "./tracing.js";
 
 /**
  * The `windlass-memory` command. Returns the process exit status: 0 after a
@@ -31,10 +32,18 @@ export async function main(argv: readonly string[]): Promise<number> {
     throw err;
   }
   const logger = createJsonLogger(config.logLevel);
+  const tracing = await startTracing(process.env, { threadIds: config.traceThreadIds });
+  if (tracing.enabled) {
+    logger.info("tracing on", {
+      exporter: process.env.OTEL_TRACES_EXPORTER ?? "otlp",
+      threadIds: config.traceThreadIds,
+    });
+  }
   let app: Awaited<ReturnType<typeof startApp>>;
   try {
     app = await startApp(config, logger);
   } catch (err) {
+    await tracing.shutdown();
     if (err instanceof ConfigError) {
       process.stderr.write(`windlass-memory: ${err.message}\n`);
       return 2;
@@ -70,6 +79,10 @@ export async function main(argv: readonly string[]): Promise<number> {
   );
   await stopRequested;
   await app.stop();
+  // Last: the spans of calls that finished during the stop get exported too.
+  await tracing.shutdown().catch((err: unknown) => {
+    logger.warn("flushing traces failed", { err });
+  });
   logger.info("stopped", {});
   process.off("SIGTERM", onSignal);
   process.off("SIGINT", onSignal);

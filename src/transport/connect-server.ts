@@ -6,6 +6,7 @@ import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
+import { endRpcSpan, startRpcSpan, withSpan } from "../tracing.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
 import {
   type ActiveCall,
@@ -121,13 +122,16 @@ async function unary<O>(
 ): Promise<O> {
   const startedAt = performance.now();
   const active = beginConnectCall(deps.calls, "unary", hctx);
+  const span = startRpcSpan("connect", hctx.service.typeName, hctx.method.name, hctx.requestHeader);
   try {
-    const response = await invoke(callContext(deps, hctx, active));
+    const response = await withSpan(span, () => invoke(callContext(deps, hctx, active)));
     recordRpc(deps.metrics, "connect", hctx.method.name, "ok", startedAt);
+    endRpcSpan(span, "ok");
     return response;
   } catch (err) {
     const clientError = toClientError(err, errorScope(deps, hctx, active));
     recordRpc(deps.metrics, "connect", hctx.method.name, clientError.code, startedAt);
+    endRpcSpan(span, clientError.code);
     throw toConnectError(clientError);
   } finally {
     active.end();

@@ -18,6 +18,7 @@ import {
 import { HealthImplementation } from "grpc-health-check";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
+import { endRpcSpan, startRpcSpan, withSpan } from "../tracing.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
 import {
   type ActiveCall,
@@ -118,6 +119,7 @@ function unary<I extends DescMessage, O extends DescMessage>(
   return (call, callback) => {
     const startedAt = performance.now();
     const active = beginGrpcCall(deps.calls, "unary", call);
+    const span = startRpcSpan("grpc", method.parent.typeName, method.name, call.metadata);
     const scope: ErrorScope = {
       method: name,
       get signal() {
@@ -127,13 +129,17 @@ function unary<I extends DescMessage, O extends DescMessage>(
     };
     const respond = async (): Promise<void> => {
       try {
-        const response = await invoke(call.request, callContext(deps, call.metadata, active));
+        const response = await withSpan(span, () =>
+          invoke(call.request, callContext(deps, call.metadata, active)),
+        );
         callback(null, response);
         recordRpc(deps.metrics, "grpc", method.name, "ok", startedAt);
+        endRpcSpan(span, "ok");
       } catch (err) {
         const clientError = toClientError(err, scope);
         callback(toGrpcStatus(clientError));
         recordRpc(deps.metrics, "grpc", method.name, clientError.code, startedAt);
+        endRpcSpan(span, clientError.code);
       } finally {
         active.end();
       }
