@@ -139,6 +139,9 @@ export function startRpcSpan(
   );
 }
 
+/** The span of one RPC; undefined while tracing is off. */
+export type RpcSpan = Span | undefined;
+
 /** Runs `fn` with `span` as the active span (its children's parent); just `fn()` without one. */
 export function withSpan<T>(span: Span | undefined, fn: () => T): T {
   if (span === undefined) return fn();

@@ -152,12 +152,17 @@ async function* serverStreaming<O>(
 ): AsyncGenerator<O> {
   const active = beginConnectCall(deps.calls, "stream", hctx);
   const { signal } = active;
+  const span = startRpcSpan("connect", hctx.service.typeName, hctx.method.name, hctx.requestHeader);
   let events: AsyncIterator<O> | undefined;
   let writing = false;
+  // connect-node may also end the generator with return(): no code seen, the client left.
+  let code = "cancelled";
   try {
-    events = open(callContext(deps, hctx, active))[Symbol.asyncIterator]();
+    const opened = open(callContext(deps, hctx, active))[Symbol.asyncIterator]();
+    events = opened;
     for (;;) {
-      const next = await nextUnlessAborted(events, signal);
+      // The core's generator runs its steps in the RPC's span (its store calls are children).
+      const next = await withSpan(span, () => nextUnlessAborted(opened, signal));
       if (next === undefined || next.done === true) break;
       writing = true;
       yield next.value;
@@ -165,6 +170,7 @@ async function* serverStreaming<O>(
     }
     if (signal.aborted) throw signal.reason;
     recordRpc(deps.metrics, "connect", hctx.method.name, "ok", undefined);
+    code = "ok";
   } catch (err) {
     // connect-node throws its own write failures (the client went away) into
     // the generator at the yield: not the core's errors, so not mapped or
@@ -175,8 +181,10 @@ async function* serverStreaming<O>(
     }
     const clientError = toClientError(err, errorScope(deps, hctx, active));
     recordRpc(deps.metrics, "connect", hctx.method.name, clientError.code, undefined);
+    code = clientError.code;
     throw toConnectError(clientError);
   } finally {
+    endRpcSpan(span, code);
     active.end();
     releaseIterator(events, (err) =>
       deps.logger.warn("watch iterator failed while closing", { method: methodName(hctx), err }),

@@ -18,7 +18,7 @@ import {
 import { HealthImplementation } from "grpc-health-check";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
-import { endRpcSpan, startRpcSpan, withSpan } from "../tracing.js";
+import { endRpcSpan, type RpcSpan, startRpcSpan, withSpan } from "../tracing.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
 import {
   type ActiveCall,
@@ -154,7 +154,8 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
   open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
 ): handleServerStreamingCall<MessageShape<I>, MessageShape<O>> {
   return (call) => {
-    void pump(deps, method.name, call, open);
+    const span = startRpcSpan("grpc", method.parent.typeName, method.name, call.metadata);
+    void withSpan(span, () => pump(deps, method.name, call, open, span));
   };
 }
 
@@ -171,6 +172,7 @@ async function pump<I extends DescMessage, O extends DescMessage>(
   name: string,
   call: ServerWritableStream<MessageShape<I>, MessageShape<O>>,
   open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
+  span: RpcSpan,
 ): Promise<void> {
   const active = beginGrpcCall(deps.calls, "stream", call);
   const { signal } = active;
@@ -192,9 +194,11 @@ async function pump<I extends DescMessage, O extends DescMessage>(
     if (signal.aborted) throw signal.reason;
     call.end();
     recordRpc(deps.metrics, "grpc", name, "ok", undefined);
+    endRpcSpan(span, "ok");
   } catch (err) {
     const clientError = toClientError(err, scope);
     recordRpc(deps.metrics, "grpc", name, clientError.code, undefined);
+    endRpcSpan(span, clientError.code);
     // A cancelled call (client gone, or deadline already reported by
     // grpc-js) has nobody to tell; its write errors are no news either.
     if (!call.cancelled) call.emit("error", toGrpcStatus(clientError));

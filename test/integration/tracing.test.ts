@@ -132,7 +132,15 @@ describe("OpenTelemetry traces", () => {
         OTEL_BSP_SCHEDULE_DELAY: "50",
         OTEL_SERVICE_NAME: "windlass-memory-test",
       },
-      ["--openai-base-url", llm.baseUrl, "--openai-max-retries", "0"],
+      [
+        "--openai-base-url",
+        llm.baseUrl,
+        "--openai-max-retries",
+        "0",
+        // Watch sends a Progress event at once and then every 100 ms.
+        "--progress-interval-ms",
+        "100",
+      ],
     );
     grpc = createGrpcClient(`127.0.0.1:${server.grpcPort}`);
     connect = createConnectClient(`http://127.0.0.1:${server.httpPort}`, { httpVersion: "1.1" });
@@ -227,6 +235,44 @@ describe("OpenTelemetry traces", () => {
       inTrace().find((s) => s.parentSpanId === get.spanId && s.name.startsWith("store.")),
     );
     expect(read.name).toBe("store.read");
+  });
+
+  it("gives Watch streams a span on both ports, ended when the client leaves", async () => {
+    for (const transport of ["grpc", "connect"] as const) {
+      const traceId = hex(transport === "grpc" ? 5 : 6, 32);
+      const callerSpan = hex(7, 16);
+      const traceparent = `00-${traceId}-${callerSpan}-01`;
+      let received = 0;
+      if (transport === "grpc") {
+        const metadata = new Metadata();
+        metadata.set("traceparent", traceparent);
+        const stream = grpc.watch({}, { metadata });
+        stream.on("error", () => {});
+        await new Promise<void>((resolve) =>
+          stream.once("data", () => {
+            received++;
+            resolve();
+          }),
+        );
+        stream.cancel();
+      } else {
+        const ac = new AbortController();
+        const events = connect.client.watch({}, { headers: { traceparent }, signal: ac.signal });
+        for await (const _ of events) {
+          received++;
+          ac.abort();
+          break;
+        }
+      }
+      expect(received).toBe(1);
+      const watch = await waitFor(`the ${transport} Watch span`, 15_000, () =>
+        receiver.spans.find(
+          (s) => s.traceId === traceId && s.name === "windlass.memory.v1.MemoryService/Watch",
+        ),
+      );
+      expect(watch.kind).toBe(SERVER);
+      expect(watch.parentSpanId).toBe(callerSpan);
+    }
   });
 
   it("starts a new trace for a call without traceparent", async () => {
