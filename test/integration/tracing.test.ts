@@ -294,6 +294,39 @@ describe("OpenTelemetry traces", () => {
   });
 });
 
+describe("tracing with --trace-thread-ids true", () => {
+  it("names the thread and namespace in store spans, never the contents", async () => {
+    const receiver = await startOtlpReceiver();
+    const server = await serve(
+      {
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json",
+        OTEL_BSP_SCHEDULE_DELAY: "50",
+      },
+      ["--trace-thread-ids", "true"],
+    );
+    const grpc = createGrpcClient(`127.0.0.1:${server.grpcPort}`);
+    try {
+      await grpc.add({
+        threadId: "named-thread",
+        messages: [{ role: Role.USER, content: "private words three" }],
+      });
+      const append = await waitFor("store.append", 15_000, () =>
+        receiver.spans.find((s) => s.name === "store.append"),
+      );
+      const attrs = Object.fromEntries((append.attributes ?? []).map((a) => [a.key, a.value]));
+      expect(attrs["windlass.thread_id"]).toEqual({ stringValue: "named-thread" });
+      expect(attrs["windlass.namespace"]).toEqual({ stringValue: "" });
+      expect(JSON.stringify(receiver.spans)).not.toContain("private words");
+    } finally {
+      grpc.close();
+      server.child.kill("SIGTERM");
+      await once(server.child, "exit");
+      receiver.server.close();
+    }
+  });
+});
+
 describe("tracing off", () => {
   it.each([
     ["no OTEL_* variable asks for traces", {}],
