@@ -40,8 +40,10 @@ async function startOtlpReceiver(): Promise<{
   endpoint: string;
   spans: OtlpSpan[];
   posts: () => number;
+  contentTypes: string[];
 }> {
   const spans: OtlpSpan[] = [];
+  const contentTypes: string[] = [];
   let posts = 0;
   const server = createServer((req, res) => {
     let body = "";
@@ -56,6 +58,13 @@ async function startOtlpReceiver(): Promise<{
         return;
       }
       posts++;
+      const contentType = req.headers["content-type"] ?? "";
+      contentTypes.push(contentType);
+      // OTLP/JSON is read; protobuf (the SDK's default) is only counted.
+      if (contentType !== "application/json") {
+        res.end();
+        return;
+      }
       const parsed = JSON.parse(body) as {
         resourceSpans?: { scopeSpans?: { spans?: OtlpSpan[] }[] }[];
       };
@@ -68,7 +77,13 @@ async function startOtlpReceiver(): Promise<{
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
-  return { server, endpoint: `http://127.0.0.1:${port}`, spans, posts: () => posts };
+  return {
+    server,
+    endpoint: `http://127.0.0.1:${port}`,
+    spans,
+    posts: () => posts,
+    contentTypes,
+  };
 }
 
 async function serve(
@@ -318,6 +333,27 @@ describe("tracing with --trace-thread-ids true", () => {
       expect(attrs["windlass.thread_id"]).toEqual({ stringValue: "named-thread" });
       expect(attrs["windlass.namespace"]).toEqual({ stringValue: "" });
       expect(JSON.stringify(receiver.spans)).not.toContain("private words");
+    } finally {
+      grpc.close();
+      server.child.kill("SIGTERM");
+      await once(server.child, "exit");
+      receiver.server.close();
+    }
+  });
+});
+
+describe("tracing with the SDK's default protocol", () => {
+  it("sends OTLP/HTTP protobuf to the endpoint", async () => {
+    const receiver = await startOtlpReceiver();
+    const server = await serve(
+      { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint, OTEL_BSP_SCHEDULE_DELAY: "50" },
+      [],
+    );
+    const grpc = createGrpcClient(`127.0.0.1:${server.grpcPort}`);
+    try {
+      await grpc.listThreads({});
+      await waitFor("a POST /v1/traces", 15_000, () => (receiver.posts() > 0 ? true : undefined));
+      expect(receiver.contentTypes[0]).toBe("application/x-protobuf");
     } finally {
       grpc.close();
       server.child.kill("SIGTERM");
