@@ -11,10 +11,12 @@ import type { Logger } from "./logger.js";
 import { ServerMetrics } from "./metrics.js";
 import { createMemoryService, type MemoryService } from "./service/memory-service.js";
 import { createStore } from "./store/create-store.js";
+import { tracedStore } from "./store/traced-store.js";
 import { createExtractiveSummarizer } from "./summarizer/extractive.js";
 import { createOpenAiSummarizer } from "./summarizer/openai.js";
 import { createSummarizerRegistry, type SummarizerRegistry } from "./summarizer/registry.js";
 import type { Summarizer } from "./summarizer/summarizer.js";
+import { tracedSummarizer, tracingEnabled } from "./tracing.js";
 import { startServers } from "./transport/servers.js";
 
 /** A running windlass-memory: the store, the service and both servers. */
@@ -34,7 +36,9 @@ export interface App {
  */
 export async function startApp(config: Config, logger: Logger): Promise<App> {
   const metrics = new ServerMetrics();
-  const store = await createStore(config.store, { eventRetention: config.eventRetention });
+  const createdStore = await createStore(config.store, { eventRetention: config.eventRetention });
+  // Decorated only while tracing is on: the untraced path calls the store itself.
+  const store = tracingEnabled() ? tracedStore(createdStore, config.store.kind) : createdStore;
   const summarizers = createSummarizers(config);
   const service = createMemoryService({
     store,
@@ -70,6 +74,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
         keepaliveTimeoutMs: config.limits.keepaliveTimeoutMs,
       },
       watchStallTimeoutMs: config.limits.watchStallTimeoutMs,
+      corsOrigins: config.corsOrigins,
       ...(config.authTokens === undefined ? {} : { auth: config.authTokens }),
       ...(config.tls === undefined
         ? {}
@@ -109,19 +114,26 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
 }
 
 function createSummarizers(config: Config): SummarizerRegistry {
-  const list: Summarizer[] = [createExtractiveSummarizer()];
+  const list: Summarizer[] = [traced(createExtractiveSummarizer(), false)];
   if (config.openai !== undefined) {
     list.push(
-      createOpenAiSummarizer({
-        baseUrl: config.openai.baseUrl,
-        model: config.openai.model,
-        timeoutMs: config.openai.timeoutMs,
-        maxRetries: config.openai.maxRetries,
-        ...(config.openai.apiKey === "" ? {} : { apiKey: config.openai.apiKey }),
-      }),
+      traced(
+        createOpenAiSummarizer({
+          baseUrl: config.openai.baseUrl,
+          model: config.openai.model,
+          timeoutMs: config.openai.timeoutMs,
+          maxRetries: config.openai.maxRetries,
+          ...(config.openai.apiKey === "" ? {} : { apiKey: config.openai.apiKey }),
+        }),
+        true,
+      ),
     );
   }
   return createSummarizerRegistry(list, config.summarizer);
+}
+
+function traced(summarizer: Summarizer, remote: boolean): Summarizer {
+  return tracingEnabled() ? tracedSummarizer(summarizer, remote) : summarizer;
 }
 
 function defaultStrategy(config: Config, summarizers: SummarizerRegistry): Strategy {

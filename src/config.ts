@@ -46,6 +46,10 @@ export interface Config {
   authTokens: Map<string, string> | undefined;
   tls: { certFile: string; keyFile: string; clientCaFile: string | undefined } | undefined;
   logLevel: LogLevel;
+  /** Browser origins allowed to call the Connect port; ["*"]: any; []: none. */
+  corsOrigins: string[];
+  /** Put namespaces and thread ids into trace attributes. */
+  traceThreadIds: boolean;
 }
 
 export type StoreConfig =
@@ -61,6 +65,8 @@ interface Setting {
   flag: string;
   env: string;
   secret?: boolean;
+  /** The flag may be given more than once; the values are joined with commas. */
+  repeatable?: boolean;
   help: string;
   default?: string;
 }
@@ -247,6 +253,18 @@ export const SETTINGS = {
     env: "WINDLASS_TLS_CLIENT_CA",
     help: "PEM CA file: require client certificates signed by it",
   },
+  corsOrigin: {
+    flag: "cors-origin",
+    env: "WINDLASS_CORS_ORIGIN",
+    repeatable: true,
+    help: "browser origin allowed to call the Connect port (CORS), e.g. https://app.example.com; repeatable or comma-separated; * for any",
+  },
+  traceThreadIds: {
+    flag: "trace-thread-ids",
+    env: "WINDLASS_TRACE_THREAD_IDS",
+    default: "false",
+    help: "true: put namespaces and thread ids into trace span attributes (tracing is on when OTEL_* asks for it)",
+  },
   logLevel: {
     flag: "log-level",
     env: "WINDLASS_LOG_LEVEL",
@@ -353,6 +371,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
         ? undefined
         : { certFile: tlsCert, keyFile: tlsKey, clientCaFile: tlsClientCa },
     logLevel: oneOf("logLevel", ["debug", "info", "warn", "error"] as const),
+    corsOrigins: parseCorsOrigins(raw("corsOrigin")),
+    traceThreadIds: oneOf("traceThreadIds", ["false", "true"] as const) === "true",
   };
 }
 
@@ -362,6 +382,11 @@ function nonEmpty(v: string | undefined): string | undefined {
 
 function parseFlags(argv: readonly string[]): Map<string, string> {
   const known = new Set(Object.values(SETTINGS).map((s: Setting) => s.flag));
+  const repeatable = new Set(
+    Object.values(SETTINGS)
+      .filter((s: Setting) => s.repeatable === true)
+      .map((s: Setting) => s.flag),
+  );
   const out = new Map<string, string>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? "";
@@ -376,7 +401,8 @@ function parseFlags(argv: readonly string[]): Map<string, string> {
     } else {
       value = arg.slice(eq + 1);
     }
-    out.set(name, value);
+    const earlier = out.get(name);
+    out.set(name, earlier !== undefined && repeatable.has(name) ? `${earlier},${value}` : value);
   }
   return out;
 }
@@ -390,6 +416,25 @@ function parseStore(v: string): StoreConfig {
   throw new ConfigError(
     `--store / WINDLASS_STORE: "${v}" is not memory, sqlite:PATH or redis://HOST:PORT/DB`,
   );
+}
+
+// scheme://host[:port], as a browser sends it in Origin: no path, no slash at the end.
+const ORIGIN = /^https?:\/\/[^\s/]+$/;
+
+function parseCorsOrigins(v: string | undefined): string[] {
+  if (v === undefined) return [];
+  const origins = v
+    .split(",")
+    .map((o) => o.trim())
+    .filter((o) => o !== "");
+  for (const o of origins) {
+    if (o !== "*" && !ORIGIN.test(o)) {
+      throw new ConfigError(
+        `--cors-origin / WINDLASS_CORS_ORIGIN: "${o}" is not an origin like https://app.example.com (or *)`,
+      );
+    }
+  }
+  return origins;
 }
 
 function parseAuthTokens(v: string | undefined): Map<string, string> | undefined {

@@ -1,8 +1,13 @@
+import { type DestinationStream, pino } from "pino";
+
 /**
- * Structured logs: one JSON object per line on stderr (`time`, `level`,
- * `msg`, then the fields).
+ * Structured logs: one JSON object per line on stderr (`level`, `time`,
+ * `msg`, then the fields), written by pino.
  *
- * Callers never put tokens, API keys or message contents into `fields`.
+ * Callers never put tokens, API keys or message contents into `fields`; as a
+ * second line of defence, authorization headers, API keys, tokens and
+ * passwords are redacted wherever pino's redaction paths reach them (a field
+ * of that name, or one level down, e.g. `headers.authorization`).
  */
 export interface Logger {
   debug(message: string, fields?: LogFields): void;
@@ -14,7 +19,29 @@ export interface Logger {
 export type LogFields = Readonly<Record<string, unknown>>;
 export type LogLevel = "debug" | "info" | "warn" | "error";
 
-const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+/** What replaces a redacted value. */
+export const REDACTED = "[redacted]";
+
+const SECRET_KEYS = [
+  "authorization",
+  "Authorization",
+  "proxy-authorization",
+  "apiKey",
+  "api_key",
+  "api-key",
+  "x-api-key",
+  "openaiApiKey",
+  "token",
+  "tokens",
+  "authTokens",
+  "password",
+  "secret",
+];
+// fast-redact paths: top level, and one level down (`headers.authorization`).
+const REDACT_PATHS = SECRET_KEYS.flatMap((k) => {
+  const key = /^[A-Za-z_$][\w$]*$/.test(k) ? k : `["${k}"]`;
+  return [key, key.startsWith("[") ? `*${key}` : `*.${key}`];
+});
 
 /**
  * A Logger writing lines at `level` and above. Errors in fields are written
@@ -27,24 +54,40 @@ export function createJsonLogger(
     process.stderr.write(line);
   },
 ): Logger {
-  const min = ORDER[level];
-  const log = (lvl: LogLevel, fields: LogFields, message: string): void => {
-    if (ORDER[lvl] < min) return;
-    const entry: Record<string, unknown> = {
-      time: new Date().toISOString(),
-      level: lvl,
-      msg: message,
-    };
+  const destination: DestinationStream = { write };
+  const log = pino(
+    {
+      level,
+      base: null,
+      timestamp: pino.stdTimeFunctions.isoTime,
+      formatters: { level: (label) => ({ level: label }) },
+      redact: { paths: REDACT_PATHS, censor: REDACTED },
+      // Errors are described by fieldsOf under any key; pino's own `err`
+      // serializer would fold the cause into the message.
+      serializers: { err: (value: unknown) => value },
+    },
+    destination,
+  );
+  const fieldsOf = (fields: LogFields): Record<string, unknown> => {
+    const entry: Record<string, unknown> = {};
     for (const [key, value] of Object.entries(fields)) {
-      entry[key] = value instanceof Error ? describeError(value) : value;
+      entry[key] =
+        value instanceof Error
+          ? describeError(value)
+          : typeof value === "bigint"
+            ? value.toString()
+            : value;
     }
-    write(`${safeStringify(entry)}\n`);
+    return entry;
+  };
+  const emit = (lvl: LogLevel, message: string, fields: LogFields): void => {
+    if (log.isLevelEnabled(lvl)) log[lvl](fieldsOf(fields), message);
   };
   return {
-    debug: (message, fields = {}) => log("debug", fields, message),
-    info: (message, fields = {}) => log("info", fields, message),
-    warn: (message, fields = {}) => log("warn", fields, message),
-    error: (message, fields = {}) => log("error", fields, message),
+    debug: (message, fields = {}) => emit("debug", message, fields),
+    info: (message, fields = {}) => emit("info", message, fields),
+    warn: (message, fields = {}) => emit("warn", message, fields),
+    error: (message, fields = {}) => emit("error", message, fields),
   };
 }
 
@@ -63,18 +106,4 @@ function describeError(err: Error): Record<string, unknown> {
     described.cause = err.cause instanceof Error ? describeError(err.cause) : String(err.cause);
   }
   return described;
-}
-
-// BigInt (uint64 fields) and cycles would make JSON.stringify throw; a log
-// line must never take the server down.
-function safeStringify(value: unknown): string {
-  const seen = new WeakSet<object>();
-  return JSON.stringify(value, (_key, v: unknown) => {
-    if (typeof v === "bigint") return v.toString();
-    if (typeof v === "object" && v !== null) {
-      if (seen.has(v)) return "[circular]";
-      seen.add(v);
-    }
-    return v;
-  });
 }

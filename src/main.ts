@@ -1,6 +1,7 @@
 import { startApp } from "./app.js";
 import { ConfigError, helpText, loadConfig } from "./config.js";
 import { createJsonLogger } from "./logger.js";
+import { startTracing } from "./tracing.js";
 
 /**
  * The `windlass-memory` command. Returns the process exit status: 0 after a
@@ -31,10 +32,18 @@ export async function main(argv: readonly string[]): Promise<number> {
     throw err;
   }
   const logger = createJsonLogger(config.logLevel);
+  const tracing = await startTracing(process.env, { threadIds: config.traceThreadIds });
+  if (tracing.enabled) {
+    logger.info("tracing on", {
+      exporter: process.env.OTEL_TRACES_EXPORTER ?? "otlp",
+      threadIds: config.traceThreadIds,
+    });
+  }
   let app: Awaited<ReturnType<typeof startApp>>;
   try {
     app = await startApp(config, logger);
   } catch (err) {
+    await tracing.shutdown();
     if (err instanceof ConfigError) {
       process.stderr.write(`windlass-memory: ${err.message}\n`);
       return 2;
@@ -43,16 +52,26 @@ export async function main(argv: readonly string[]): Promise<number> {
     return 1;
   }
   // Handlers go in before the listening line: a supervisor may signal as soon as it sees it.
+  // They stay until the stop has finished: a signal sent to the process group
+  // reaches this process twice when `npm start` forwards its copy, and the
+  // second one must not kill a shutdown in progress (Node's default action).
+  let requestStop: () => void = () => {};
   const stopRequested = new Promise<void>((resolve) => {
-    const onSignal = (signal: NodeJS.Signals) => {
-      logger.info("signal received; shutting down", { signal });
-      process.off("SIGTERM", onSignal);
-      process.off("SIGINT", onSignal);
-      resolve();
-    };
-    process.on("SIGTERM", onSignal);
-    process.on("SIGINT", onSignal);
+    requestStop = resolve;
   });
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    logger.info(
+      stopping ? "signal received; already shutting down" : "signal received; shutting down",
+      {
+        signal,
+      },
+    );
+    stopping = true;
+    requestStop();
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
   process.stdout.write(
     `windlass-memory listening: gRPC ${config.host}:${app.grpcPort}, ` +
       `Connect/gRPC-Web/JSON http://${config.host}:${app.httpPort} ` +
@@ -60,6 +79,12 @@ export async function main(argv: readonly string[]): Promise<number> {
   );
   await stopRequested;
   await app.stop();
+  // Last: the spans of calls that finished during the stop get exported too.
+  await tracing.shutdown().catch((err: unknown) => {
+    logger.warn("flushing traces failed", { err });
+  });
   logger.info("stopped", {});
+  process.off("SIGTERM", onSignal);
+  process.off("SIGINT", onSignal);
   return 0;
 }

@@ -1,87 +1,125 @@
+import { collectDefaultMetrics, Registry } from "prom-client";
+
 /**
- * Prometheus metrics in the text exposition format (0.0.4), without a client
- * library: a few counters, gauges and histograms with labels, rendered on
- * demand at GET /metrics on the HTTP port. Label values are method names,
- * codes and outcomes — never thread ids, tokens or message contents, so the
- * number of series stays small and nothing private leaves the process.
+ * Prometheus metrics, rendered by prom-client at GET /metrics on the HTTP
+ * port: the server's counters, gauges and histograms, plus prom-client's
+ * default Node process metrics (CPU, memory, heap, event-loop lag, GC,
+ * handles) — all on a registry this module owns, never prom-client's global
+ * one, so two servers in one process (tests) do not mix. This is the only
+ * module that knows prom-client.
+ *
+ * The server's own series keep their values here and hand them to the
+ * registry at scrape time: recording is a map lookup and an addition, with no
+ * allocation per call (prom-client's own metrics build a key string on every
+ * inc/observe). Label values are method names, codes and outcomes — never
+ * thread ids, tokens or message contents, so the number of series stays small
+ * and nothing private leaves the process.
  */
 
 type Labels = Readonly<Record<string, string>>;
 
-interface Metric {
-  render(): string;
+/** One line of a metric: `metricName` for a histogram's _bucket, _sum and _count lines. */
+interface Sample {
+  readonly metricName?: string;
+  readonly labels: Labels;
+  readonly value: number;
+}
+
+/** What prom-client's Registry reads of a metric at scrape time (its `get()` shape). */
+interface Snapshot {
+  readonly name: string;
+  readonly help: string;
+  readonly type: "counter" | "gauge" | "histogram";
+  /** How cluster workers' values combine (prom-client's AggregatorRegistry). */
+  readonly aggregator: "sum";
+  readonly values: readonly Sample[];
+}
+
+/** What prom-client's Registry needs of a metric: a name and its values on demand. */
+interface Collected {
+  readonly name: string;
+  get(): Promise<Snapshot>;
 }
 
 // Callers on the hot path pass the same label objects again and again
-// (rpc-metrics.ts keeps them): their text is built once.
-const labelTexts = new WeakMap<Labels, string>();
+// (rpc-metrics.ts keeps them): their key is built once.
+const labelKeys = new WeakMap<Labels, string>();
 
-function labelText(labels: Labels): string {
-  let text = labelTexts.get(labels);
-  if (text === undefined) {
-    text = buildLabelText(labels);
-    labelTexts.set(labels, text);
+function labelKey(labels: Labels): string {
+  let key = labelKeys.get(labels);
+  if (key === undefined) {
+    key = JSON.stringify(Object.entries(labels));
+    labelKeys.set(labels, key);
   }
-  return text;
+  return key;
 }
 
-function buildLabelText(labels: Labels): string {
-  const parts = Object.entries(labels).map(
-    ([k, v]) => `${k}="${v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"')}"`,
-  );
-  return parts.length === 0 ? "" : `{${parts.join(",")}}`;
-}
-
-function header(name: string, help: string, type: string): string {
-  return `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n`;
-}
-
-export class Counter implements Metric {
-  readonly #values = new Map<string, number>();
+export class Counter implements Collected {
+  readonly #values = new Map<string, { labels: Labels; value: number }>();
   constructor(
     readonly name: string,
     readonly help: string,
   ) {}
 
   inc(labels: Labels = {}, by = 1): void {
-    const key = labelText(labels);
-    this.#values.set(key, (this.#values.get(key) ?? 0) + by);
+    const key = labelKey(labels);
+    const s = this.#values.get(key);
+    if (s === undefined) this.#values.set(key, { labels, value: by });
+    else s.value += by;
   }
 
-  render(): string {
-    let out = header(this.name, this.help, "counter");
-    for (const [labels, v] of this.#values) out += `${this.name}${labels} ${v}\n`;
-    return out;
+  async get(): Promise<Snapshot> {
+    return {
+      name: this.name,
+      help: this.help,
+      type: "counter",
+      aggregator: "sum",
+      values: [...this.#values.values()].map((s) => ({ labels: s.labels, value: s.value })),
+    };
   }
 }
 
-export class Gauge implements Metric {
-  readonly #values = new Map<string, number>();
+export class Gauge implements Collected {
+  readonly #values = new Map<string, { labels: Labels; value: number }>();
   constructor(
     readonly name: string,
     readonly help: string,
-    /** Read at render time instead of set: for values owned elsewhere. */
-    private readonly collect?: () => number,
+    /** Read at scrape time instead of set: for values owned elsewhere. */
+    private readonly read?: () => number,
   ) {}
 
   add(by: number, labels: Labels = {}): void {
-    const key = labelText(labels);
-    this.#values.set(key, (this.#values.get(key) ?? 0) + by);
+    const key = labelKey(labels);
+    const s = this.#values.get(key);
+    if (s === undefined) this.#values.set(key, { labels, value: by });
+    else s.value += by;
   }
 
-  render(): string {
-    let out = header(this.name, this.help, "gauge");
-    if (this.collect !== undefined) return `${out}${this.name} ${this.collect()}\n`;
-    for (const [labels, v] of this.#values) out += `${this.name}${labels} ${v}\n`;
-    return out;
+  async get(): Promise<Snapshot> {
+    const values =
+      this.read !== undefined
+        ? [{ labels: {}, value: this.read() }]
+        : [...this.#values.values()].map((s) => ({ labels: s.labels, value: s.value }));
+    return {
+      name: this.name,
+      help: this.help,
+      type: "gauge",
+      aggregator: "sum",
+      values,
+    };
   }
 }
 
-export class Histogram implements Metric {
-  readonly #series = new Map<
-    string,
-    { labels: Labels; counts: number[]; sum: number; count: number }
-  >();
+interface HistogramSeries {
+  readonly labels: Labels;
+  /** Per bucket, not cumulative: observe adds 1 to one slot; get() sums. */
+  readonly counts: number[];
+  sum: number;
+  count: number;
+}
+
+export class Histogram implements Collected {
+  readonly #series = new Map<string, HistogramSeries>();
   constructor(
     readonly name: string,
     readonly help: string,
@@ -89,37 +127,56 @@ export class Histogram implements Metric {
   ) {}
 
   observe(value: number, labels: Labels = {}): void {
-    const key = labelText(labels);
+    const key = labelKey(labels);
     let s = this.#series.get(key);
     if (s === undefined) {
       s = { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 };
       this.#series.set(key, s);
     }
     for (let i = 0; i < this.buckets.length; i++) {
-      if (value <= (this.buckets[i] ?? Number.POSITIVE_INFINITY))
+      if (value <= (this.buckets[i] ?? Number.POSITIVE_INFINITY)) {
         s.counts[i] = (s.counts[i] ?? 0) + 1;
+        break;
+      }
     }
     s.sum += value;
     s.count++;
   }
 
-  render(): string {
-    let out = header(this.name, this.help, "histogram");
+  async get(): Promise<Snapshot> {
+    const values: Sample[] = [];
     for (const s of this.#series.values()) {
+      let cumulative = 0;
       this.buckets.forEach((le, i) => {
-        out += `${this.name}_bucket${labelText({ ...s.labels, le: String(le) })} ${s.counts[i] ?? 0}\n`;
+        cumulative += s.counts[i] ?? 0;
+        values.push(sample(`${this.name}_bucket`, { ...s.labels, le: String(le) }, cumulative));
       });
-      out += `${this.name}_bucket${labelText({ ...s.labels, le: "+Inf" })} ${s.count}\n`;
-      out += `${this.name}_sum${labelText(s.labels)} ${s.sum}\n`;
-      out += `${this.name}_count${labelText(s.labels)} ${s.count}\n`;
+      values.push(sample(`${this.name}_bucket`, { ...s.labels, le: "+Inf" }, s.count));
+      values.push(sample(`${this.name}_sum`, s.labels, s.sum));
+      values.push(sample(`${this.name}_count`, s.labels, s.count));
     }
-    return out;
+    return {
+      name: this.name,
+      help: this.help,
+      type: "histogram",
+      aggregator: "sum",
+      values,
+    };
   }
+}
+
+function sample(metricName: string, labels: Labels, value: number): Sample {
+  return { metricName, labels, value };
 }
 
 const SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
-/** Every metric the server exports; one instance per process, injected where it is recorded. */
+export interface ServerMetricsOptions {
+  /** prom-client's default process metrics (CPU, memory, heap, event loop, GC, handles). Default on. */
+  readonly processMetrics?: boolean;
+}
+
+/** Every metric the server exports; one instance per server, injected where it is recorded. */
 export class ServerMetrics {
   readonly rpcs = new Counter(
     "windlass_rpc_requests_total",
@@ -144,36 +201,46 @@ export class ServerMetrics {
     "Gets answered with a plain window because the summary could not be brought up to date.",
   );
   readonly watchers = new Gauge("windlass_watchers", "Open Watch streams.");
+  readonly #registry = new Registry();
   readonly #started = Date.now();
-  readonly #extra: Metric[] = [];
 
-  /** Adds a gauge read at render time (e.g. the fold queue's depth). */
-  collect(name: string, help: string, read: () => number): void {
-    this.#extra.push(new Gauge(name, help, read));
-  }
-
-  render(): string {
-    const process_ = [
-      new Gauge("process_resident_memory_bytes", "Resident memory.", () =>
-        process.memoryUsage.rss(),
-      ),
-      new Gauge(
-        "windlass_uptime_seconds",
-        "Seconds since start.",
-        () => (Date.now() - this.#started) / 1000,
-      ),
-    ];
-    return [
+  constructor(options: ServerMetricsOptions = {}) {
+    for (const m of [
       this.rpcs,
       this.rpcSeconds,
       this.folds,
       this.foldSeconds,
       this.degradedGets,
       this.watchers,
-      ...this.#extra,
-      ...process_,
-    ]
-      .map((m) => m.render())
-      .join("");
+    ]) {
+      this.#register(m);
+    }
+    this.collect(
+      "windlass_uptime_seconds",
+      "Seconds since start.",
+      () => (Date.now() - this.#started) / 1000,
+    );
+    // Includes process_resident_memory_bytes, which this module used to export itself.
+    if (options.processMetrics !== false) collectDefaultMetrics({ register: this.#registry });
+  }
+
+  /** Adds a gauge read at scrape time (e.g. the fold queue's depth). */
+  collect(name: string, help: string, read: () => number): void {
+    this.#register(new Gauge(name, help, read));
+  }
+
+  /** The Content-Type of `render()`'s text. */
+  get contentType(): string {
+    return this.#registry.contentType;
+  }
+
+  /** Every series in the Prometheus text exposition format (0.0.4). */
+  render(): Promise<string> {
+    return this.#registry.metrics();
+  }
+
+  #register(metric: Collected): void {
+    // The registry takes anything with a name and get(); its types want its own classes.
+    this.#registry.registerMetric(metric as unknown as Parameters<Registry["registerMetric"]>[0]);
   }
 }

@@ -3,6 +3,7 @@ import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { Store } from "../store/store.js";
 import type { SummarizerRegistry } from "../summarizer/registry.js";
+import { inFoldSpan } from "../tracing.js";
 
 export interface FoldSchedulerOptions {
   store: Store;
@@ -182,7 +183,7 @@ export class FoldScheduler {
   private async foldAll(st: FoldState): Promise<void> {
     for (;;) {
       if (this.closing.signal.aborted) return;
-      const more = await this.foldOnce(st);
+      const more = await inFoldSpan(st.namespace, st.threadId, () => this.foldOnce(st));
       if (!more) return;
     }
   }

@@ -16,6 +16,7 @@ import {
   type WatchRequest,
   type WatchResponse,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { lastSeqMismatchError } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import { planFold, recall, recallSize, visibleMessages } from "../core/recall.js";
 import { resolveStrategy, type StrategyDraft, strategyKey } from "../core/strategy.js";
@@ -163,6 +164,9 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       req.expectedLastSeq === undefined
         ? undefined
         : safeNumber(req.expectedLastSeq, "expected_last_seq");
+    if (messages.length === 0 && strategy === undefined) {
+      return emptyAdd(ctx.namespace, threadId, expectedLastSeq);
+    }
     const result = await store.append({
       namespace: ctx.namespace,
       threadId,
@@ -184,6 +188,24 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       firstSeq: BigInt(result.firstSeq),
       lastSeq: BigInt(result.lastSeq),
     });
+  }
+
+  /**
+   * An Add with nothing to store and no strategy to set writes nothing and
+   * creates no thread (a client's add([]) is no way to make one); it still
+   * answers with the thread, if any, and checks expected_last_seq.
+   */
+  async function emptyAdd(
+    namespace: string,
+    threadId: string,
+    expectedLastSeq: number | undefined,
+  ): Promise<AddResponse> {
+    const thread = await store.getThread(namespace, threadId);
+    const lastSeq = thread?.lastSeq ?? 0;
+    if (expectedLastSeq !== undefined && expectedLastSeq !== lastSeq) {
+      throw lastSeqMismatchError(lastSeq, expectedLastSeq);
+    }
+    return create(AddResponseSchema, thread === undefined ? {} : { thread: threadToPb(thread) });
   }
 
   async function get(req: GetRequest, ctx: CallContext): Promise<GetResponse> {

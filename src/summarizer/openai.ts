@@ -1,5 +1,6 @@
 import { STATUS_CODES } from "node:http";
 import type { ChatMessage } from "../core/types.js";
+import { withTraceHeaders } from "../tracing.js";
 import type { SummarizeInput, Summarizer } from "./summarizer.js";
 
 /** Options of {@link createOpenAiSummarizer}. */
@@ -111,7 +112,12 @@ export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarize
   async function attempt(body: string, signal: AbortSignal): Promise<AttemptOutcome> {
     const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
     try {
-      const response = await fetch(url, { method: "POST", headers, body, signal: attemptSignal });
+      const response = await fetch(url, {
+        method: "POST",
+        headers: withTraceHeaders(headers),
+        body,
+        signal: attemptSignal,
+      });
       // Read the body even on errors: it frees the connection for reuse.
       const text = await response.text();
       if (!response.ok) {

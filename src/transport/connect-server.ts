@@ -2,9 +2,11 @@ import * as http2 from "node:http2";
 import type { AddressInfo, Server as NetServer } from "node:net";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
+import { endRpcSpan, startRpcSpan, withSpan } from "../tracing.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
 import {
   type ActiveCall,
@@ -22,6 +24,7 @@ import {
 } from "./cleartext-http-listener.js";
 import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
 import { HttpConnections } from "./http-connections.js";
+import { createHttpFront } from "./http-front.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
 import { recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
@@ -49,13 +52,19 @@ export interface ConnectServer {
 /** Starts the Connect server and resolves once it is listening. */
 export async function startConnectServer(options: ServerOptions): Promise<ConnectServer> {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  let rpcHandlers: readonly UniversalHandler[] = [];
   const adapter = connectNodeAdapter({
-    routes: (router) => router.service(MemoryService, memoryServiceImpl(options)),
+    routes: (router) => {
+      router.service(MemoryService, memoryServiceImpl(options));
+      rpcHandlers = router.handlers;
+    },
     readMaxBytes: maxMessageBytes,
     writeMaxBytes: maxMessageBytes,
     // The raw request, so a stalled Watch can reset its HTTP/2 stream or socket.
     contextValues: (req) => createContextValues().set(rawRequestKey, req),
+    fallback: (req, res) => front.notFound(req, res),
   });
+  const front = createHttpFront(options.corsOrigins ?? [], rpcHandlers);
   const limits = options.connectionLimits;
   const connections = new HttpConnections({ maxConnectionIdleMs: limits.maxConnectionIdleMs });
   const metricsEndpoint = options.metricsEndpoint;
@@ -65,6 +74,7 @@ export async function startConnectServer(options: ServerOptions): Promise<Connec
       metricsEndpoint(req, res);
       return;
     }
+    if (front.handle(req, res)) return;
     adapter(req, res);
   };
   const listener =
@@ -112,13 +122,16 @@ async function unary<O>(
 ): Promise<O> {
   const startedAt = performance.now();
   const active = beginConnectCall(deps.calls, "unary", hctx);
+  const span = startRpcSpan("connect", hctx.service.typeName, hctx.method.name, hctx.requestHeader);
   try {
-    const response = await invoke(callContext(deps, hctx, active));
+    const response = await withSpan(span, () => invoke(callContext(deps, hctx, active)));
     recordRpc(deps.metrics, "connect", hctx.method.name, "ok", startedAt);
+    endRpcSpan(span, "ok");
     return response;
   } catch (err) {
     const clientError = toClientError(err, errorScope(deps, hctx, active));
     recordRpc(deps.metrics, "connect", hctx.method.name, clientError.code, startedAt);
+    endRpcSpan(span, clientError.code);
     throw toConnectError(clientError);
   } finally {
     active.end();
@@ -145,6 +158,7 @@ async function* serverStreaming<O>(
 ): AsyncGenerator<O> {
   const active = beginConnectCall(deps.calls, "stream", hctx);
   const { signal } = active;
+  const span = startRpcSpan("connect", hctx.service.typeName, hctx.method.name, hctx.requestHeader);
   let events: AsyncIterator<O> | undefined;
   let writing = false;
   let stalled = false;
@@ -162,10 +176,14 @@ async function* serverStreaming<O>(
     release();
     active.end();
   };
+  // connect-node may also end the generator with return(): no code seen, the client left.
+  let code = "cancelled";
   try {
-    events = open(callContext(deps, hctx, active))[Symbol.asyncIterator]();
+    const opened = open(callContext(deps, hctx, active))[Symbol.asyncIterator]();
+    events = opened;
     for (;;) {
-      const next = await nextUnlessAborted(events, signal);
+      // The core's generator runs its steps in the RPC's span (its store calls are children).
+      const next = await withSpan(span, () => nextUnlessAborted(opened, signal));
       if (next === undefined || next.done === true) break;
       writing = true;
       const stallTimer = setTimeout(onStall, deps.watchStallTimeoutMs);
@@ -178,6 +196,7 @@ async function* serverStreaming<O>(
     }
     if (signal.aborted) throw signal.reason;
     recordRpc(deps.metrics, "connect", hctx.method.name, "ok", undefined);
+    code = "ok";
   } catch (err) {
     // Ended by onStall, which has recorded it; whatever connect-node threw in, the client's answer is the stall.
     if (stalled) throw toConnectError(toClientError(signal.reason, errorScope(deps, hctx, active)));
@@ -190,8 +209,10 @@ async function* serverStreaming<O>(
     }
     const clientError = toClientError(err, errorScope(deps, hctx, active));
     recordRpc(deps.metrics, "connect", hctx.method.name, clientError.code, undefined);
+    code = clientError.code;
     throw toConnectError(clientError);
   } finally {
+    endRpcSpan(span, code);
     active.end();
     release();
   }

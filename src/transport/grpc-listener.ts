@@ -21,6 +21,8 @@ export interface GrpcListener {
   readonly connections: number;
   /** Stops accepting; connections already handed to grpc-js close with it. */
   stopAccepting(): void;
+  /** Resolves once every connection has closed (it closes none itself). */
+  allClosed(): Promise<void>;
   /** Destroys every connection now. */
   destroyAll(): void;
 }
@@ -62,6 +64,16 @@ export async function listenForGrpc(
     },
     stopAccepting() {
       server.close();
+    },
+    allClosed() {
+      if (sockets.size === 0) return Promise.resolve();
+      return new Promise((resolve) => {
+        for (const socket of sockets) {
+          socket.once("close", () => {
+            if (sockets.size === 0) resolve();
+          });
+        }
+      });
     },
     destroyAll() {
       server.close();

@@ -19,6 +19,7 @@ import {
 import { HealthImplementation } from "grpc-health-check";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
+import { endRpcSpan, type RpcSpan, startRpcSpan, withSpan } from "../tracing.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
 import {
   type ActiveCall,
@@ -102,13 +103,13 @@ export async function startGrpcServer(options: ServerOptions): Promise<GrpcServe
     },
     close() {
       listener.stopAccepting();
-      // Once grpc-js has closed its sessions, what is left are sockets that
-      // never became one (a TLS handshake under way): nobody to wait for.
-      closing ??= new Promise((resolve) =>
-        server.tryShutdown(() => {
-          listener.destroyAll();
-          resolve();
-        }),
+      // grpc-js calls back as soon as it has asked every session to close
+      // (Node's Http2Server.close has already marked them closed), while
+      // their streams may still be finishing: the port is closed when its
+      // sockets are. A socket that never became a session (a TLS handshake
+      // under way) is left to the first-byte timeout or to forceClose.
+      closing ??= new Promise<void>((resolve) => server.tryShutdown(() => resolve())).then(() =>
+        listener.allClosed(),
       );
       return closing;
     },
@@ -144,6 +145,7 @@ function unary<I extends DescMessage, O extends DescMessage>(
   return (call, callback) => {
     const startedAt = performance.now();
     const active = beginGrpcCall(deps.calls, "unary", call);
+    const span = startRpcSpan("grpc", method.parent.typeName, method.name, call.metadata);
     const scope: ErrorScope = {
       method: name,
       get signal() {
@@ -153,13 +155,17 @@ function unary<I extends DescMessage, O extends DescMessage>(
     };
     const respond = async (): Promise<void> => {
       try {
-        const response = await invoke(call.request, callContext(deps, call.metadata, active));
+        const response = await withSpan(span, () =>
+          invoke(call.request, callContext(deps, call.metadata, active)),
+        );
         callback(null, response);
         recordRpc(deps.metrics, "grpc", method.name, "ok", startedAt);
+        endRpcSpan(span, "ok");
       } catch (err) {
         const clientError = toClientError(err, scope);
         callback(toGrpcStatus(clientError));
         recordRpc(deps.metrics, "grpc", method.name, clientError.code, startedAt);
+        endRpcSpan(span, clientError.code);
       } finally {
         active.end();
       }
@@ -174,7 +180,8 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
   open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
 ): handleServerStreamingCall<MessageShape<I>, MessageShape<O>> {
   return (call) => {
-    void pump(deps, method.name, call, open);
+    const span = startRpcSpan("grpc", method.parent.typeName, method.name, call.metadata);
+    void withSpan(span, () => pump(deps, method.name, call, open, span));
   };
 }
 
@@ -197,6 +204,7 @@ async function pump<I extends DescMessage, O extends DescMessage>(
   name: string,
   call: ServerWritableStream<MessageShape<I>, MessageShape<O>>,
   open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
+  span: RpcSpan,
 ): Promise<void> {
   const active = beginGrpcCall(deps.calls, "stream", call);
   const { signal } = active;
@@ -222,9 +230,11 @@ async function pump<I extends DescMessage, O extends DescMessage>(
     if (signal.aborted) throw signal.reason;
     call.end();
     recordRpc(deps.metrics, "grpc", name, "ok", undefined);
+    endRpcSpan(span, "ok");
   } catch (err) {
     const clientError = toClientError(err, scope);
     recordRpc(deps.metrics, "grpc", name, clientError.code, undefined);
+    endRpcSpan(span, clientError.code);
     // A cancelled call (client gone, or deadline already reported by
     // grpc-js) has nobody to tell; its write errors are no news either.
     if (!call.cancelled) call.emit("error", toGrpcStatus(clientError));

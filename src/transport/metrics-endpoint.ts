@@ -55,9 +55,10 @@ export function metricsEndpoint(access: MetricsAccess): HttpRequestHandler {
       );
       return;
     }
-    reply(200, access.metrics.render(), {
-      "content-type": "text/plain; version=0.0.4; charset=utf-8",
-    });
+    access.metrics.render().then(
+      (text) => reply(200, text, { "content-type": access.metrics.contentType }),
+      () => reply(500, "rendering metrics failed\n"),
+    );
   };
 }
 

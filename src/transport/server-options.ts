@@ -29,6 +29,8 @@ export interface ServerOptions {
   readonly connectionLimits: ConnectionLimits;
   /** A Watch whose client has not taken a write for this long ends with RESOURCE_EXHAUSTED. */
   readonly watchStallTimeoutMs: number;
+  /** Browser origins allowed to call the Connect port (CORS); `*` for any. Default none. */
+  readonly corsOrigins?: readonly string[];
 }
 
 /** What protects a port from clients that hold connections (README "Transports and operations"). */

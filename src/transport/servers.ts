@@ -53,6 +53,8 @@ export interface StartServersOptions {
   readonly watchStallTimeoutMs?: number;
   /** Serve TLS on both ports (optionally requiring client certificates). */
   readonly tls?: TlsOptions;
+  /** Browser origins allowed to call the Connect port (CORS); `*` for any. Default none. */
+  readonly corsOrigins?: readonly string[];
   /**
    * How long shutdown keeps serving after health turns NOT_SERVING, so that
    * load balancers and Kubernetes probes stop routing here before the
@@ -112,6 +114,7 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
     ...(options.maxMessageBytes === undefined ? {} : { maxMessageBytes: options.maxMessageBytes }),
     ...(options.tls === undefined ? {} : { tls: options.tls }),
     ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
+    ...(options.corsOrigins === undefined ? {} : { corsOrigins: options.corsOrigins }),
   };
   const metrics = options.metrics;
   const ownMetricsPort = options.metricsPort !== undefined;

@@ -325,11 +325,8 @@ function floodingCore() {
   return { core, state };
 }
 
-function series(metrics: ServerMetrics, line: string): number {
-  const found = metrics
-    .render()
-    .split("\n")
-    .find((l) => l.startsWith(`${line} `));
+async function series(metrics: ServerMetrics, line: string): Promise<number> {
+  const found = (await metrics.render()).split("\n").find((l) => l.startsWith(`${line} `));
   return found === undefined ? 0 : Number(found.slice(line.length + 1));
 }
 
@@ -356,7 +353,7 @@ describe("a Watch whose client stops reading", () => {
       await vi.waitFor(() => expect(state.released).toBe(true), WAIT);
       expect(state.produced * 16 * 1024).toBeLessThan(4 * 1024 * 1024);
       expect(
-        series(
+        await series(
           metrics,
           `windlass_rpc_requests_total{transport="${transport}",method="Watch",code="RESOURCE_EXHAUSTED"}`,
         ),
@@ -372,7 +369,7 @@ describe("a Watch whose client stops reading", () => {
 
     await vi.waitFor(() => expect(state.released).toBe(true), WAIT);
     expect(
-      series(
+      await series(
         metrics,
         'windlass_rpc_requests_total{transport="connect",method="Watch",code="RESOURCE_EXHAUSTED"}',
       ),

@@ -155,7 +155,8 @@ describe.each(DRIVERS)("MemoryService end to end over %s", (_name, makeDriver) =
 
   it("lists threads sorted and paginated", async () => {
     const prefix = fresh("list");
-    for (const s of ["c", "a", "b"]) await c.add({ threadId: `${prefix}-${s}` });
+    for (const s of ["c", "a", "b"])
+      await c.add({ threadId: `${prefix}-${s}`, messages: users("m") });
     const all: string[] = [];
     let token = "";
     do {

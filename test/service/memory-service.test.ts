@@ -164,6 +164,33 @@ describe("MemoryService: Add, Clear, ListThreads", () => {
     expect(r.lastSeq).toBe(2n);
   });
 
+  it("stores nothing and creates no thread for an Add with no messages and no strategy", async () => {
+    const none = await h.service.add(addReq({ threadId: "empty" }), h.ctx());
+    expect(none.thread).toBeUndefined();
+    expect([none.firstSeq, none.lastSeq]).toEqual([0n, 0n]);
+    const list = await h.service.listThreads(create(ListThreadsRequestSchema), h.ctx());
+    expect(list.threadIds).toEqual([]);
+    expect((await h.service.get(getReq({ threadId: "empty" }), h.ctx())).thread).toBeUndefined();
+    await expectCode(
+      h.service.add(addReq({ threadId: "empty", expectedLastSeq: 1n }), h.ctx()),
+      "aborted",
+    );
+    // An existing thread comes back unchanged; a strategy still creates a thread.
+    await h.service.add(addReq({ threadId: "one", messages: users("a") }), h.ctx());
+    const same = await h.service.add(addReq({ threadId: "one" }), h.ctx());
+    expect([same.thread?.threadId, same.thread?.lastSeq, same.lastSeq]).toEqual(["one", 1n, 0n]);
+    const withStrategy = await h.service.add(
+      addReq({
+        threadId: "set",
+        strategy: { kind: { case: "buffer", value: { maxMessages: 0 } } },
+      }),
+      h.ctx(),
+    );
+    expect(withStrategy.thread?.threadId).toBe("set");
+    const after = await h.service.listThreads(create(ListThreadsRequestSchema), h.ctx());
+    expect(after.threadIds).toEqual(["one", "set"]);
+  });
+
   it("answers a retried request_id with the first response and appends nothing", async () => {
     const req = addReq({ requestId: "turn-1", messages: users("a", "b") });
     const first = await h.service.add(req, h.ctx());
@@ -238,9 +265,12 @@ describe("MemoryService: Add, Clear, ListThreads", () => {
 
   it("lists threads sorted, in pages, per namespace", async () => {
     for (const id of ["b", "a", "d", "c", "e"]) {
-      await h.service.add(addReq({ threadId: id }), h.ctx());
+      await h.service.add(addReq({ threadId: id, messages: users("m") }), h.ctx());
     }
-    await h.service.add(addReq({ threadId: "zz" }), h.ctx({ namespace: "other" }));
+    await h.service.add(
+      addReq({ threadId: "zz", messages: users("m") }),
+      h.ctx({ namespace: "other" }),
+    );
     const seen: string[] = [];
     let token = "";
     do {

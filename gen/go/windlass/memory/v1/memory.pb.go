@@ -711,8 +711,10 @@ type AddRequest struct {
 	// The thread. Empty: the default thread, "default". At most 256 bytes, no
 	// control characters.
 	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
-	// Messages to append, oldest first. May be empty (a no-op that still
-	// creates the thread). At most the server's per-Add cap (default 1000).
+	// Messages to append, oldest first. May be empty: without a strategy that
+	// stores nothing and creates no thread (the response carries the thread if
+	// it exists); with one, it creates or updates the thread's strategy. At most
+	// the server's per-Add cap (default 1000).
 	Messages []*ChatMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	// Strategy for a new thread. For an existing thread it may be omitted; if
 	// given and different, the call fails with FAILED_PRECONDITION unless

@@ -345,8 +345,10 @@ export type AddRequest = Message<"windlass.memory.v1.AddRequest"> & {
   threadId: string;
 
   /**
-   * Messages to append, oldest first. May be empty (a no-op that still
-   * creates the thread). At most the server's per-Add cap (default 1000).
+   * Messages to append, oldest first. May be empty: without a strategy that
+   * stores nothing and creates no thread (the response carries the thread if
+   * it exists); with one, it creates or updates the thread's strategy. At most
+   * the server's per-Add cap (default 1000).
    *
    * @generated from field: repeated windlass.memory.v1.ChatMessage messages = 2;
    */
