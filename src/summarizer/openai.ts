@@ -109,9 +109,26 @@ export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarize
   const label = `summarizer "${name}" (model ${opts.model})`;
 
   async function attempt(body: string, signal: AbortSignal): Promise<AttemptOutcome> {
-    const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
+    // The attempt's own controller and a timer held here, both cleared when the
+    // attempt ends. Not AbortSignal.any with AbortSignal.timeout: fetch holds
+    // its signal weakly, so garbage collection can take the timeout signal
+    // before it fires, and a stalled endpoint then holds the call forever.
+    signal.throwIfAborted();
+    const attemptAbort = new AbortController();
+    const onAbort = (): void => attemptAbort.abort(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      attemptAbort.abort(new DOMException(`timed out after ${timeoutMs} ms`, "TimeoutError"));
+    }, timeoutMs);
     try {
-      const response = await fetch(url, { method: "POST", headers, body, signal: attemptSignal });
+      const response = await fetch(url, {
+        method: "POST",
+        headers,
+        body,
+        signal: attemptAbort.signal,
+      });
       // Read the body even on errors: it frees the connection for reuse.
       const text = await response.text();
       if (!response.ok) {
@@ -137,7 +154,7 @@ export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarize
       return { ok: true, summary: clip(summary, maxSummaryChars) };
     } catch (err) {
       if (signal.aborted) throw signal.reason;
-      if (attemptSignal.aborted) {
+      if (timedOut) {
         return {
           ok: false,
           kind: "timeout",
@@ -146,6 +163,9 @@ export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarize
         };
       }
       return { ok: false, kind: "network", retryable: true, description: networkFailure(err) };
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", onAbort);
     }
   }
 
