@@ -24,6 +24,7 @@ export interface Config {
   watchBuffer: number;
   eventRetention: number;
   maxConcurrentFolds: number;
+  foldLeaseMs: number;
   shutdownGraceMs: number;
   /** Bearer token -> namespace; undefined: no auth, one namespace. */
   authTokens: Map<string, string> | undefined;
@@ -152,6 +153,12 @@ export const SETTINGS = {
     default: "8",
     help: "summary model calls at once",
   },
+  foldLeaseMs: {
+    flag: "fold-lease-ms",
+    env: "WINDLASS_FOLD_LEASE_MS",
+    default: "60000",
+    help: "a fold's hold on its thread: its model call ends a second sooner; a replica dying mid-fold delays that thread's summary this long",
+  },
   shutdownGraceMs: {
     flag: "shutdown-grace-ms",
     env: "WINDLASS_SHUTDOWN_GRACE_MS",
@@ -258,6 +265,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     watchBuffer: int("watchBuffer", 1),
     eventRetention: int("eventRetention", 1),
     maxConcurrentFolds: int("maxConcurrentFolds", 1, 10_000),
+    // At least 2 s: the model call gets the lease less a second.
+    foldLeaseMs: int("foldLeaseMs", 2000, 3_600_000),
     shutdownGraceMs: int("shutdownGraceMs", 0),
     authTokens: parseAuthTokens(raw("authTokens")),
     tls:
