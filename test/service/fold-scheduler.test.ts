@@ -138,6 +138,31 @@ describe("fold retries", () => {
 });
 
 describe("fold deadline", () => {
+  const activeTimers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+
+  it("arms a held timer for each fold and clears it when the fold ends", async () => {
+    let armed: (timers: number) => void = () => {};
+    const called = new Promise<number>((resolve) => {
+      armed = resolve;
+    });
+    const watched: Summarizer = {
+      name: "watched",
+      summarize: async () => {
+        armed(activeTimers());
+        return "done";
+      },
+    };
+    const s = await start({ extra: [watched] });
+    await append(s.store, "t", "watched", 4);
+    // No timer of the test's own runs while the fold does.
+    const baseline = activeTimers();
+    s.scheduler.kick("", "t");
+    expect(await called).toBe(baseline + 1);
+    await waitUntil(() => !s.scheduler.isRunning("", "t"));
+    expect((await s.store.getThread("", "t"))?.summary).toBe("done");
+    expect(activeTimers()).toBe(baseline);
+  });
+
   it("gives the slot back at the deadline even when a summariser ignores its signal", async () => {
     const calls: AbortSignal[] = [];
     const deaf: Summarizer = {
