@@ -255,8 +255,8 @@ export class FoldScheduler {
    * The model call of one fold, ended at the deadline or at shutdown, whichever
    * comes first. The deadline is a timer held here and cleared when the call
    * ends: an AbortSignal.timeout inside AbortSignal.any can be garbage-collected
-   * before it fires, and then a stalled model endpoint would hold the fold slot
-   * for good. The call is also raced against the deadline, so even a
+   * before it fires (nodejs/node#57736, on releases without its fix), and then
+   * a stalled model endpoint would hold the fold slot for good. The call is also raced against the deadline, so even a
    * summariser that ignores its signal gives the slot back on time.
    */
   private async summarizeWithinDeadline(

@@ -110,9 +110,10 @@ export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarize
 
   async function attempt(body: string, signal: AbortSignal): Promise<AttemptOutcome> {
     // The attempt's own controller and a timer held here, both cleared when the
-    // attempt ends. Not AbortSignal.any with AbortSignal.timeout: fetch holds
-    // its signal weakly, so garbage collection can take the timeout signal
-    // before it fires, and a stalled endpoint then holds the call forever.
+    // attempt ends. Not AbortSignal.any with AbortSignal.timeout: a composite
+    // holds its sources weakly, so on Node releases without the fix for
+    // nodejs/node#57736 garbage collection can take the timeout signal before
+    // it fires, and a stalled endpoint then holds the call forever.
     signal.throwIfAborted();
     const attemptAbort = new AbortController();
     const onAbort = (): void => attemptAbort.abort(signal.reason);

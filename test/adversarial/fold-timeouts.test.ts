@@ -21,8 +21,10 @@ import {
  * Timeouts against a model endpoint that accepts the connection and never
  * answers, while the garbage collector runs all the time. A timeout that is
  * only an AbortSignal.timeout inside AbortSignal.any can be collected before it
- * fires (fetch holds its signal weakly); then a stalled call holds its fold slot
- * for good and, once every slot is taken, no thread gets a summary again.
+ * fires (a composite holds its sources weakly: nodejs/node#57736, fixed in
+ * recent releases, so these cases catch the old code on Node 20 but not on the
+ * pinned Node 24); then a stalled call holds its fold slot for good and, once
+ * every slot is taken, no thread gets a summary again.
  */
 
 /** A real full collection. The flag exposes gc() to contexts made after it is set. */
