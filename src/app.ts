@@ -52,6 +52,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       progressIntervalMs: config.progressIntervalMs,
       watchBuffer: config.watchBuffer,
       maxConcurrentFolds: config.maxConcurrentFolds,
+      foldLeaseMs: config.foldLeaseMs,
     },
   });
   let servers: Awaited<ReturnType<typeof startServers>>;

@@ -24,6 +24,7 @@ export interface Config {
   watchBuffer: number;
   eventRetention: number;
   maxConcurrentFolds: number;
+  foldLeaseMs: number;
   shutdownGraceMs: number;
   /** Limits per caller and per connection; see README "Transports and operations". */
   limits: {
@@ -174,6 +175,12 @@ export const SETTINGS = {
     env: "WINDLASS_MAX_CONCURRENT_FOLDS",
     default: "8",
     help: "summary model calls at once",
+  },
+  foldLeaseMs: {
+    flag: "fold-lease-ms",
+    env: "WINDLASS_FOLD_LEASE_MS",
+    default: "60000",
+    help: "a fold's hold on its thread: its model call ends a second sooner; a replica dying mid-fold delays that thread's summary this long",
   },
   shutdownGraceMs: {
     flag: "shutdown-grace-ms",
@@ -352,6 +359,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     watchBuffer: int("watchBuffer", 1),
     eventRetention: int("eventRetention", 1),
     maxConcurrentFolds: int("maxConcurrentFolds", 1, 10_000),
+    // At least 2 s: the model call gets the lease less a second.
+    foldLeaseMs: int("foldLeaseMs", 2000, 3_600_000),
     shutdownGraceMs: int("shutdownGraceMs", 0),
     limits: {
       rateLimitRps: int("rateLimitRps", 0, 1_000_000),

@@ -3,6 +3,7 @@ import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { Store } from "../store/store.js";
 import type { SummarizerRegistry } from "../summarizer/registry.js";
+import type { SummarizeInput, Summarizer } from "../summarizer/summarizer.js";
 import { inFoldSpan } from "../tracing.js";
 
 export interface FoldSchedulerOptions {
@@ -15,10 +16,19 @@ export interface FoldSchedulerOptions {
   maxPending: number;
   /** How long a fold may hold a thread's lease; the model call is aborted before it runs out. */
   leaseMs: number;
+  /** Backoff after a thread's first failed fold; it doubles with each failure in a row. */
   retryInitialMs: number;
+  /** Ceiling on one backoff. */
   retryMaxMs: number;
   now: () => number;
   metrics?: ServerMetrics;
+  /** Jitter source, uniform in [0, 1); default Math.random. */
+  random?: () => number;
+  /**
+   * Starts the timer of a retry `delayMs` from now; default setTimeout,
+   * unref'd. Tests pass one that records the delays and fires at once.
+   */
+  startRetryTimer?: (retry: () => void, delayMs: number) => NodeJS.Timeout;
 }
 
 /** Why a thread's summary cannot be brought up to date. */
@@ -206,13 +216,11 @@ export class FoldScheduler {
       const plan = planFold(strategy, snap.messages, snap.thread.summarizedThroughSeq, size);
       if (plan === undefined) return false;
       const summarizer = summarizers.get(strategy.model);
-      // Leave time to commit before the lease can pass to someone else.
-      const callTimeout = Math.max(1, this.opts.leaseMs - 1000);
-      const signal = AbortSignal.any([this.closing.signal, AbortSignal.timeout(callTimeout)]);
       const started = this.opts.now();
-      const summary = await summarizer.summarize(
+      const summary = await this.summarizeWithinDeadline(
+        summarizer,
         { previousSummary: snap.thread.summary, messages: plan.messages },
-        signal,
+        foldDeadlineMs(this.opts.leaseMs),
       );
       const committed = await store.commitSummary({
         namespace: st.namespace,
@@ -244,6 +252,45 @@ export class FoldScheduler {
     }
   }
 
+  /**
+   * The model call of one fold, ended at the deadline or at shutdown, whichever
+   * comes first. The deadline is a timer held here and cleared when the call
+   * ends: an AbortSignal.timeout inside AbortSignal.any can be garbage-collected
+   * before it fires (nodejs/node#57736, on releases without its fix), and then
+   * a stalled model endpoint would hold the fold slot for good. The call is also raced against the deadline, so even a
+   * summariser that ignores its signal gives the slot back on time.
+   */
+  private async summarizeWithinDeadline(
+    summarizer: Summarizer,
+    input: SummarizeInput,
+    deadlineMs: number,
+  ): Promise<string> {
+    const abort = new AbortController();
+    const onClosing = (): void => abort.abort(this.closing.signal.reason);
+    this.closing.signal.addEventListener("abort", onClosing, { once: true });
+    const timer = setTimeout(() => {
+      abort.abort(
+        new DOMException(`the summariser did not answer within ${deadlineMs} ms`, "TimeoutError"),
+      );
+    }, deadlineMs);
+    let onAbort: (() => void) | undefined;
+    const ended = new Promise<never>((_, reject) => {
+      onAbort = () => reject(abort.signal.reason);
+      abort.signal.addEventListener("abort", onAbort, { once: true });
+    });
+    try {
+      this.closing.signal.throwIfAborted();
+      const call = summarizer.summarize(input, abort.signal);
+      // A summariser that ignored the abort may still settle later: nobody waits for it.
+      call.catch(() => {});
+      return await Promise.race([call, ended]);
+    } finally {
+      clearTimeout(timer);
+      this.closing.signal.removeEventListener("abort", onClosing);
+      if (onAbort !== undefined) abort.signal.removeEventListener("abort", onAbort);
+    }
+  }
+
   private async recordFailure(st: FoldState, incarnation: string, err: unknown): Promise<void> {
     const attempt = (st.failure?.incarnation === incarnation ? st.failure.attempt : 0) + 1;
     const reason = failureReason(err);
@@ -260,14 +307,41 @@ export class FoldScheduler {
         now: this.opts.now(),
       })
       .catch((e: unknown) => this.opts.logger.warn("could not log a fold failure", { err: e }));
-    const base = Math.min(this.opts.retryMaxMs, this.opts.retryInitialMs * 2 ** (attempt - 1));
-    const delay = base / 2 + Math.random() * (base / 2);
-    st.retryTimer = setTimeout(() => {
+    const delay = retryDelayMs(
+      attempt,
+      this.opts.retryInitialMs,
+      this.opts.retryMaxMs,
+      (this.opts.random ?? Math.random)(),
+    );
+    const retry = (): void => {
       st.retryTimer = undefined;
       this.kick(st.namespace, st.threadId);
-    }, delay);
-    st.retryTimer.unref();
+    };
+    st.retryTimer = this.opts.startRetryTimer?.(retry, delay) ?? setTimeout(retry, delay).unref();
   }
+}
+
+/**
+ * How long a fold's model call may take under a lease of `leaseMs`: a second
+ * less, to leave time to commit before the lease can pass to someone else.
+ */
+export function foldDeadlineMs(leaseMs: number): number {
+  return Math.max(1, leaseMs - 1000);
+}
+
+/**
+ * The wait before retry `attempt` (1 after the first failure): `initialMs`
+ * doubling per failure up to `maxMs`, less up to half of it at random
+ * (`random` in [0, 1)), so replicas that failed together do not retry in step.
+ */
+export function retryDelayMs(
+  attempt: number,
+  initialMs: number,
+  maxMs: number,
+  random: number,
+): number {
+  const base = Math.min(maxMs, initialMs * 2 ** (attempt - 1));
+  return base / 2 + random * (base / 2);
 }
 
 function key(namespace: string, threadId: string): string {
@@ -277,7 +351,9 @@ function key(namespace: string, threadId: string): string {
 /** A reason safe to show clients: the error's own message, never a stack. */
 function failureReason(err: unknown): string {
   if (err instanceof Error) {
-    if (err.name === "TimeoutError") return "the summariser did not answer in time";
+    if (err.name === "TimeoutError" && err.message === "") {
+      return "the summariser did not answer in time";
+    }
     return err.message.slice(0, 500);
   }
   return "the summariser failed";

@@ -311,6 +311,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     limit: number | undefined,
     degradedReason = "",
   ): GetResponse {
+    if (degradedReason !== "") opts.metrics?.degradedGets.inc();
     const t = snap.thread;
     const r = recall(
       t.strategy,

@@ -110,13 +110,26 @@ export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarize
   const label = `summarizer "${name}" (model ${opts.model})`;
 
   async function attempt(body: string, signal: AbortSignal): Promise<AttemptOutcome> {
-    const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]);
+    // The attempt's own controller and a timer held here, both cleared when the
+    // attempt ends. Not AbortSignal.any with AbortSignal.timeout: a composite
+    // holds its sources weakly, so on Node releases without the fix for
+    // nodejs/node#57736 garbage collection can take the timeout signal before
+    // it fires, and a stalled endpoint then holds the call forever.
+    signal.throwIfAborted();
+    const attemptAbort = new AbortController();
+    const onAbort = (): void => attemptAbort.abort(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      attemptAbort.abort(new DOMException(`timed out after ${timeoutMs} ms`, "TimeoutError"));
+    }, timeoutMs);
     try {
       const response = await fetch(url, {
         method: "POST",
         headers: withTraceHeaders(headers),
         body,
-        signal: attemptSignal,
+        signal: attemptAbort.signal,
       });
       // Read the body even on errors: it frees the connection for reuse.
       const text = await response.text();
@@ -143,7 +156,7 @@ export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarize
       return { ok: true, summary: clip(summary, maxSummaryChars) };
     } catch (err) {
       if (signal.aborted) throw signal.reason;
-      if (attemptSignal.aborted) {
+      if (timedOut) {
         return {
           ok: false,
           kind: "timeout",
@@ -152,6 +165,9 @@ export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarize
         };
       }
       return { ok: false, kind: "network", retryable: true, description: networkFailure(err) };
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", onAbort);
     }
   }
 

@@ -23,6 +23,7 @@ import { ServerMetrics } from "../../src/metrics.js";
 import { isLoopbackHost, metricsEndpoint } from "../../src/transport/metrics-endpoint.js";
 import type { StartServersOptions } from "../../src/transport/servers.js";
 import { startAppHarness } from "../integration/app-harness.js";
+import { metricSeries as series } from "../support/metric-series.js";
 import { createConnectClient, createGrpcClient } from "../transport/clients.js";
 import { startTestServers, type TestServers } from "../transport/harness.js";
 import { scriptedCore } from "../transport/scripted-core.js";
@@ -323,11 +324,6 @@ function floodingCore() {
     },
   });
   return { core, state };
-}
-
-async function series(metrics: ServerMetrics, line: string): Promise<number> {
-  const found = (await metrics.render()).split("\n").find((l) => l.startsWith(`${line} `));
-  return found === undefined ? 0 : Number(found.slice(line.length + 1));
 }
 
 describe("a Watch whose client stops reading", () => {

@@ -64,6 +64,18 @@ async function quietLog(replica: Replica): Promise<void> {
   }
 }
 
+/** Waits until the condition holds, checking every 20 ms, for at most `ms`. */
+async function waitFor(
+  what: string,
+  condition: () => boolean | Promise<boolean>,
+  ms = 10_000,
+): Promise<void> {
+  for (const until = Date.now() + ms; !(await condition()); ) {
+    if (Date.now() > until) throw new Error(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 const user = (content: string) => ({ role: Role.USER, content });
 const summaryStrategy = (window: number, summarizeEvery: number) => ({
   kind: { case: "summary" as const, value: { window, summarizeEvery } },
@@ -198,7 +210,7 @@ describe("two replicas over one Redis", () => {
   });
 
   it("folds every message exactly once with writers on both replicas", async () => {
-    const logged = [a.stderr().length, b.stderr().length] as const;
+    const logged0 = [a.stderr().length, b.stderr().length] as const;
     llm.setFallback({ reply: (r) => `summary #${r.index}`, delayMs: 20 });
     // Which replicas write each thread: A only and B only (so both replicas
     // surely fold), and both at once (so their folds of one thread contend).
@@ -231,7 +243,11 @@ describe("two replicas over one Redis", () => {
         }
       }),
     );
-    await new Promise((r) => setTimeout(r, 200));
+    // Each model call ends in one "fold" log line, written just after its commit.
+    await waitFor("a fold log line for every model call", () => {
+      const logged = foldLog(a.stderr().slice(logged0[0])).length;
+      return logged + foldLog(b.stderr().slice(logged0[1])).length === llm.requests.length;
+    });
     const prompts = llm.requests.map(foldedContents);
     const foldedAt = new Map<string, number>();
     for (const contents of prompts) {
@@ -255,8 +271,8 @@ describe("two replicas over one Redis", () => {
     }
     expect(prompts.length).toBeGreaterThanOrEqual(threads.length);
     // Both replicas folded, and no fold was wasted (every model call committed).
-    const foldsOfA = foldLog(a.stderr().slice(logged[0]));
-    const foldsOfB = foldLog(b.stderr().slice(logged[1]));
+    const foldsOfA = foldLog(a.stderr().slice(logged0[0]));
+    const foldsOfB = foldLog(b.stderr().slice(logged0[1]));
     expect(foldsOfA.length).toBeGreaterThan(0);
     expect(foldsOfB.length).toBeGreaterThan(0);
     expect([...foldsOfA, ...foldsOfB].filter((f) => !f.committed)).toEqual([]);
@@ -274,7 +290,10 @@ describe("two replicas over one Redis", () => {
     const threads = Array.from({ length: 3 }, newThread);
     const acked = new Map<string, Map<bigint, string>>(threads.map((t) => [t, new Map()]));
     let stopB = false;
-    const writer = async (via: Driver, t: string, w: string, until: () => boolean) => {
+    let killing = false;
+    /** Acknowledged Adds per writer ("a" or "b"), to wait on instead of sleeping. */
+    const acks = { a: 0, b: 0 };
+    const writer = async (via: Driver, t: string, w: "a" | "b", until: () => boolean) => {
       for (let i = 0; !until(); i++) {
         const content = `${w}-${i}`;
         try {
@@ -286,8 +305,12 @@ describe("two replicas over one Redis", () => {
           });
           acked.get(t)?.set(r.firstSeq, content);
           acked.get(t)?.set(r.lastSeq, `${content}'`);
-        } catch {
-          return; // the replica is gone: this writer is done
+          acks[w]++;
+        } catch (err) {
+          // Only A's writers may fail, once A is being killed, and only as
+          // UNAVAILABLE; any other failure fails the case.
+          if (w === "a" && killing && (err as { code?: string }).code === "UNAVAILABLE") return;
+          throw err;
         }
       }
     };
@@ -296,12 +319,31 @@ describe("two replicas over one Redis", () => {
       writer(onA, t, "a", () => killed),
       writer(onB, t, "b", () => stopB),
     ]);
-    await new Promise((r) => setTimeout(r, 300));
+    let writerFailure: unknown;
+    const settled = writers.map((w) =>
+      w.catch((err: unknown) => {
+        writerFailure ??= err;
+      }),
+    );
+    const noWriterFailed = () => {
+      if (writerFailure !== undefined) throw writerFailure;
+    };
+    // Both replicas are taking writes before the crash, and B goes on after it.
+    await waitFor("30 Adds through each replica", () => {
+      noWriterFailed();
+      return acks.a >= 30 && acks.b >= 30;
+    });
+    killing = true;
     await a.kill();
     killed = true;
-    await new Promise((r) => setTimeout(r, 200));
+    const ackedByBAtKill = acks.b;
+    await waitFor("30 more Adds through B", () => {
+      noWriterFailed();
+      return acks.b >= ackedByBAtKill + 30;
+    });
     stopB = true;
-    await Promise.all(writers);
+    await Promise.all(settled);
+    noWriterFailed();
 
     let total = 0;
     for (const t of threads) {
@@ -359,5 +401,96 @@ describe("two replicas over one Redis", () => {
     expect(err).toMatchObject({ code: "UNAVAILABLE" });
     expect(await stopping).toBe(0);
     expect(Date.now() - started).toBeLessThan(6000);
+  });
+});
+
+describe("a replica that dies holding a fold lease", () => {
+  it("leaves the thread's Gets degraded until the lease expires, then another replica folds it", async () => {
+    const leaseMs = 3000;
+    const args = [
+      "--store",
+      redis.url,
+      "--summarizer",
+      "openai",
+      "--openai-base-url",
+      llm.baseUrl,
+      "--openai-max-retries",
+      "0",
+      "--fold-lease-ms",
+      String(leaseMs),
+      // Gets on the survivor give up waiting quickly, so they can be counted.
+      "--get-fold-wait-ms",
+      "200",
+      // Debug: the survivor logs its fold.
+      "--log-level",
+      "debug",
+    ];
+    const [c, d] = await Promise.all([startReplica(args), startReplica(args)]);
+    const onC = grpcDriver(c.grpcPort);
+    const onD = grpcDriver(d.grpcPort);
+    try {
+      const t = newThread();
+      const ofThread = (r: RecordedRequest) => foldedContents(r).some((m) => m.startsWith(t));
+      // C's fold stalls at the model; once C is dead, the model answers.
+      let cDead = false;
+      llm.setFallback({
+        route: (r) => (ofThread(r) && !cDead ? { hang: true } : { reply: "recovered" }),
+      });
+      const addedAt = Date.now();
+      await onC.add({
+        threadId: t,
+        strategy: summaryStrategy(2, 2),
+        messages: [1, 2, 3, 4].map((i) => user(`${t}/${i}`)),
+      });
+      await waitFor("C's fold reaching the model", () => llm.requests.some(ofThread));
+      await c.kill();
+      cDead = true;
+
+      // C took the lease after the Add began, so it cannot expire before this.
+      const leaseExpiresNoEarlierThan = addedAt + leaseMs;
+      const gets: { at: number; degraded: boolean; reason: string }[] = [];
+      let final: Awaited<ReturnType<Driver["get"]>> | undefined;
+      await waitFor(
+        "a Get on D that is not degraded",
+        async () => {
+          const got = await onD.get({ threadId: t });
+          gets.push({ at: Date.now(), degraded: got.degraded, reason: got.degradedReason });
+          if (got.degraded) return false;
+          final = got;
+          return true;
+        },
+        leaseMs + 10_000,
+      );
+      const recovered = gets[gets.length - 1]?.at ?? 0;
+      // Degraded, because the fold is "running" on a dead replica, until the lease expired …
+      expect(gets.length).toBeGreaterThan(1);
+      for (const g of gets.slice(0, -1)) {
+        expect(g).toMatchObject({
+          degraded: true,
+          reason: expect.stringContaining("still running"),
+        });
+      }
+      expect(recovered).toBeGreaterThanOrEqual(leaseExpiresNoEarlierThan);
+      // … and folded by D soon after (the lease, then a Get's wait and the model call).
+      const stalledAt = llm.requests.find(ofThread)?.receivedAt ?? 0;
+      expect(recovered - (stalledAt + leaseMs)).toBeLessThan(5000);
+      expect(final?.summary).toBe("recovered");
+      expect(final?.thread?.summarizedThroughSeq).toBe(2n);
+      // Nobody called the model for this thread while the dead replica's lease held.
+      const calls = llm.requests.filter(ofThread);
+      expect(calls.length).toBe(2);
+      expect(calls[1]?.receivedAt ?? 0).toBeGreaterThanOrEqual(leaseExpiresNoEarlierThan);
+      for (const until = Date.now() + 5000; foldLog(d.stderr()).length === 0; ) {
+        if (Date.now() > until) throw new Error("D logged no fold");
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(foldLog(d.stderr())).toEqual([
+        expect.objectContaining({ folded: 2, committed: true }),
+      ]);
+    } finally {
+      onC.close();
+      onD.close();
+      await Promise.all([c.kill(), d.kill()]);
+    }
   });
 });

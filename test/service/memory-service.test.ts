@@ -7,6 +7,12 @@ import {
   ThreadSchema,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { MemoryError } from "../../src/core/errors.js";
+import { silentLogger } from "../../src/logger.js";
+import { ServerMetrics } from "../../src/metrics.js";
+import { createMemoryService } from "../../src/service/memory-service.js";
+import { createOpenAiSummarizer } from "../../src/summarizer/openai.js";
+import { createSummarizerRegistry } from "../../src/summarizer/registry.js";
+import { metricSeries } from "../support/metric-series.js";
 import {
   addReq,
   bufferStrategy,
@@ -18,6 +24,7 @@ import {
   summaryStrategy,
   users,
   waitUntil,
+  windowDefault,
   windowStrategy,
 } from "../support/service-harness.js";
 
@@ -409,21 +416,45 @@ describe("MemoryService: background summaries", () => {
   });
 
   it("never writes a fold that was running during Clear into the new thread", async () => {
-    h.llm.setFallback({ reply: "old incarnation", delayMs: 300 });
-    await summaryThread(6);
-    await waitUntil(() => h.llm.requests.length === 1);
-    await h.service.clear(create(ClearRequestSchema, {}), h.ctx());
-    h.llm.setFallback({ reply: "new incarnation" });
-    await h.service.add(
-      addReq({ strategy: summaryStrategy(2, 2), messages: users("n1", "n2", "n3") }),
-      h.ctx(),
-    );
-    await new Promise((r) => setTimeout(r, 500));
-    const t = await h.store.getThread("", "default");
-    expect(t?.summary).not.toBe("old incarnation");
-    expect(t?.summarizedThroughSeq).toBe(0);
-    const r = await h.service.get(getReq(), h.ctx());
-    expect(contents(r)).toEqual(["n1", "n2", "n3"]);
+    // A service of its own over the harness's store and model, with metrics:
+    // the old fold's outcome ("discarded") is what the case waits for.
+    const metrics = new ServerMetrics();
+    const service = createMemoryService({
+      store: h.store,
+      summarizers: createSummarizerRegistry(
+        [createOpenAiSummarizer({ baseUrl: h.llm.baseUrl, model: "fake", maxRetries: 0 })],
+        "openai",
+      ),
+      defaultStrategy: windowDefault,
+      logger: silentLogger,
+      metrics,
+    });
+    const folds = (result: string) =>
+      metricSeries(metrics, `windlass_folds_total{result="${result}"}`);
+    try {
+      h.llm.setFallback({ reply: "old incarnation", delayMs: 300 });
+      await service.add(
+        addReq({ strategy: summaryStrategy(2, 2), messages: users("m1", "m2", "m3", "m4") }),
+        h.ctx(),
+      );
+      await waitUntil(() => h.llm.requests.length === 1);
+      await service.clear(create(ClearRequestSchema, {}), h.ctx());
+      h.llm.setFallback({ reply: "new incarnation" });
+      await service.add(
+        addReq({ strategy: summaryStrategy(2, 2), messages: users("n1", "n2", "n3") }),
+        h.ctx(),
+      );
+      // The old fold has ended, its commit refused.
+      await waitUntil(async () => (await folds("discarded")) === 1);
+      expect(await folds("committed")).toBe(0);
+      const t = await h.store.getThread("", "default");
+      expect(t?.summary).toBe("");
+      expect(t?.summarizedThroughSeq).toBe(0);
+      const r = await service.get(getReq(), h.ctx());
+      expect(contents(r)).toEqual(["n1", "n2", "n3"]);
+    } finally {
+      await service.close();
+    }
   });
 
   it("folds with a Get's smaller limit as the original did", async () => {

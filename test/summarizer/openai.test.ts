@@ -1,3 +1,4 @@
+import { getEventListeners } from "node:events";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ChatMessage } from "../../src/core/types.js";
 import {
@@ -283,6 +284,34 @@ describe("openai summarizer: timeouts and cancellation", () => {
     expect(err).not.toBeInstanceOf(SummarizerError);
     expect(Date.now() - abortedAt).toBeLessThan(2_000);
     expect(llm.requests).toHaveLength(1);
+  });
+});
+
+describe("openai summarizer: the attempt timer", () => {
+  const activeTimers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+
+  it("clears its timer and its listener on the caller's signal however an attempt ends", async () => {
+    const { llm, summarize } = await setup([], { timeoutMs: 60_000, maxRetries: 0 });
+    // One long-lived caller signal, as a server's shutdown signal would be.
+    const caller = new AbortController();
+    const baseline = activeTimers();
+    const during: number[] = [];
+    llm.setFallback({
+      route: () => {
+        during.push(activeTimers());
+        return { reply: "ok" };
+      },
+    });
+    expect(await summarize(caller.signal)).toBe("ok");
+    llm.setFallback({ status: 400 });
+    await failure(summarize(caller.signal));
+    llm.setFallback({ malformed: true });
+    await failure(summarize(caller.signal));
+    // While an attempt runs its timer is armed (held, so it fires); after,
+    // nothing of it is left (other timers of the process may end meanwhile).
+    expect(during).toEqual([baseline + 1]);
+    expect(activeTimers()).toBeLessThanOrEqual(baseline);
+    expect(getEventListeners(caller.signal, "abort")).toHaveLength(0);
   });
 });
 

@@ -44,6 +44,13 @@ export interface RecordedRequest {
    * and does not consume a step.
    */
   body: ChatCompletionBody | undefined;
+  /** Date.now() when the request had arrived in full. */
+  receivedAt: number;
+  /**
+   * Date.now() when the exchange ended: the reply was sent, or the connection
+   * closed before it was (the client gave up on a hung request, or close()).
+   */
+  endedAt: number | undefined;
 }
 
 /**
@@ -57,6 +64,16 @@ export interface StepTiming {
 
 /** What the fake does with one chat completion request. */
 export type FakeStep =
+  | FakeAction
+  /**
+   * Picks the action from the request, e.g. by `request.body?.model` or by
+   * the prompt's content, so one server can be healthy for some callers and
+   * faulty for others.
+   */
+  | { route: (request: RecordedRequest) => FakeAction };
+
+/** One of the fake's replies or faults. */
+export type FakeAction =
   /** Answers 200 with this assistant content (a function computes it from the request). */
   | ({ reply: string | ((request: RecordedRequest) => string) } & StepTiming)
   /**
@@ -140,13 +157,19 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
       headers: req.headers,
       rawBody,
       body: parseChatCompletion(rawBody),
+      receivedAt: Date.now(),
+      endedAt: undefined,
     };
+    res.once("close", () => {
+      recorded.endedAt = Date.now();
+    });
     requests.push(recorded);
     if (path !== COMPLETIONS_PATH) return sendError(res, 404, `no route for ${path}`);
     if (req.method !== "POST") return sendError(res, 405, "use POST");
     if (recorded.body === undefined) return sendError(res, 400, "not a chat completion request");
 
-    const step = script.shift() ?? fallback;
+    const next = script.shift() ?? fallback;
+    const step = "route" in next ? next.route(recorded) : next;
     if ("hang" in step) {
       if (step.afterHeaders) {
         res.writeHead(200, { "content-type": "application/json" });

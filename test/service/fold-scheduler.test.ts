@@ -1,0 +1,200 @@
+import { afterEach, describe, expect, it } from "vitest";
+import type { Strategy } from "../../src/core/types.js";
+import { silentLogger } from "../../src/logger.js";
+import {
+  FoldScheduler,
+  type FoldSchedulerOptions,
+  retryDelayMs,
+} from "../../src/service/fold-scheduler.js";
+import { DEFAULT_SERVICE_LIMITS } from "../../src/service/memory-service.js";
+import { createMemoryStore } from "../../src/store/memory-store.js";
+import type { Store } from "../../src/store/store.js";
+import { createExtractiveSummarizer } from "../../src/summarizer/extractive.js";
+import { createOpenAiSummarizer } from "../../src/summarizer/openai.js";
+import { createSummarizerRegistry } from "../../src/summarizer/registry.js";
+import type { Summarizer } from "../../src/summarizer/summarizer.js";
+import { type FakeLlm, startFakeLlm } from "../support/fake-llm.js";
+import { waitUntil, windowDefault } from "../support/service-harness.js";
+
+/**
+ * The fold scheduler on its own, over a real store and the fake model server:
+ * its retry schedule read from the delays it computes (its retry timer is
+ * injected, so minutes of backoff take milliseconds), and its fold deadline.
+ */
+
+const summary = (model: string): Strategy => ({
+  kind: "summary",
+  window: 2,
+  summarizeEvery: 2,
+  model,
+  excludeSystem: false,
+  maxStored: 1000,
+});
+
+/** Appends `n` user messages to the thread, creating it with a summary strategy. */
+async function append(store: Store, threadId: string, model: string, n: number): Promise<void> {
+  await store.append({
+    namespace: "",
+    threadId,
+    messages: Array.from({ length: n }, (_, i) => ({ role: "user", content: `m${i}` })),
+    strategy: summary(model),
+    defaultStrategy: windowDefault,
+    replaceStrategy: false,
+    requestId: "",
+    requestHash: "",
+    expectedLastSeq: undefined,
+    now: Date.now(),
+  });
+}
+
+let llm: FakeLlm | undefined;
+let store: Store | undefined;
+let scheduler: FoldScheduler | undefined;
+afterEach(async () => {
+  await scheduler?.close();
+  await store?.close();
+  await llm?.close();
+  scheduler = undefined;
+  store = undefined;
+  llm = undefined;
+});
+
+/** A scheduler whose retry timers record their delay and fire at once. */
+async function start(
+  over: Partial<Omit<FoldSchedulerOptions, "summarizers">> & { extra?: Summarizer[] } = {},
+): Promise<{ llm: FakeLlm; store: Store; scheduler: FoldScheduler; delays: number[] }> {
+  llm = await startFakeLlm({ fallback: { status: 500 } });
+  store = createMemoryStore();
+  const delays: number[] = [];
+  const { extra = [], ...rest } = over;
+  scheduler = new FoldScheduler({
+    store,
+    summarizers: createSummarizerRegistry(
+      [
+        createExtractiveSummarizer(),
+        createOpenAiSummarizer({ baseUrl: llm.baseUrl, model: "fake", maxRetries: 0 }),
+        ...extra,
+      ],
+      "extractive",
+    ),
+    logger: silentLogger,
+    maxConcurrent: 8,
+    maxPending: 100,
+    leaseMs: DEFAULT_SERVICE_LIMITS.foldLeaseMs,
+    retryInitialMs: DEFAULT_SERVICE_LIMITS.foldRetryInitialMs,
+    retryMaxMs: DEFAULT_SERVICE_LIMITS.foldRetryMaxMs,
+    now: Date.now,
+    startRetryTimer: (retry, delayMs) => {
+      delays.push(delayMs);
+      return setTimeout(retry, 0);
+    },
+    ...rest,
+  });
+  return { llm, store, scheduler, delays };
+}
+
+describe("fold retries", () => {
+  // The README's promise for the defaults: 1 s doubling to 60 s, each wait
+  // cut by up to half at random.
+  const bases = [1000, 2000, 4000, 8000, 16_000, 32_000, 60_000, 60_000, 60_000];
+
+  it.each([0, 0.5, 0.999])(
+    "waits 1 s doubling to 60 s between failed folds, less (1 - %s) / 2 of it",
+    async (random) => {
+      const s = await start({ random: () => random });
+      await append(s.store, "t", "openai", 4);
+      s.scheduler.kick("", "t");
+      await waitUntil(() => s.delays.length >= bases.length, 10_000);
+      expect(s.delays.slice(0, bases.length)).toEqual(
+        bases.map((base) => base / 2 + random * (base / 2)),
+      );
+      const incarnation = (await s.store.getThread("", "t"))?.incarnation ?? "";
+      expect(s.scheduler.failure("", "t", incarnation)?.attempt).toBeGreaterThanOrEqual(
+        bases.length,
+      );
+    },
+  );
+
+  it("starts again from 1 s after a fold succeeds", async () => {
+    const s = await start({ random: () => 1 });
+    s.llm.push({ status: 500 }, { status: 503 }, { reply: "recovered" }, { status: 500 });
+    await append(s.store, "t", "openai", 4);
+    s.scheduler.kick("", "t");
+    await waitUntil(async () => (await s.store?.getThread("", "t"))?.summary === "recovered");
+    await append(s.store, "t", "openai", 2);
+    s.scheduler.kick("", "t");
+    await waitUntil(() => s.delays.length >= 3);
+    expect(s.delays.slice(0, 3)).toEqual([1000, 2000, 1000]);
+  });
+
+  it("keeps the delay within [base / 2, base] for any draw", () => {
+    for (let attempt = 1; attempt <= 12; attempt++) {
+      const base = Math.min(60_000, 1000 * 2 ** (attempt - 1));
+      expect(retryDelayMs(attempt, 1000, 60_000, 0)).toBe(base / 2);
+      expect(retryDelayMs(attempt, 1000, 60_000, 0.9999)).toBeLessThan(base);
+      expect(retryDelayMs(attempt, 1000, 60_000, 0.9999)).toBeGreaterThan(base * 0.99);
+    }
+  });
+});
+
+describe("fold deadline", () => {
+  const activeTimers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+
+  it("arms a held timer for each fold and clears it when the fold ends", async () => {
+    let armed: (timers: number) => void = () => {};
+    const called = new Promise<number>((resolve) => {
+      armed = resolve;
+    });
+    const watched: Summarizer = {
+      name: "watched",
+      summarize: async () => {
+        armed(activeTimers());
+        return "done";
+      },
+    };
+    const s = await start({ extra: [watched] });
+    await append(s.store, "t", "watched", 4);
+    // No timer of the test's own runs while the fold does.
+    const baseline = activeTimers();
+    s.scheduler.kick("", "t");
+    expect(await called).toBe(baseline + 1);
+    await waitUntil(() => !s.scheduler.isRunning("", "t"));
+    expect((await s.store.getThread("", "t"))?.summary).toBe("done");
+    expect(activeTimers()).toBe(baseline);
+  });
+
+  it("gives the slot back at the deadline even when a summariser ignores its signal", async () => {
+    const calls: AbortSignal[] = [];
+    const deaf: Summarizer = {
+      name: "deaf",
+      // Never settles and never looks at its signal: a broken implementation.
+      summarize: (_input, signal) => {
+        calls.push(signal);
+        return new Promise<string>(() => {});
+      },
+    };
+    const s = await start({
+      extra: [deaf],
+      maxConcurrent: 1,
+      // The deadline is the lease less a second: 500 ms.
+      leaseMs: 1500,
+    });
+    await append(s.store, "deaf", "deaf", 4);
+    await append(s.store, "healthy", "extractive", 4);
+    const started = Date.now();
+    s.scheduler.kick("", "deaf");
+    s.scheduler.kick("", "healthy");
+    expect(s.scheduler.pending).toBe(1);
+    await waitUntil(
+      async () => (await s.store.getThread("", "healthy"))?.summarizedThroughSeq === 2,
+      5000,
+    );
+    // The healthy thread got the only slot once the deaf fold's deadline passed.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(500);
+    expect(calls[0]?.aborted).toBe(true);
+    const incarnation = (await s.store.getThread("", "deaf"))?.incarnation ?? "";
+    expect(s.scheduler.failure("", "deaf", incarnation)?.reason).toBe(
+      "the summariser did not answer within 500 ms",
+    );
+  });
+});
