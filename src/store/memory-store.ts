@@ -8,6 +8,7 @@ import {
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../core/types.js";
+import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import type {
   AppendCommand,
   AppendResult,
@@ -44,6 +45,7 @@ interface Lease {
 }
 
 interface NamespaceState {
+  name: string;
   threads: Map<string, ThreadRecord>;
   /** Retained events; events[i] has number firstEventNo + i. */
   events: MemoryEvent[];
@@ -57,13 +59,19 @@ interface NamespaceState {
  * Store contract. Every method runs synchronously to completion inside the
  * event loop, which is what makes each one atomic.
  *
- * Cursors are "<store epoch>.<event number>": a cursor from before a restart
- * (another epoch) refers to history this process never had, so it is
+ * Cursors (resume-token.ts) carry the event's number in its namespace and a
+ * MAC under a key random per process; the store id is random per process too,
+ * so a cursor from before a restart refers to history this process never had:
  * out_of_range, never silently resumed from somewhere else.
  */
 export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   const lim = { ...DEFAULT_STORE_LIMITS, ...limits };
-  const epoch = randomUUID().slice(0, 8);
+  const tokens = new ResumeTokens(
+    newStoreId(),
+    newTokenSecret(),
+    "the history it refers to is no longer retained (the server restarted)",
+    /^[0-9a-f]{8}\.\d{1,15}$/,
+  );
   const namespaces = new Map<string, NamespaceState>();
   const leases = new Map<string, Lease>();
   let leaseCounter = 0;
@@ -71,7 +79,14 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   function ns(name: string): NamespaceState {
     let s = namespaces.get(name);
     if (s === undefined) {
-      s = { threads: new Map(), events: [], firstEventNo: 1, nextEventNo: 1, listeners: new Set() };
+      s = {
+        name,
+        threads: new Map(),
+        events: [],
+        firstEventNo: 1,
+        nextEventNo: 1,
+        listeners: new Set(),
+      };
       namespaces.set(name, s);
     }
     return s;
@@ -79,7 +94,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 
   function log(s: NamespaceState, threadId: string, time: number, body: EventBody): MemoryEvent {
     const no = s.nextEventNo++;
-    const event: MemoryEvent = { ...body, cursor: `${epoch}.${no}`, threadId, time };
+    const event: MemoryEvent = { ...body, cursor: tokens.issue(s.name, no), threadId, time };
     s.events.push(event);
     // Drop a whole retention's worth at once, so trimming costs O(1) per event
     // amortised; the log keeps between 1x and 2x eventRetention events.
@@ -94,22 +109,6 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   function publish(s: NamespaceState, events: MemoryEvent[]): void {
     if (events.length === 0) return;
     for (const listener of s.listeners) listener(events);
-  }
-
-  function parseCursor(cursor: string): number {
-    const dot = cursor.indexOf(".");
-    const no = Number(cursor.slice(dot + 1));
-    if (dot <= 0 || !Number.isSafeInteger(no) || no < 0) {
-      throw invalidArgument("resume_token", "is not a token this server issued");
-    }
-    if (cursor.slice(0, dot) !== epoch) {
-      throw new MemoryError(
-        "out_of_range",
-        "resume_token: the history it refers to is no longer retained (the server restarted); re-read with Get and watch from now",
-        { field: "resume_token" },
-      );
-    }
-    return no;
   }
 
   const copyThread = (t: ThreadState): ThreadState => ({ ...t });
@@ -279,7 +278,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
-      const no = parseCursor(cursor);
+      const no = tokens.open(namespace, cursor);
       const s = ns(namespace);
       if (no >= s.nextEventNo) {
         throw invalidArgument("resume_token", "refers to an event this server never logged");
@@ -296,11 +295,11 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     },
 
     async headCursor(namespace: string): Promise<string> {
-      return `${epoch}.${ns(namespace).nextEventNo - 1}`;
+      return tokens.issue(namespace, ns(namespace).nextEventNo - 1);
     },
 
     compareCursors(a: string, b: string): number {
-      return parseCursor(a) - parseCursor(b);
+      return tokens.positionOf(a) - tokens.positionOf(b);
     },
 
     subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void {

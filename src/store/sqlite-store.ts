@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import Database from "better-sqlite3";
 import { decideAppend, keepsSummary, newThreadState, trimCount } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
@@ -12,6 +12,7 @@ import type {
   ThreadState,
 } from "../core/types.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
+import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import { MessageCache } from "./sqlite/message-cache.js";
 import type {
   AppendCommand,
@@ -24,7 +25,7 @@ import type {
 } from "./store.js";
 
 /** Version of the schema below; stored in `meta` so later releases can migrate. */
-export const SQLITE_SCHEMA_VERSION = 1;
+export const SQLITE_SCHEMA_VERSION = 2;
 
 /** Options of the SQLite store beyond the limits every store shares. */
 export interface SqliteStoreOptions {
@@ -42,8 +43,9 @@ export interface SqliteStoreOptions {
 
 /**
  * The schema. Threads have an integer key that messages and idempotency
- * records hang off (deleted with the thread by cascade); events are one
- * table for every namespace, so an event's row id is its position in the log.
+ * records hang off (deleted with the thread by cascade); events are numbered
+ * per namespace (1, 2, 3 …), so a tenant's resume tokens count only its own
+ * events. Files of an older version are brought here by MIGRATIONS.
  */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -99,20 +101,22 @@ CREATE TABLE IF NOT EXISTS fold_leases (
   PRIMARY KEY (namespace, thread_id)
 ) STRICT, WITHOUT ROWID;
 
--- AUTOINCREMENT: an id is never issued twice, even after the newest rows go.
+-- Clustered by (namespace, seq): a resume reads one range.
 CREATE TABLE IF NOT EXISTS events (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
   namespace TEXT NOT NULL,
+  seq INTEGER NOT NULL,
   thread_id TEXT NOT NULL,
   time INTEGER NOT NULL,
   type TEXT NOT NULL,
-  body TEXT NOT NULL
-) STRICT;
-CREATE INDEX IF NOT EXISTS events_by_namespace ON events (namespace, id);
+  body TEXT NOT NULL,
+  PRIMARY KEY (namespace, seq)
+) STRICT, WITHOUT ROWID;
 
--- Per namespace: how many events are retained, and the newest id dropped.
+-- Per namespace: the newest seq issued (never reused, even after the newest
+-- rows go), how many events are retained, and the newest seq dropped.
 CREATE TABLE IF NOT EXISTS event_logs (
   namespace TEXT PRIMARY KEY,
+  last_seq INTEGER NOT NULL,
   retained INTEGER NOT NULL,
   dropped_through INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
@@ -147,7 +151,7 @@ interface RequestRow {
 type RecordedResult = Omit<AppendResult, "replayed">;
 
 interface EventRow {
-  id: number;
+  seq: number;
   thread_id: string;
   time: number;
   type: EventBody["type"];
@@ -201,10 +205,11 @@ interface Committed<T> {
  * that changes them: a Get then costs what it costs on the memory store,
  * instead of about a microsecond per stored message.
  *
- * Cursors are "<database id>.<event row id>": the id is random per database
- * file, so a token from another file (or from the memory store) is
- * out_of_range instead of resuming at an unrelated position; tokens stay
- * valid across restarts of the same file.
+ * Cursors (resume-token.ts) carry the random id of the database file, the
+ * event's seq in its namespace and a MAC under a secret kept in `meta`, so a
+ * token from another file (or from the memory store) is out_of_range instead
+ * of resuming at an unrelated position, and tokens stay valid across restarts
+ * of the same file.
  */
 export function createSqliteStore(
   path: string,
@@ -213,8 +218,12 @@ export function createSqliteStore(
 ): Store {
   const lim = { ...DEFAULT_STORE_LIMITS, ...limits };
   const db = openDatabase(path, options.busyTimeoutMs ?? 5000);
-  const databaseId = String(
-    db.prepare("SELECT value FROM meta WHERE key = 'database_id'").pluck().get(),
+  const meta = db.prepare<[string], unknown>("SELECT value FROM meta WHERE key = ?").pluck();
+  const tokens = new ResumeTokens(
+    String(meta.get("database_id")),
+    String(meta.get("token_secret")),
+    "it refers to the history of another database",
+    /^[0-9a-f]{12}\.\d{1,15}$/,
   );
   const cache = new MessageCache(options.cacheSize ?? 64 * 1024 * 1024);
   const listeners = new Map<string, Set<(events: MemoryEvent[]) => void>>();
@@ -291,43 +300,33 @@ export function createSqliteStore(
     releaseLease: db.prepare<[string, string, number]>(
       "DELETE FROM fold_leases WHERE namespace = ? AND thread_id = ? AND token = ?",
     ),
-    insertEvent: db.prepare<[string, string, number, string, string]>(
-      "INSERT INTO events (namespace, thread_id, time, type, body) VALUES (?, ?, ?, ?, ?)",
+    countEvent: db.prepare<[string], { last_seq: number; retained: number }>(
+      `INSERT INTO event_logs (namespace, last_seq, retained, dropped_through) VALUES (?, 1, 1, 0)
+       ON CONFLICT (namespace) DO UPDATE SET last_seq = last_seq + 1, retained = retained + 1
+       RETURNING last_seq, retained`,
     ),
-    countEvent: db.prepare<[string], { retained: number; dropped_through: number }>(
-      `INSERT INTO event_logs (namespace, retained, dropped_through) VALUES (?, 1, 0)
-       ON CONFLICT (namespace) DO UPDATE SET retained = retained + 1
-       RETURNING retained, dropped_through`,
+    insertEvent: db.prepare<[string, number, string, number, string, string]>(
+      "INSERT INTO events (namespace, seq, thread_id, time, type, body) VALUES (?, ?, ?, ?, ?, ?)",
     ),
-    nthEventId: db
-      .prepare<[string, number], number>(
-        "SELECT id FROM events WHERE namespace = ? ORDER BY id LIMIT 1 OFFSET ?",
-      )
-      .pluck(),
     dropEventsThrough: db.prepare<[string, number]>(
-      "DELETE FROM events WHERE namespace = ? AND id <= ?",
+      "DELETE FROM events WHERE namespace = ? AND seq <= ?",
     ),
-    setEventLog: db.prepare<[number, number, string]>(
+    setDropped: db.prepare<[number, number, string]>(
       "UPDATE event_logs SET retained = ?, dropped_through = ? WHERE namespace = ?",
     ),
-    droppedThrough: db
-      .prepare<[string], number>("SELECT dropped_through FROM event_logs WHERE namespace = ?")
-      .pluck(),
-    lastEventId: db
-      .prepare<[], number>("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-      .pluck(),
-    newestEventId: db
-      .prepare<[string], number | null>("SELECT max(id) FROM events WHERE namespace = ?")
-      .pluck(),
+    eventLog: db.prepare<[string], { last_seq: number; dropped_through: number }>(
+      "SELECT last_seq, dropped_through FROM event_logs WHERE namespace = ?",
+    ),
     events: db.prepare<[string, number, number], EventRow>(
-      "SELECT id, thread_id, time, type, body FROM events WHERE namespace = ? AND id > ? ORDER BY id LIMIT ?",
+      "SELECT seq, thread_id, time, type, body FROM events WHERE namespace = ? AND seq > ? ORDER BY seq LIMIT ?",
     ),
   };
 
-  function toEvent(row: EventRow): MemoryEvent {
+  function toEvent(namespace: string, row: EventRow): MemoryEvent {
     // The body was written by logEvent from an EventBody of this type.
     const body = { type: row.type, ...JSON.parse(row.body) } as EventBody;
-    return { ...body, cursor: `${databaseId}.${row.id}`, threadId: row.thread_id, time: row.time };
+    const cursor = tokens.issue(namespace, row.seq);
+    return { ...body, cursor, threadId: row.thread_id, time: row.time };
   }
 
   /** Appends an event inside the caller's transaction and drops old ones in chunks. */
@@ -338,24 +337,18 @@ export function createSqliteStore(
     body: EventBody,
   ): MemoryEvent {
     const { type, ...fields } = body;
-    const id = Number(
-      sql.insertEvent.run(namespace, threadId, time, type, JSON.stringify(fields)).lastInsertRowid,
-    );
     const log = sql.countEvent.get(namespace);
-    const excess = (log?.retained ?? 0) - lim.eventRetention;
-    // Chunks keep the delete amortised O(1) per event, as in the memory store.
-    if (
-      log !== undefined &&
-      excess > 0 &&
-      (excess >= 64 || log.retained > lim.eventRetention * 2)
-    ) {
-      const cut = sql.nthEventId.get(namespace, excess - 1);
-      if (cut !== undefined) {
-        sql.dropEventsThrough.run(namespace, cut);
-        sql.setEventLog.run(log.retained - excess, cut, namespace);
-      }
+    if (log === undefined) throw new Error("sqlite store: event_logs upsert returned nothing");
+    sql.insertEvent.run(namespace, log.last_seq, threadId, time, type, JSON.stringify(fields));
+    // Seqs of a namespace are consecutive, so the cut is found without a scan;
+    // chunks keep the delete amortised O(1) per event, as in the memory store.
+    const excess = log.retained - lim.eventRetention;
+    if (excess > 0 && (excess >= 64 || log.retained > lim.eventRetention * 2)) {
+      const cut = log.last_seq - lim.eventRetention;
+      sql.dropEventsThrough.run(namespace, cut);
+      sql.setDropped.run(lim.eventRetention, cut, namespace);
     }
-    return { ...body, cursor: `${databaseId}.${id}`, threadId, time };
+    return { ...body, cursor: tokens.issue(namespace, log.last_seq), threadId, time };
   }
 
   function publish(namespace: string, events: MemoryEvent[]): void {
@@ -363,19 +356,6 @@ export function createSqliteStore(
     const set = listeners.get(namespace);
     if (set === undefined) return;
     for (const listener of set) listener(events);
-  }
-
-  function parseCursor(cursor: string): number {
-    const m = /^([0-9a-f]+)\.(\d{1,15})$/.exec(cursor);
-    if (m === null) throw invalidArgument("resume_token", "is not a token this server issued");
-    if (m[1] !== databaseId) {
-      throw new MemoryError(
-        "out_of_range",
-        "resume_token: it refers to the history of another database; re-read with Get and watch from now",
-        { field: "resume_token" },
-      );
-    }
-    return Number(m[2]);
   }
 
   function loadMessages(key: number): readonly StoredMessage[] {
@@ -664,28 +644,28 @@ export function createSqliteStore(
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
       assertOpen();
-      const id = parseCursor(cursor);
-      if (id > (sql.lastEventId.get() ?? 0)) {
+      const seq = tokens.open(namespace, cursor);
+      const log = sql.eventLog.get(namespace);
+      if (seq > (log?.last_seq ?? 0)) {
         throw invalidArgument("resume_token", "refers to an event this server never logged");
       }
-      if (id < (sql.droppedThrough.get(namespace) ?? 0)) {
+      if (seq < (log?.dropped_through ?? 0)) {
         throw new MemoryError(
           "out_of_range",
           "resume_token: the events after it are no longer retained; re-read with Get and watch from now",
           { field: "resume_token" },
         );
       }
-      return sql.events.all(namespace, id, Math.max(0, limit)).map(toEvent);
+      return sql.events.all(namespace, seq, Math.max(0, limit)).map((r) => toEvent(namespace, r));
     },
 
     async headCursor(namespace: string): Promise<string> {
       assertOpen();
-      const newest = sql.newestEventId.get(namespace) ?? null;
-      return `${databaseId}.${newest ?? sql.droppedThrough.get(namespace) ?? 0}`;
+      return tokens.issue(namespace, sql.eventLog.get(namespace)?.last_seq ?? 0);
     },
 
     compareCursors(a: string, b: string): number {
-      return parseCursor(a) - parseCursor(b);
+      return tokens.positionOf(a) - tokens.positionOf(b);
     },
 
     subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void {
@@ -730,19 +710,28 @@ function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
     // A WAL that once grew large is cut back after checkpoints.
     db.pragma(`journal_size_limit = ${64 * 1024 * 1024}`);
     db.transaction(() => {
-      db.exec(SCHEMA);
+      db.exec(
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value ANY NOT NULL) STRICT, WITHOUT ROWID",
+      );
       const version = db
         .prepare("SELECT value FROM meta WHERE key = 'schema_version'")
         .pluck()
         .get();
       if (version === undefined) {
+        db.exec(SCHEMA);
         const init = db.prepare("INSERT INTO meta (key, value) VALUES (?, ?)");
         init.run("schema_version", SQLITE_SCHEMA_VERSION);
-        init.run("database_id", randomBytes(6).toString("hex"));
+        init.run("database_id", newStoreId());
+        init.run("token_secret", newTokenSecret());
         init.run("lease_counter", 0);
       } else if (typeof version !== "number" || version > SQLITE_SCHEMA_VERSION) {
         throw new Error(
           `schema version ${String(version)} is newer than this server's (${SQLITE_SCHEMA_VERSION})`,
+        );
+      } else {
+        for (let v = version; v < SQLITE_SCHEMA_VERSION; v++) MIGRATIONS[v]?.(db);
+        db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").run(
+          SQLITE_SCHEMA_VERSION,
         );
       }
       // Leases belong to folds of a process that no longer runs (one process per file).
@@ -760,6 +749,37 @@ function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
     throw err;
   }
 }
+
+/**
+ * Schema migrations: MIGRATIONS[v] brings a file from version v to v + 1,
+ * inside the opening transaction (all of them commit, or none).
+ */
+const MIGRATIONS: Record<number, (db: Database.Database) => void> = {
+  /**
+   * 1 -> 2: events were numbered by one counter across namespaces (a tenant's
+   * tokens showed how much others wrote). They are renumbered 1, 2, 3 … per
+   * namespace, in their old order, and cursors are signed from now on. Every
+   * thread, message and retained event stays; resume tokens issued before the
+   * upgrade are answered out_of_range (re-read with Get and watch from now).
+   */
+  1: (db) => {
+    db.exec(`
+      DROP INDEX events_by_namespace;
+      ALTER TABLE events RENAME TO events_v1;
+      ALTER TABLE event_logs RENAME TO event_logs_v1;
+      ${SCHEMA}
+      INSERT INTO events (namespace, seq, thread_id, time, type, body)
+        SELECT namespace, row_number() OVER (PARTITION BY namespace ORDER BY id),
+          thread_id, time, type, body
+        FROM events_v1;
+      INSERT INTO event_logs (namespace, last_seq, retained, dropped_through)
+        SELECT namespace, count(*), count(*), 0 FROM events GROUP BY namespace;
+      DROP TABLE events_v1;
+      DROP TABLE event_logs_v1;
+    `);
+    db.prepare("INSERT INTO meta (key, value) VALUES ('token_secret', ?)").run(newTokenSecret());
+  },
+};
 
 function toThread(row: ThreadRow): ThreadState {
   return {

@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
+import { tokenParts } from "../../src/store/resume-token.js";
 import { READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
 import { appendCommands, summary, user, window20 } from "./fixtures.js";
 
@@ -322,6 +323,81 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       } finally {
         await small.close();
       }
+    });
+
+    it("numbers each namespace's events on its own: other tenants' writes show in none of its tokens", async () => {
+      const starts = { a: await store.headCursor("a"), c: await store.headCursor("c") };
+      for (let i = 0; i < 4; i++) {
+        await store.append(cmd({ namespace: "a", messages: [user(String(i))] }));
+        const headA = await store.headCursor("a");
+        // Another tenant writes 7 times: A's head token does not move.
+        for (let j = 0; j < 7; j++) await store.append(cmd({ namespace: "b", threadId: `b${j}` }));
+        expect(await store.headCursor("a")).toBe(headA);
+        // The same writes in namespace c, with nobody writing in between.
+        await store.append(cmd({ namespace: "c", messages: [user(String(i))] }));
+      }
+      const shape = (cursor: string) => {
+        const parts = tokenParts(cursor);
+        return parts === undefined ? cursor : [parts.storeId, parts.position];
+      };
+      const a = (await store.readEvents("a", starts.a, 100)).map((e) => shape(e.cursor));
+      const c = (await store.readEvents("c", starts.c, 100)).map((e) => shape(e.cursor));
+      expect(a).toHaveLength(4);
+      expect(a).toEqual(c);
+      expect(shape(starts.a)).toEqual(shape(starts.c));
+      expect(shape(await store.headCursor("a"))).toEqual(shape(await store.headCursor("c")));
+    });
+
+    it("refuses forged, edited, truncated and other namespaces' tokens, and other databases' as out of range", async () => {
+      const start = await store.headCursor("ns");
+      await store.append(cmd({ messages: [user("1")] }));
+      await store.append(cmd({ messages: [user("2")] }));
+      const head = await store.headCursor("ns");
+      const parts = tokenParts(head);
+      expect(parts).toBeDefined();
+      const { storeId, position, mac } = parts ?? { storeId: "", position: 0, mac: "" };
+      const flip = (s: string, i: number) =>
+        s.slice(0, i) + (s[i] === "A" ? "B" : "A") + s.slice(i + 1);
+      const refused = [
+        // Ahead of the namespace's head, with the head's MAC or an edited one.
+        `${storeId}.${position + 3}.${mac}`,
+        `${storeId}.${position + 1}.${flip(mac, 0)}`,
+        // Behind it: an edited position is not reinterpreted either.
+        `${storeId}.${position - 1}.${mac}`,
+        `${storeId}.${position}.${flip(mac, 5)}`,
+        `${storeId}.${position}.${mac.slice(0, -1)}`,
+        head.slice(0, -1),
+        head.slice(0, 10),
+        `${head}x`,
+        ` ${head}`,
+        "",
+      ];
+      for (const token of refused) {
+        const err = await rejects(store.readEvents("ns", token, 10), "invalid_argument");
+        expect(err.field, token).toBe("resume_token");
+      }
+      // Another namespace's token, even at a position that namespace has.
+      await store.append(cmd({ namespace: "other", messages: [user("x")] }));
+      await store.append(cmd({ namespace: "other", messages: [user("y")] }));
+      const err = await rejects(store.readEvents("other", head, 10), "invalid_argument");
+      expect(err.message).toContain("resume_token");
+      await rejects(
+        store.readEvents("ns", await store.headCursor("other"), 10),
+        "invalid_argument",
+      );
+      // Another database's token: out_of_range, never resumed somewhere else.
+      const elsewhere = await factory({});
+      try {
+        await elsewhere.append(cmd({ messages: [user("1")] }));
+        const foreign = await elsewhere.headCursor("ns");
+        const out = await rejects(store.readEvents("ns", foreign, 10), "out_of_range");
+        expect(out.message).toContain("re-read with Get and watch from now");
+      } finally {
+        await elsewhere.close();
+      }
+      // The genuine tokens still work.
+      expect((await store.readEvents("ns", start, 10)).map((e) => e.cursor)).toHaveLength(2);
+      expect(await store.readEvents("ns", head, 10)).toEqual([]);
     });
 
     it("delivers every later event to subscribers, in order, until unsubscribed", async () => {

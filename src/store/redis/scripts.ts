@@ -20,7 +20,10 @@ import { createHash } from "node:crypto";
  *   `B ri:<thread>` zset request_id by time (idempotency retention);
  * - `B l:<thread>` string: the fold lease's fencing token, with a TTL;
  * - `B threads` zset of thread ids, all scored 0 (so ZRANGE is byte order);
- * - `B events` stream: the namespace's event log; `B lease-seq` the fencing counter.
+ * - `B log` stream: the namespace's event log, entry ids "0-1", "0-2" … (the
+ *   namespace's own count); `B lease-seq` the fencing counter. (`B events`
+ *   was the log of earlier versions, with ids from the clock: deleted by
+ *   log_event when `B log` is first written.)
  *
  * A result (append) is `"<first_seq>\n<last_seq>\n<cjson array of the thread hash>"`.
  * Lua numbers are doubles: seqs and times (below 2^53) are exact, and the
@@ -78,7 +81,11 @@ end
 -- events were dropped is told from a current one: XSETID records the newest
 -- dropped id there.
 local function log_event(stream, retention, thread_id, time, type, ...)
-  local id = redis.call('XADD', stream, '*', 'type', type, 'thread_id', thread_id, 'time', time, ...)
+  if redis.call('EXISTS', stream) == 0 then
+    -- Same key base and hash tag: "<B>log" -> "<B>events".
+    redis.call('UNLINK', string.sub(stream, 1, -4) .. 'events')
+  end
+  local id = redis.call('XADD', stream, '0-*', 'type', type, 'thread_id', thread_id, 'time', time, ...)
   local keep = tonumber(retention)
   local excess = redis.call('XLEN', stream) - keep
   if excess > 0 and excess >= math.max(64, math.floor(keep / 8)) then
