@@ -8,15 +8,17 @@ import {
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../core/types.js";
+import { SortedIds } from "./memory/sorted-ids.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
-import type {
-  AppendCommand,
-  AppendResult,
-  CommitSummaryCommand,
-  FoldFailureCommand,
-  Store,
-  StoreLimits,
-  ThreadSnapshot,
+import {
+  type AppendCommand,
+  type AppendResult,
+  CLEAR_BATCH,
+  type CommitSummaryCommand,
+  type FoldFailureCommand,
+  type Store,
+  type StoreLimits,
+  type ThreadSnapshot,
 } from "./store.js";
 
 /** Defaults shared by the stores (see StoreLimits). */
@@ -47,6 +49,8 @@ interface Lease {
 interface NamespaceState {
   name: string;
   threads: Map<string, ThreadRecord>;
+  /** The keys of `threads`, in byte order, for ListThreads and Clear(all). */
+  ids: SortedIds;
   /** Retained events; events[i] has number firstEventNo + i. */
   events: MemoryEvent[];
   firstEventNo: number;
@@ -82,6 +86,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       s = {
         name,
         threads: new Map(),
+        ids: new SortedIds(),
         events: [],
         firstEventNo: 1,
         nextEventNo: 1,
@@ -148,7 +153,10 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         messages: [],
         requests: new Map(),
       };
-      if (existing === undefined) s.threads.set(cmd.threadId, rec);
+      if (existing === undefined) {
+        s.threads.set(cmd.threadId, rec);
+        s.ids.add(cmd.threadId);
+      }
       if (!keepsSummary(rec.state.strategy, strategy)) {
         rec.state.summary = "";
         rec.state.summaryTime = 0;
@@ -252,6 +260,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     async clear(namespace: string, threadId: string, now: number): Promise<boolean> {
       const s = namespaces.get(namespace);
       if (s === undefined || !s.threads.delete(threadId)) return false;
+      s.ids.delete(threadId);
       publish(s, [log(s, threadId, now, { type: "thread_cleared" })]);
       return true;
     },
@@ -259,22 +268,23 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     async clearAll(namespace: string, now: number): Promise<number> {
       const s = namespaces.get(namespace);
       if (s === undefined) return 0;
-      const ids = [...s.threads.keys()].sort(compareBytes);
-      s.threads.clear();
-      publish(
-        s,
-        ids.map((id) => log(s, id, now, { type: "thread_cleared" })),
-      );
-      return ids.length;
+      let total = 0;
+      for (;;) {
+        // Each batch runs to completion inside one turn of the event loop (atomic).
+        const ids = s.ids.shift(CLEAR_BATCH);
+        for (const id of ids) s.threads.delete(id);
+        publish(
+          s,
+          ids.map((id) => log(s, id, now, { type: "thread_cleared" })),
+        );
+        total += ids.length;
+        if (ids.length < CLEAR_BATCH) return total;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
     },
 
     async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
-      const s = namespaces.get(namespace);
-      if (s === undefined) return [];
-      return [...s.threads.keys()]
-        .filter((id) => compareBytes(id, after) > 0)
-        .sort(compareBytes)
-        .slice(0, limit);
+      return namespaces.get(namespace)?.ids.after(after, Math.max(0, limit)) ?? [];
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {

@@ -41,7 +41,7 @@ import type {
   StoreLimits,
   ThreadSnapshot,
 } from "./store.js";
-import { READ_SLACK } from "./store.js";
+import { CLEAR_BATCH, READ_SLACK } from "./store.js";
 
 /** Options of {@link createRedisStore}. */
 export interface RedisStoreOptions {
@@ -98,7 +98,6 @@ interface StreamReader {
 }
 
 const DEFAULT_KEY_PREFIX = "wm";
-const CLEAR_CHUNK_SIZE = 500;
 const XREAD_BLOCK_MS = 5000;
 const XREAD_COUNT = 512;
 /** A reader left without subscribers stays caught up this long, for the next Get that waits. */
@@ -562,11 +561,11 @@ export async function createRedisStore(
           await run(
             CLEAR_CHUNK,
             [k.threads, k.events],
-            [k.base, String(now), String(lim.eventRetention), String(CLEAR_CHUNK_SIZE)],
+            [k.base, String(now), String(lim.eventRetention), String(CLEAR_BATCH)],
           ),
         );
         total += n;
-        if (n < CLEAR_CHUNK_SIZE) return total;
+        if (n < CLEAR_BATCH) return total;
       }
     },
 

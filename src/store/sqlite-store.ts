@@ -14,14 +14,15 @@ import type {
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import { MessageCache } from "./sqlite/message-cache.js";
-import type {
-  AppendCommand,
-  AppendResult,
-  CommitSummaryCommand,
-  FoldFailureCommand,
-  Store,
-  StoreLimits,
-  ThreadSnapshot,
+import {
+  type AppendCommand,
+  type AppendResult,
+  CLEAR_BATCH,
+  type CommitSummaryCommand,
+  type FoldFailureCommand,
+  type Store,
+  type StoreLimits,
+  type ThreadSnapshot,
 } from "./store.js";
 
 /** Version of the schema below; stored in `meta` so later releases can migrate. */
@@ -247,10 +248,13 @@ export function createSqliteStore(
         "DELETE FROM threads WHERE namespace = ? AND thread_id = ? RETURNING incarnation",
       )
       .pluck(),
-    threadsOf: db.prepare<[string], { thread_id: string; incarnation: string }>(
-      "SELECT thread_id, incarnation FROM threads WHERE namespace = ? ORDER BY thread_id",
+    firstThreads: db.prepare<
+      [string, number],
+      { id: number; thread_id: string; incarnation: string }
+    >(
+      "SELECT id, thread_id, incarnation FROM threads WHERE namespace = ? ORDER BY thread_id LIMIT ?",
     ),
-    deleteThreadsOf: db.prepare<[string]>("DELETE FROM threads WHERE namespace = ?"),
+    deleteThreadByKey: db.prepare<[number]>("DELETE FROM threads WHERE id = ?"),
     listThreads: db
       .prepare<[string, string, number], string>(
         "SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ? ORDER BY thread_id LIMIT ?",
@@ -558,16 +562,21 @@ export function createSqliteStore(
     },
   );
 
-  const clearAllTx = db.transaction((namespace: string, now: number): Committed<number> => {
-    // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
-    const threads = sql.threadsOf.all(namespace);
-    sql.deleteThreadsOf.run(namespace);
-    return {
-      value: threads.length,
-      events: threads.map((t) => logEvent(namespace, t.thread_id, now, { type: "thread_cleared" })),
-      ended: threads.map((t) => t.incarnation),
-    };
-  });
+  /** One batch of clearAll: the first `limit` threads of the namespace in byte order. */
+  const clearBatchTx = db.transaction(
+    (namespace: string, now: number, limit: number): Committed<number> => {
+      // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
+      const threads = sql.firstThreads.all(namespace, limit);
+      for (const t of threads) sql.deleteThreadByKey.run(t.id);
+      return {
+        value: threads.length,
+        events: threads.map((t) =>
+          logEvent(namespace, t.thread_id, now, { type: "thread_cleared" }),
+        ),
+        ended: threads.map((t) => t.incarnation),
+      };
+    },
+  );
 
   function assertOpen(): void {
     if (closed) throw new MemoryError("unavailable", "the store is closed");
@@ -634,7 +643,14 @@ export function createSqliteStore(
     },
 
     async clearAll(namespace: string, now: number): Promise<number> {
-      return commit(namespace, () => clearAllTx.immediate(namespace, now));
+      let total = 0;
+      for (;;) {
+        const n = commit(namespace, () => clearBatchTx.immediate(namespace, now, CLEAR_BATCH));
+        total += n;
+        if (n < CLEAR_BATCH) return total;
+        // Let other calls in between: each batch is its own transaction.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
     },
 
     async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {

@@ -66,10 +66,22 @@ export interface Store {
   /** Removes one thread; logs thread_cleared. Returns whether it existed. */
   clear(namespace: string, threadId: string, now: number): Promise<boolean>;
 
-  /** Removes every thread of the namespace; one thread_cleared each. Returns the count. */
+  /**
+   * Removes every thread of the namespace; one thread_cleared each. Returns
+   * the count. Works in batches of at most CLEAR_BATCH threads, smallest ids
+   * first, each batch atomic on its own, and lets other calls run between
+   * batches, so clearing a large namespace never blocks the process (or
+   * Redis) for long nor holds one huge transaction. So the whole is not one
+   * atomic step: a thread created while it runs may be cleared too or may
+   * survive; every thread that existed when it was called is gone when it
+   * returns (unless written again meanwhile).
+   */
   clearAll(namespace: string, now: number): Promise<number>;
 
-  /** Thread ids of the namespace greater than `after`, ascending (byte order), at most `limit`. */
+  /**
+   * Thread ids of the namespace greater than `after`, ascending (byte order),
+   * at most `limit`. Costs O(log n + limit): each store keeps the ids ordered.
+   */
   listThreads(namespace: string, after: string, limit: number): Promise<string[]>;
 
   /**
@@ -139,6 +151,9 @@ export interface ReadView {
  * widened backwards over a few tool results rarely needs a second read.
  */
 export const READ_SLACK = 16;
+
+/** Threads Store.clearAll removes per atomic batch. */
+export const CLEAR_BATCH = 500;
 
 export interface CommitSummaryCommand {
   namespace: string;

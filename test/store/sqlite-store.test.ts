@@ -377,6 +377,39 @@ describe("SQLite store", () => {
     }
   });
 
+  it("serves ListThreads and each Clear(all) batch from the (namespace, thread_id) index, without sorting", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await s.append(cmd());
+    await s.close();
+    const db = new Database(path, { readonly: true });
+    try {
+      // The statements of sqlite-store.ts listThreads and firstThreads.
+      for (const [query, params] of [
+        [
+          "SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ? ORDER BY thread_id LIMIT ?",
+          ["ns", "a", 10],
+        ],
+        [
+          "SELECT id, thread_id, incarnation FROM threads WHERE namespace = ? ORDER BY thread_id LIMIT ?",
+          ["ns", 10],
+        ],
+      ] as const) {
+        const plan = db
+          .prepare(`EXPLAIN QUERY PLAN ${query}`)
+          .all(...params)
+          .map((row) => String((row as { detail: string }).detail))
+          .join("\n");
+        expect(plan).toMatch(
+          /SEARCH threads USING (COVERING )?INDEX sqlite_autoindex_threads_1 \(namespace=\?/,
+        );
+        expect(plan).not.toMatch(/TEMP B-TREE|SCAN/);
+      }
+    } finally {
+      db.close();
+    }
+  });
+
   it("forgets request ids beyond the per-thread count and the retention time", async () => {
     const s = openStore(freshPath(), {
       idempotencyMaxPerThread: 3,

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
 import { tokenParts } from "../../src/store/resume-token.js";
-import { READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
+import { CLEAR_BATCH, READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
 import { appendCommands, summary, user, window20 } from "./fixtures.js";
 
 /** Makes a fresh, empty store with the limits a case needs. */
@@ -247,6 +247,36 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       expect(await store.clearAll("ns", 5)).toBe(2);
       expect(await store.listThreads("ns", "", 10)).toEqual([]);
       expect(await store.listThreads("other", "", 10)).toEqual(["c"]);
+    });
+
+    it("clears a namespace larger than one batch, letting other calls in between batches", async () => {
+      const ids = Array.from(
+        { length: 2 * CLEAR_BATCH + 3 },
+        (_, i) => `t${String(i).padStart(5, "0")}`,
+      );
+      await Promise.all(ids.map((threadId) => store.append(cmd({ threadId }))));
+      const head = await store.headCursor("ns");
+      const order: string[] = [];
+      const clearing = store.clearAll("ns", 5).then((n) => {
+        order.push("cleared");
+        return n;
+      });
+      await store.append(cmd({ namespace: "other" }));
+      order.push("other namespace written");
+      expect(await clearing).toBe(ids.length);
+      expect(order).toEqual(["other namespace written", "cleared"]);
+      expect(await store.listThreads("ns", "", 10)).toEqual([]);
+      const events: MemoryEvent[] = [];
+      for (let cursor = head; ; ) {
+        const page = await store.readEvents("ns", cursor, 400);
+        events.push(...page);
+        const last = page[page.length - 1];
+        if (last === undefined) break;
+        cursor = last.cursor;
+      }
+      expect(events.map((e) => [e.type, e.threadId])).toEqual(
+        ids.map((id) => ["thread_cleared", id]),
+      );
     });
 
     it("lists thread ids in byte order, after a key, in pages", async () => {
