@@ -32,7 +32,12 @@ export interface App {
  */
 export async function startApp(config: Config, logger: Logger): Promise<App> {
   const metrics = new ServerMetrics();
-  const store = await createStore(config.store, { eventRetention: config.eventRetention });
+  const store = await createStore(config.store, {
+    eventRetention: config.eventRetention,
+    maxThreadsPerNamespace: config.maxThreadsPerNamespace,
+    maxMessagesPerNamespace: config.maxMessagesPerNamespace,
+    maxBytesPerNamespace: config.maxBytesPerNamespace,
+  });
   const summarizers = createSummarizers(config);
   const service = createMemoryService({
     store,

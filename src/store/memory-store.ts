@@ -7,8 +7,15 @@ import {
   trimCount,
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
-import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../core/types.js";
+import type {
+  ChatMessage,
+  EventBody,
+  MemoryEvent,
+  StoredMessage,
+  ThreadState,
+} from "../core/types.js";
 import { SortedIds } from "./memory/sorted-ids.js";
+import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import {
   type AppendCommand,
@@ -26,6 +33,9 @@ export const DEFAULT_STORE_LIMITS: StoreLimits = {
   eventRetention: 10_000,
   idempotencyRetentionMs: 24 * 60 * 60 * 1000,
   idempotencyMaxPerThread: 1000,
+  maxThreadsPerNamespace: 10_000,
+  maxMessagesPerNamespace: 1_000_000,
+  maxBytesPerNamespace: 1024 * 1024 * 1024,
 };
 
 interface IdempotencyRecord {
@@ -39,6 +49,8 @@ interface ThreadRecord {
   messages: StoredMessage[];
   /** request_id -> first result; Map keeps insertion order, so the oldest go first. */
   requests: Map<string, IdempotencyRecord>;
+  /** Sum of quota.ts messageBytes over `messages`. */
+  bytes: number;
 }
 
 interface Lease {
@@ -51,6 +63,8 @@ interface NamespaceState {
   threads: Map<string, ThreadRecord>;
   /** The keys of `threads`, in byte order, for ListThreads and Clear(all). */
   ids: SortedIds;
+  /** What the quotas count, kept up to date by every change. */
+  usage: NamespaceUsage;
   /** Retained events; events[i] has number firstEventNo + i. */
   events: MemoryEvent[];
   firstEventNo: number;
@@ -87,6 +101,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         name,
         threads: new Map(),
         ids: new SortedIds(),
+        usage: { threads: 0, messages: 0, bytes: 0 },
         events: [],
         firstEventNo: 1,
         nextEventNo: 1,
@@ -129,9 +144,22 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     }
   }
 
-  function trim(rec: ThreadRecord): void {
+  /** Trims the thread to its strategy's max_stored and gives the room back. */
+  function trim(s: NamespaceState, rec: ThreadRecord): void {
     const n = trimCount(rec.state.strategy, rec.messages, rec.state.summarizedThroughSeq);
-    if (n > 0) rec.messages.splice(0, n);
+    if (n === 0) return;
+    const bytes = sumBytes(rec.messages, 0, n);
+    rec.messages.splice(0, n);
+    rec.bytes -= bytes;
+    s.usage.messages -= n;
+    s.usage.bytes -= bytes;
+  }
+
+  /** Takes a thread out of the namespace's ids and usage (it is deleted by the caller). */
+  function forget(s: NamespaceState, rec: ThreadRecord): void {
+    s.usage.threads -= 1;
+    s.usage.messages -= rec.messages.length;
+    s.usage.bytes -= rec.bytes;
   }
 
   return {
@@ -148,28 +176,59 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         }
       }
       const strategy = decideAppend(existing?.state, cmd);
+      // The thread after the Add, trim included, is worked out before anything
+      // changes, so a refusal by a quota leaves everything as it was.
+      const keeps = existing !== undefined && keepsSummary(existing.state.strategy, strategy);
+      const through = keeps ? (existing?.state.summarizedThroughSeq ?? 0) : 0;
+      const lastSeqBefore = existing?.state.lastSeq ?? 0;
+      const added = cmd.messages.map(
+        (m, i): StoredMessage =>
+          Object.freeze({ ...m, seq: lastSeqBefore + i + 1, createTime: cmd.now }),
+      );
+      const list = existing?.messages ?? [];
+      const before = list.length;
+      for (const m of added) list.push(m);
+      const dropped = trimCount(strategy, list, through);
+      const delta: NamespaceUsage = {
+        threads: existing === undefined ? 1 : 0,
+        messages: added.length - dropped,
+        bytes: sumBytes(added, 0, added.length) - sumBytes(list, 0, dropped),
+      };
+      try {
+        checkQuotas(lim, s.usage, delta);
+      } catch (err) {
+        list.length = before;
+        throw err;
+      }
+
       const rec: ThreadRecord = existing ?? {
         state: newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now),
         messages: [],
         requests: new Map(),
+        bytes: 0,
       };
       if (existing === undefined) {
         s.threads.set(cmd.threadId, rec);
         s.ids.add(cmd.threadId);
       }
-      if (!keepsSummary(rec.state.strategy, strategy)) {
+      if (!keeps) {
         rec.state.summary = "";
         rec.state.summaryTime = 0;
         rec.state.summarizedThroughSeq = 0;
       }
       rec.state.strategy = strategy;
-      const firstSeq = cmd.messages.length > 0 ? rec.state.lastSeq + 1 : 0;
-      for (const m of cmd.messages) {
-        rec.messages.push(Object.freeze({ ...m, seq: ++rec.state.lastSeq, createTime: cmd.now }));
+      if (dropped > 0) list.splice(0, dropped);
+      rec.messages = list;
+      rec.bytes += delta.bytes;
+      s.usage.threads += delta.threads;
+      s.usage.messages += delta.messages;
+      s.usage.bytes += delta.bytes;
+      const firstSeq = added.length > 0 ? lastSeqBefore + 1 : 0;
+      const lastSeq = added.length > 0 ? lastSeqBefore + added.length : 0;
+      if (added.length > 0) {
+        rec.state.lastSeq = lastSeq;
+        rec.state.updateTime = cmd.now;
       }
-      const lastSeq = cmd.messages.length > 0 ? rec.state.lastSeq : 0;
-      if (cmd.messages.length > 0) rec.state.updateTime = cmd.now;
-      trim(rec);
       const result: AppendResult = {
         thread: copyThread(rec.state),
         firstSeq,
@@ -217,7 +276,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       rec.state.summaryTime = cmd.now;
       rec.state.summarizedThroughSeq = cmd.throughSeq;
       rec.state.updateTime = cmd.now;
-      trim(rec);
+      trim(s, rec);
       publish(s, [
         log(s, cmd.threadId, cmd.now, {
           type: "summary_updated",
@@ -259,8 +318,11 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 
     async clear(namespace: string, threadId: string, now: number): Promise<boolean> {
       const s = namespaces.get(namespace);
-      if (s === undefined || !s.threads.delete(threadId)) return false;
+      const rec = s?.threads.get(threadId);
+      if (s === undefined || rec === undefined) return false;
+      s.threads.delete(threadId);
       s.ids.delete(threadId);
+      forget(s, rec);
       publish(s, [log(s, threadId, now, { type: "thread_cleared" })]);
       return true;
     },
@@ -272,7 +334,11 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       for (;;) {
         // Each batch runs to completion inside one turn of the event loop (atomic).
         const ids = s.ids.shift(CLEAR_BATCH);
-        for (const id of ids) s.threads.delete(id);
+        for (const id of ids) {
+          const rec = s.threads.get(id);
+          if (rec !== undefined) forget(s, rec);
+          s.threads.delete(id);
+        }
         publish(
           s,
           ids.map((id) => log(s, id, now, { type: "thread_cleared" })),
@@ -324,6 +390,12 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       for (const s of namespaces.values()) s.listeners.clear();
     },
   };
+}
+
+function sumBytes(messages: readonly ChatMessage[], from: number, to: number): number {
+  let n = 0;
+  for (let i = from; i < to; i++) n += messageBytes(messages[i] as ChatMessage);
+  return n;
 }
 
 function leaseKey(namespace: string, threadId: string): string {

@@ -16,6 +16,7 @@ import type {
   ThreadState,
 } from "../core/types.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
+import { messageBytes, type QuotaName, quotaExceededError } from "./quota.js";
 import {
   ACQUIRE_LEASE,
   ALL_SCRIPTS,
@@ -221,6 +222,7 @@ export async function createRedisStore(
       base,
       threads: `${base}threads`,
       events: `${base}log`,
+      usage: `${base}usage`,
       leaseSeq: `${base}lease-seq`,
       thread: (id: string) => `${base}t:${id}`,
       messages: (id: string) => `${base}m:${id}`,
@@ -424,7 +426,15 @@ export async function createRedisStore(
       const id = cmd.threadId;
       const reply = await run(
         APPEND,
-        [k.thread(id), k.messages(id), k.requests(id), k.requestTimes(id), k.threads, k.events],
+        [
+          k.thread(id),
+          k.messages(id),
+          k.requests(id),
+          k.requestTimes(id),
+          k.threads,
+          k.events,
+          k.usage,
+        ],
         [
           id,
           String(cmd.now),
@@ -438,7 +448,10 @@ export async function createRedisStore(
           String(lim.idempotencyMaxPerThread),
           ...strategyArgs(cmd.strategy),
           ...strategyArgs(cmd.defaultStrategy),
-          ...cmd.messages.map((m) => encodeMessage(m, cmd.now)),
+          String(lim.maxThreadsPerNamespace),
+          String(lim.maxMessagesPerNamespace),
+          String(lim.maxBytesPerNamespace),
+          ...cmd.messages.map((m) => `${messageBytes(m)} ${encodeMessage(m, cmd.now)}`),
         ],
       );
       const [status, value] = asArray(reply);
@@ -454,6 +467,10 @@ export async function createRedisStore(
         case "strategy_mismatch":
           if (cmd.strategy === undefined) break;
           throw strategyMismatchError(asString(value), strategyKey(cmd.strategy));
+        case "quota": {
+          const [, quota, limit] = asArray(reply);
+          throw quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
+        }
       }
       throw new Error(`redis store: unexpected append reply ${String(status)}`);
     },
@@ -488,7 +505,7 @@ export async function createRedisStore(
       const id = cmd.threadId;
       const reply = await run(
         COMMIT_SUMMARY,
-        [k.thread(id), k.messages(id), k.lease(id), k.events],
+        [k.thread(id), k.messages(id), k.lease(id), k.events, k.usage],
         [
           cmd.incarnation,
           String(cmd.leaseToken),
@@ -545,6 +562,7 @@ export async function createRedisStore(
           k.requestTimes(threadId),
           k.threads,
           k.events,
+          k.usage,
         ],
         [threadId, String(now), String(lim.eventRetention)],
       );
@@ -560,7 +578,7 @@ export async function createRedisStore(
         const n = Number(
           await run(
             CLEAR_CHUNK,
-            [k.threads, k.events],
+            [k.threads, k.events, k.usage],
             [k.base, String(now), String(lim.eventRetention), String(CLEAR_BATCH)],
           ),
         );
@@ -690,14 +708,18 @@ function encodeMessage(m: ChatMessage, now: number): string {
   return JSON.stringify(out);
 }
 
-/** A list entry `"<seq> <json>"` back into a message (the store wrote it: no schema check). */
+/**
+ * A list entry `"<seq> <bytes> <json>"` (or `"<seq> <json>"`, written before
+ * quotas) back into a message (the store wrote it: no schema check).
+ */
 function decodeMessage(entry: string): StoredMessage {
   const space = entry.indexOf(" ");
   const seq = Number(entry.slice(0, space));
-  if (space <= 0 || !Number.isSafeInteger(seq)) {
+  const brace = entry.indexOf("{", space);
+  if (space <= 0 || !Number.isSafeInteger(seq) || brace < 0) {
     throw new Error("redis store: a stored message is not in the store's format");
   }
-  const body = JSON.parse(entry.slice(space + 1)) as Omit<StoredMessage, "seq">;
+  const body = JSON.parse(entry.slice(brace)) as Omit<StoredMessage, "seq">;
   return { ...body, seq };
 }
 

@@ -12,6 +12,7 @@ import type {
   ThreadState,
 } from "../core/types.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
+import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import { MessageCache } from "./sqlite/message-cache.js";
 import {
@@ -26,7 +27,7 @@ import {
 } from "./store.js";
 
 /** Version of the schema below; stored in `meta` so later releases can migrate. */
-export const SQLITE_SCHEMA_VERSION = 2;
+export const SQLITE_SCHEMA_VERSION = 3;
 
 /** Options of the SQLite store beyond the limits every store shares. */
 export interface SqliteStoreOptions {
@@ -41,6 +42,29 @@ export interface SqliteStoreOptions {
    */
   cacheSize?: number;
 }
+
+/** The event log's tables (schema 2 on). */
+const EVENTS_SCHEMA = `
+-- Clustered by (namespace, seq): a resume reads one range.
+CREATE TABLE IF NOT EXISTS events (
+  namespace TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  thread_id TEXT NOT NULL,
+  time INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  body TEXT NOT NULL,
+  PRIMARY KEY (namespace, seq)
+) STRICT, WITHOUT ROWID;
+
+-- Per namespace: the newest seq issued (never reused, even after the newest
+-- rows go), how many events are retained, and the newest seq dropped.
+CREATE TABLE IF NOT EXISTS event_logs (
+  namespace TEXT PRIMARY KEY,
+  last_seq INTEGER NOT NULL,
+  retained INTEGER NOT NULL,
+  dropped_through INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+`;
 
 /**
  * The schema. Threads have an integer key that messages and idempotency
@@ -66,6 +90,8 @@ CREATE TABLE IF NOT EXISTS threads (
   summary_time INTEGER NOT NULL,
   create_time INTEGER NOT NULL,
   update_time INTEGER NOT NULL,
+  -- Sum of quota.ts messageBytes over the thread's stored messages.
+  bytes INTEGER NOT NULL DEFAULT 0,
   UNIQUE (namespace, thread_id)
 ) STRICT;
 
@@ -102,24 +128,13 @@ CREATE TABLE IF NOT EXISTS fold_leases (
   PRIMARY KEY (namespace, thread_id)
 ) STRICT, WITHOUT ROWID;
 
--- Clustered by (namespace, seq): a resume reads one range.
-CREATE TABLE IF NOT EXISTS events (
-  namespace TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  thread_id TEXT NOT NULL,
-  time INTEGER NOT NULL,
-  type TEXT NOT NULL,
-  body TEXT NOT NULL,
-  PRIMARY KEY (namespace, seq)
-) STRICT, WITHOUT ROWID;
-
--- Per namespace: the newest seq issued (never reused, even after the newest
--- rows go), how many events are retained, and the newest seq dropped.
-CREATE TABLE IF NOT EXISTS event_logs (
+${EVENTS_SCHEMA}
+-- What the namespace quotas count, updated in the transaction of each change.
+CREATE TABLE IF NOT EXISTS namespace_usage (
   namespace TEXT PRIMARY KEY,
-  last_seq INTEGER NOT NULL,
-  retained INTEGER NOT NULL,
-  dropped_through INTEGER NOT NULL
+  threads INTEGER NOT NULL,
+  messages INTEGER NOT NULL,
+  bytes INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
 `;
 
@@ -134,6 +149,7 @@ interface ThreadRow {
   summary_time: number;
   create_time: number;
   update_time: number;
+  bytes: number;
 }
 
 /** seq, role, create_time, content, extra: read raw, as arrays, which is faster than objects. */
@@ -243,16 +259,19 @@ export function createSqliteStore(
       `UPDATE threads SET strategy = ?, last_seq = ?, summarized_through_seq = ?, summary = ?,
          summary_time = ?, update_time = ? WHERE id = ?`,
     ),
-    deleteThread: db
-      .prepare<[string, string], string>(
-        "DELETE FROM threads WHERE namespace = ? AND thread_id = ? RETURNING incarnation",
-      )
-      .pluck(),
-    firstThreads: db.prepare<
-      [string, number],
-      { id: number; thread_id: string; incarnation: string }
-    >(
-      "SELECT id, thread_id, incarnation FROM threads WHERE namespace = ? ORDER BY thread_id LIMIT ?",
+    firstThreads: db.prepare<[string, number], ThreadRow>(
+      "SELECT * FROM threads WHERE namespace = ? ORDER BY thread_id LIMIT ?",
+    ),
+    addThreadBytes: db.prepare<[number, number]>(
+      "UPDATE threads SET bytes = bytes + ? WHERE id = ?",
+    ),
+    usage: db.prepare<[string], NamespaceUsage>(
+      "SELECT threads, messages, bytes FROM namespace_usage WHERE namespace = ?",
+    ),
+    addUsage: db.prepare<[string, number, number, number]>(
+      `INSERT INTO namespace_usage (namespace, threads, messages, bytes) VALUES (?, ?, ?, ?)
+       ON CONFLICT (namespace) DO UPDATE SET threads = threads + excluded.threads,
+         messages = messages + excluded.messages, bytes = bytes + excluded.bytes`,
     ),
     deleteThreadByKey: db.prepare<[number]>("DELETE FROM threads WHERE id = ?"),
     listThreads: db
@@ -369,18 +388,18 @@ export function createSqliteStore(
   /**
    * Trims the thread, inside the caller's transaction, to its strategy's
    * max_stored. `known` is the thread's messages if the caller knows them;
-   * returns them after the trim, when known.
+   * returns them after the trim, when known, and what was dropped.
    */
   function trim(
     key: number,
     state: ThreadState,
     known: readonly StoredMessage[] | undefined,
-  ): readonly StoredMessage[] | undefined {
+  ): { after: readonly StoredMessage[] | undefined; count: number; bytes: number } {
     // Stored seqs are contiguous (appends add at the end, trims cut at the
     // front), so counting needs no scan, and the messages are read only to trim.
     const oldest = sql.oldestSeq.get(key) ?? null;
     const count = oldest === null ? 0 : state.lastSeq - oldest + 1;
-    if (count <= state.strategy.maxStored) return known;
+    if (count <= state.strategy.maxStored) return { after: known, count: 0, bytes: 0 };
     // Should the cache ever disagree with the file, the file wins.
     const all =
       known !== undefined && known.length === count && known[0]?.seq === oldest
@@ -388,9 +407,27 @@ export function createSqliteStore(
         : loadMessages(key);
     const n = trimCount(state.strategy, all, state.summarizedThroughSeq);
     const through = all[n - 1];
-    if (through === undefined) return all;
+    if (through === undefined) return { after: all, count: 0, bytes: 0 };
     sql.deleteMessagesThrough.run(key, through.seq);
-    return all.slice(n);
+    let bytes = 0;
+    for (let i = 0; i < n; i++) bytes += messageBytes(all[i] as StoredMessage);
+    return { after: all.slice(n), count: n, bytes };
+  }
+
+  /** Adds `delta` to the namespace's usage (and the thread's bytes, when `key` is given). */
+  function use(namespace: string, delta: NamespaceUsage, key?: number): void {
+    if (key !== undefined && delta.bytes !== 0) sql.addThreadBytes.run(delta.bytes, key);
+    if (delta.threads !== 0 || delta.messages !== 0 || delta.bytes !== 0) {
+      sql.addUsage.run(namespace, delta.threads, delta.messages, delta.bytes);
+    }
+  }
+
+  /** Deletes a thread inside the caller's transaction and gives its room back. */
+  function deleteThread(namespace: string, row: ThreadRow): void {
+    const oldest = sql.oldestSeq.get(row.id) ?? null;
+    const messages = oldest === null ? 0 : row.last_seq - oldest + 1;
+    sql.deleteThreadByKey.run(row.id);
+    use(namespace, { threads: -1, messages: -messages, bytes: -row.bytes });
   }
 
   function saveThread(key: number, t: ThreadState): void {
@@ -454,17 +491,28 @@ export function createSqliteStore(
     state.strategy = strategy;
     const firstSeq = cmd.messages.length > 0 ? state.lastSeq + 1 : 0;
     const added: StoredMessage[] = [];
+    let addedBytes = 0;
     for (const m of cmd.messages) {
       const seq = ++state.lastSeq;
       const extra = extraOf(m);
       sql.insertMessage.run(key, seq, m.role, cmd.now, m.content, extra);
       added.push(toMessage([seq, m.role, cmd.now, m.content, extra]));
+      addedBytes += messageBytes(m);
     }
     const lastSeq = cmd.messages.length > 0 ? state.lastSeq : 0;
     if (cmd.messages.length > 0) state.updateTime = cmd.now;
     // A new thread's messages are all known; an existing one's if cached.
     const before = existing === undefined ? [] : cache.get(state.incarnation);
-    const after = trim(key, state, before === undefined ? undefined : [...before, ...added]);
+    const trimmed = trim(key, state, before === undefined ? undefined : [...before, ...added]);
+    const after = trimmed.after;
+    // Checked once the Add and its trim are written: a refusal rolls it all back.
+    const delta: NamespaceUsage = {
+      threads: row === undefined ? 1 : 0,
+      messages: added.length - trimmed.count,
+      bytes: addedBytes - trimmed.bytes,
+    };
+    checkQuotas(lim, sql.usage.get(cmd.namespace) ?? NO_USAGE, delta);
+    use(cmd.namespace, delta, key);
     saveThread(key, state);
     const result: RecordedResult = { thread: state, firstSeq, lastSeq };
     if (cmd.requestId !== "") {
@@ -507,7 +555,8 @@ export function createSqliteStore(
       state.summaryTime = cmd.now;
       state.summarizedThroughSeq = cmd.throughSeq;
       state.updateTime = cmd.now;
-      const after = trim(row.id, state, cache.get(state.incarnation));
+      const { after, count, bytes } = trim(row.id, state, cache.get(state.incarnation));
+      use(cmd.namespace, { threads: 0, messages: -count, bytes: -bytes }, row.id);
       saveThread(row.id, state);
       const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
         type: "summary_updated",
@@ -552,12 +601,13 @@ export function createSqliteStore(
 
   const clearTx = db.transaction(
     (namespace: string, threadId: string, now: number): Committed<boolean> => {
-      const incarnation = sql.deleteThread.get(namespace, threadId);
-      if (incarnation === undefined) return { value: false, events: [] };
+      const row = sql.thread.get(namespace, threadId);
+      if (row === undefined) return { value: false, events: [] };
+      deleteThread(namespace, row);
       return {
         value: true,
         events: [logEvent(namespace, threadId, now, { type: "thread_cleared" })],
-        ended: [incarnation],
+        ended: [row.incarnation],
       };
     },
   );
@@ -567,7 +617,7 @@ export function createSqliteStore(
     (namespace: string, now: number, limit: number): Committed<number> => {
       // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
       const threads = sql.firstThreads.all(namespace, limit);
-      for (const t of threads) sql.deleteThreadByKey.run(t.id);
+      for (const t of threads) deleteThread(namespace, t);
       return {
         value: threads.length,
         events: threads.map((t) =>
@@ -766,6 +816,8 @@ function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
   }
 }
 
+const NO_USAGE: NamespaceUsage = { threads: 0, messages: 0, bytes: 0 };
+
 /**
  * Schema migrations: MIGRATIONS[v] brings a file from version v to v + 1,
  * inside the opening transaction (all of them commit, or none).
@@ -783,7 +835,7 @@ const MIGRATIONS: Record<number, (db: Database.Database) => void> = {
       DROP INDEX events_by_namespace;
       ALTER TABLE events RENAME TO events_v1;
       ALTER TABLE event_logs RENAME TO event_logs_v1;
-      ${SCHEMA}
+      ${EVENTS_SCHEMA}
       INSERT INTO events (namespace, seq, thread_id, time, type, body)
         SELECT namespace, row_number() OVER (PARTITION BY namespace ORDER BY id),
           thread_id, time, type, body
@@ -794,6 +846,41 @@ const MIGRATIONS: Record<number, (db: Database.Database) => void> = {
       DROP TABLE event_logs_v1;
     `);
     db.prepare("INSERT INTO meta (key, value) VALUES ('token_secret', ?)").run(newTokenSecret());
+  },
+  /**
+   * 2 -> 3: namespace quotas. Each thread's bytes (quota.ts messageBytes over
+   * its messages) and each namespace's usage are computed from what is
+   * stored: one pass over the messages, once.
+   */
+  2: (db) => {
+    db.exec(`
+      ALTER TABLE threads ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+      CREATE TABLE namespace_usage (
+        namespace TEXT PRIMARY KEY,
+        threads INTEGER NOT NULL,
+        messages INTEGER NOT NULL,
+        bytes INTEGER NOT NULL
+      ) STRICT, WITHOUT ROWID;
+    `);
+    const messages = db
+      .prepare<[], [...MessageRow, number]>(
+        "SELECT seq, role, create_time, content, extra, thread FROM messages",
+      )
+      .raw();
+    // Summed first: the connection runs no other statement while it iterates.
+    const bytes = new Map<number, number>();
+    for (const [seq, role, time, content, extra, thread] of messages.iterate()) {
+      const m = toMessage([seq, role, time, content, extra]);
+      bytes.set(thread, (bytes.get(thread) ?? 0) + messageBytes(m));
+    }
+    const setBytes = db.prepare<[number, number]>("UPDATE threads SET bytes = ? WHERE id = ?");
+    for (const [thread, n] of bytes) setBytes.run(n, thread);
+    db.exec(`
+      INSERT INTO namespace_usage (namespace, threads, messages, bytes)
+        SELECT namespace, count(*),
+          sum((SELECT count(*) FROM messages WHERE messages.thread = threads.id)), sum(bytes)
+        FROM threads GROUP BY namespace;
+    `);
   },
 };
 

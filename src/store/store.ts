@@ -24,7 +24,8 @@ export interface Store {
    * A request_id seen before for this thread incarnation (within retention)
    * with the same requestHash returns the first result with `replayed: true`
    * and changes nothing; with another hash it throws invalid_argument.
-   * Otherwise runs core/append.ts decideAppend (aborted, failed_precondition).
+   * Otherwise runs core/append.ts decideAppend (aborted, failed_precondition),
+   * then the namespace quotas (resource_exhausted; see StoreLimits).
    */
   append(cmd: AppendCommand): Promise<AppendResult>;
 
@@ -186,4 +187,15 @@ export interface StoreLimits {
   idempotencyRetentionMs: number;
   /** How many request_ids are remembered per thread. */
   idempotencyMaxPerThread: number;
+  /**
+   * Namespace quotas (0: unlimited), enforced by append atomically with the
+   * write, across replicas too (src/store/quota.ts): an Add that would grow
+   * the namespace's thread count, stored message count or stored message
+   * bytes (quota.ts messageBytes) past its quota, counted after the Add's own
+   * trim, is refused with resource_exhausted naming the quota, and stores
+   * nothing. Trims, summary commits and clears give the room back.
+   */
+  maxThreadsPerNamespace: number;
+  maxMessagesPerNamespace: number;
+  maxBytesPerNamespace: number;
 }

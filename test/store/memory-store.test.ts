@@ -11,7 +11,7 @@ const cmd = appendCommands(window20);
 describe("memory store", () => {
   it("lists a page of 100,000 threads at about the cost of a page of 1,000", async () => {
     const populate = async (n: number): Promise<{ store: Store; ids: string[] }> => {
-      const store = createMemoryStore();
+      const store = createMemoryStore({ maxThreadsPerNamespace: 0 });
       // Inserted in scrambled order, so the index is built by real inserts.
       const ids = Array.from(
         { length: n },

@@ -304,6 +304,76 @@ describe("redis store", () => {
     expect(new Set(events.map((e) => e.type))).toEqual(new Set(["thread_cleared"]));
   });
 
+  it("reads a thread written before quotas and leaves it out of the namespace's usage", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({ maxMessagesPerNamespace: 2 }, prefix));
+    const c = await inspector();
+    try {
+      // As an earlier version wrote it: no counted/bytes fields, entries "<seq> <json>".
+      const base = `${prefix}:{ns-bnM}:`;
+      await c.sendCommand([
+        "HSET",
+        `${base}t:old`,
+        "thread_id",
+        "old",
+        "incarnation",
+        "i1",
+        "last_seq",
+        "3",
+        "summarized_through_seq",
+        "0",
+        "summary",
+        "",
+        "summary_time",
+        "0",
+        "create_time",
+        "1",
+        "update_time",
+        "1",
+        "strategy",
+        JSON.stringify(window20),
+        "strategy_key",
+        "window=20",
+        "kind",
+        "window",
+        "max_stored",
+        "1000",
+        "exclude_system",
+        "0",
+      ]);
+      await c.sendCommand(["ZADD", `${base}threads`, "0", "old"]);
+      await c.sendCommand([
+        "RPUSH",
+        `${base}m:old`,
+        ...[1, 2, 3].map((i) => `${i} {"role":"user","content":"m${i}","createTime":1}`),
+      ]);
+      expect((await store.read("ns", "old"))?.messages.map((m) => m.content)).toEqual([
+        "m1",
+        "m2",
+        "m3",
+      ]);
+      // Its three messages do not count: two new ones fit, a third does not.
+      await store.append(cmd({ threadId: "new", messages: [user("a"), user("b")] }));
+      expect(await codeOf(store.append(cmd({ threadId: "new", messages: [user("c")] })))).toBe(
+        "resource_exhausted",
+      );
+      await store.append(cmd({ threadId: "old", messages: [user("m4")] }));
+      expect((await store.read("ns", "old"))?.messages.map((m) => m.seq)).toEqual([1, 2, 3, 4]);
+      // Clearing it gives back nothing it never took.
+      await store.clear("ns", "old", 2);
+      expect(await c.sendCommand(["HGETALL", `${base}usage`])).toEqual([
+        "threads",
+        "1",
+        "messages",
+        "2",
+        "bytes",
+        "2",
+      ]);
+    } finally {
+      await c.close();
+    }
+  });
+
   it("fails fast with unavailable while Redis is down and recovers by itself", async () => {
     const own = await startRedisServer();
     try {
@@ -424,8 +494,15 @@ describe("redis store, differential against the memory store", () => {
   it("gives the memory store's results for any sequence of operations", async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 25 }), async (ops) => {
-        // Small idempotency limits, so forgetting by count and by age is exercised too.
-        const limits = { idempotencyMaxPerThread: 2, idempotencyRetentionMs: 6 };
+        // Small idempotency limits, so forgetting by count and by age is
+        // exercised too, and small quotas, so the Lua's plan of the trim an Add
+        // will do (counted before anything is written) is checked as well.
+        const limits = {
+          idempotencyMaxPerThread: 2,
+          idempotencyRetentionMs: 6,
+          maxMessagesPerNamespace: 5,
+          maxBytesPerNamespace: 24,
+        };
         const stores = [createMemoryStore(limits), await open(limits)];
         const heads = await Promise.all(stores.map((s) => s.headCursor("ns")));
         try {

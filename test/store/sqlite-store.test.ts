@@ -372,6 +372,10 @@ describe("SQLite store", () => {
         SQLITE_SCHEMA_VERSION,
       );
       expect(db.pragma("integrity_check", { simple: true })).toBe("ok");
+      // The quotas' usage, computed from what was stored: hello + hi + bot, then "3".
+      expect(db.prepare("SELECT * FROM namespace_usage").all()).toEqual([
+        { namespace: "a", threads: 1, messages: 3, bytes: 11 },
+      ]);
     } finally {
       db.close();
     }
@@ -474,10 +478,12 @@ describe("SQLite store against the memory store", () => {
     for (let seed = 1; seed <= 12; seed++) {
       const rnd = random(seed);
       const paths = [freshPath(), freshPath()];
+      // Small quotas, so refusals (counted after each Add's trim) are compared too.
+      const quotas = { maxMessagesPerNamespace: 9, maxBytesPerNamespace: 48 };
       const stores: Store[] = [
-        createMemoryStore(),
-        createSqliteStore(paths[0] ?? ""),
-        createSqliteStore(paths[1] ?? "", {}, { cacheSize: 0 }),
+        createMemoryStore(quotas),
+        createSqliteStore(paths[0] ?? "", quotas),
+        createSqliteStore(paths[1] ?? "", quotas, { cacheSize: 0 }),
       ];
       /** What every store must agree on, without incarnations (random per store). */
       const observe = async (s: Store) => {
@@ -596,7 +602,7 @@ describe("SQLite store against the memory store", () => {
         const reference = await observe(stores[0] as Store);
         for (const [i, path] of paths.entries()) {
           await stores[i + 1]?.close();
-          const reopened = createSqliteStore(path);
+          const reopened = createSqliteStore(path, quotas);
           stores[i + 1] = reopened;
           expect(await observe(reopened), `seed ${seed}, reopened`).toEqual(reference);
         }
