@@ -149,6 +149,8 @@ const TRANSIENT_REPLY =
  * so a cursor below it has lost events after it: out_of_range, never a skip.
  * Streams of earlier versions (`events`, ids from the clock) are deleted when
  * their namespace logs its first event into `log`; their tokens are out_of_range.
+ * The token key is read once at start-up: if Redis loses it (FLUSHALL, a
+ * restart without persistence), restart the replicas so they agree again.
  *
  * Failures: the client does not queue commands while disconnected, so with
  * Redis unreachable every call fails at once with unavailable, while the

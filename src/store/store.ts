@@ -87,16 +87,25 @@ export interface Store {
 
   /**
    * Events of the namespace after `cursor` (exclusive), oldest first, at most
-   * `limit`. Throws out_of_range when events after `cursor` were already
-   * dropped from the retained history, invalid_argument when the cursor is not
-   * one of this store's.
+   * `limit`. Cursors are resume-token.ts tokens: the namespace's own event
+   * number (numbered per namespace, so one tenant's cursors say nothing about
+   * another's writes) signed for this database and namespace. Throws
+   * out_of_range when events after `cursor` were already dropped from the
+   * retained history, or the cursor is another database's (or of a format
+   * from before an upgrade); invalid_argument (field resume_token) when it is
+   * malformed, edited, truncated, issued for another namespace, or ahead of
+   * the namespace's newest event.
    */
   readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]>;
 
   /** The cursor of the newest event of the namespace ("from now on"). */
   headCursor(namespace: string): Promise<string>;
 
-  /** Negative, zero or positive as cursor a is before, equal to or after b. */
+  /**
+   * Negative, zero or positive as cursor a is before, equal to or after b;
+   * for cursors of one namespace that this store issued (the MAC is not
+   * checked here).
+   */
   compareCursors(a: string, b: string): number;
 
   /**
