@@ -304,9 +304,9 @@ describe("redis store", () => {
     expect(new Set(events.map((e) => e.type))).toEqual(new Set(["thread_cleared"]));
   });
 
-  it("reads a thread written before quotas and leaves it out of the namespace's usage", async () => {
+  it("reads a thread written before quotas and counts it from its next Add on", async () => {
     const prefix = `test-${randomUUID()}`;
-    const store = await track(open({ maxMessagesPerNamespace: 2 }, prefix));
+    const store = await track(open({ maxMessagesPerNamespace: 6 }, prefix));
     const c = await inspector();
     try {
       // As an earlier version wrote it: no counted/bytes fields, entries "<seq> <json>".
@@ -342,33 +342,36 @@ describe("redis store", () => {
         "0",
       ]);
       await c.sendCommand(["ZADD", `${base}threads`, "0", "old"]);
+      const legacy = [1, 2, 3].map((i) => `{"role":"user","content":"m${i}","createTime":1}`);
       await c.sendCommand([
         "RPUSH",
         `${base}m:old`,
-        ...[1, 2, 3].map((i) => `${i} {"role":"user","content":"m${i}","createTime":1}`),
+        ...legacy.map((json, i) => `${i + 1} ${json}`),
       ]);
       expect((await store.read("ns", "old"))?.messages.map((m) => m.content)).toEqual([
         "m1",
         "m2",
         "m3",
       ]);
-      // Its three messages do not count: two new ones fit, a third does not.
-      await store.append(cmd({ threadId: "new", messages: [user("a"), user("b")] }));
-      expect(await codeOf(store.append(cmd({ threadId: "new", messages: [user("c")] })))).toBe(
+      // Not counted yet: five new messages fit beside its three.
+      await store.append(cmd({ threadId: "new", messages: ["a", "b", "c", "d", "e"].map(user) }));
+      // Its next Add would count it (3 + 1 more): refused, nothing written.
+      expect(await codeOf(store.append(cmd({ threadId: "old", messages: [user("m4")] })))).toBe(
         "resource_exhausted",
       );
+      expect((await store.read("ns", "old"))?.messages).toHaveLength(3);
+      await store.clear("ns", "new", 2);
       await store.append(cmd({ threadId: "old", messages: [user("m4")] }));
       expect((await store.read("ns", "old"))?.messages.map((m) => m.seq)).toEqual([1, 2, 3, 4]);
-      // Clearing it gives back nothing it never took.
-      await store.clear("ns", "old", 2);
-      expect(await c.sendCommand(["HGETALL", `${base}usage`])).toEqual([
-        "threads",
-        "1",
-        "messages",
-        "2",
-        "bytes",
-        "2",
-      ]);
+      // Entries from before quotas weigh their JSON's length.
+      const legacyBytes = legacy.reduce((n, json) => n + Buffer.byteLength(json), 0);
+      expect(
+        await c.sendCommand(["HMGET", `${base}usage`, "threads", "messages", "bytes"]),
+      ).toEqual(["1", "4", String(legacyBytes + 2)]);
+      await store.clear("ns", "old", 3);
+      expect(
+        await c.sendCommand(["HMGET", `${base}usage`, "threads", "messages", "bytes"]),
+      ).toEqual(["0", "0", "0"]);
     } finally {
       await c.close();
     }

@@ -12,7 +12,8 @@ import { createHash } from "node:crypto";
  *   kind, max_stored, exclude_system ("1"/"0"), last_seq,
  *   summarized_through_seq, summary, summary_time, create_time, update_time,
  *   bytes (of its stored messages), counted ("1": counted in `B usage`;
- *   threads written before quotas are not); numbers as decimal text;
+ *   threads written before quotas are not, until their next Add); numbers
+ *   as decimal text;
  * - `B m:<thread>` list: the stored messages, oldest first, each
  *   `"<seq> <bytes> <json>"` (bytes: quota.ts messageBytes; entries written
  *   before quotas are `"<seq> <json>"`) where the JSON starts with
@@ -211,12 +212,20 @@ end
 local len_old = 0
 if exists then len_old = redis.call('LLEN', KEYS[2]) end
 local dropped, dropped_bytes = trim_plan(KEYS[2], len_old, entries, kind, max_stored, through)
-local counted = (not exists) or current[7] == '1'
-local new_threads = 1
-if exists then new_threads = 0 end
-if counted then
+-- A thread written before quotas is counted from its first Add on: it joins
+-- the usage with everything it holds (at most its max_stored messages).
+local adopt = exists and current[7] ~= '1'
+local new_threads, held, held_bytes = 1, 0, 0
+if exists and not adopt then new_threads = 0 end
+if adopt then
+  held = len_old
+  for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+    held_bytes = held_bytes + entry_bytes(entry)
+  end
+end
+local delta = {new_threads, held + count - dropped, held_bytes + added_bytes - dropped_bytes}
+do
   local used = redis.call('HMGET', KEYS[7], 'threads', 'messages', 'bytes')
-  local delta = {new_threads, count - dropped, added_bytes - dropped_bytes}
   local names = {'max_threads_per_namespace', 'max_messages_per_namespace', 'max_bytes_per_namespace'}
   for i = 1, 3 do
     local limit = tonumber(ARGV[20 + i])
@@ -250,9 +259,8 @@ if count > 0 then
   redis.call('HSET', KEYS[1], 'last_seq', str(last_seq), 'update_time', ARGV[2])
 end
 if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
-if counted then
-  use(KEYS[7], KEYS[1], new_threads, count - dropped, added_bytes - dropped_bytes)
-end
+if adopt then redis.call('HSET', KEYS[1], 'counted', '1') end
+use(KEYS[7], KEYS[1], delta[1], delta[2], delta[3])
 
 local added_last = 0
 if count > 0 then added_last = last_seq end
