@@ -304,6 +304,30 @@ describe("redis store", () => {
     expect(new Set(events.map((e) => e.type))).toEqual(new Set(["thread_cleared"]));
   });
 
+  it("holds a namespace quota across replicas racing to fill it", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const quotas = { maxThreadsPerNamespace: 7, maxBytesPerNamespace: 100 };
+    const a = await track(open(quotas, prefix));
+    const b = await track(open(quotas, prefix));
+    const replica = (i: number) => (i % 2 === 0 ? a : b);
+    const outcomes = await Promise.all(
+      Array.from({ length: 60 }, (_, i) =>
+        codeOf(replica(i).append(cmd({ threadId: `r${i}`, messages: [] }))),
+      ),
+    );
+    expect(outcomes.filter((o) => o === "resolved")).toHaveLength(7);
+    expect(outcomes.filter((o) => o === "resource_exhausted")).toHaveLength(53);
+    // 10 bytes each: ten fit across both replicas, no more.
+    const [threadId = ""] = await a.listThreads("ns", "", 1);
+    const adds = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        codeOf(replica(i).append(cmd({ threadId, messages: [user("0123456789")] }))),
+      ),
+    );
+    expect(adds.filter((o) => o === "resolved")).toHaveLength(10);
+    expect((await b.read("ns", threadId))?.messages).toHaveLength(10);
+  });
+
   it("reads a thread written before quotas and counts it from its next Add on", async () => {
     const prefix = `test-${randomUUID()}`;
     const store = await track(open({ maxMessagesPerNamespace: 6 }, prefix));
