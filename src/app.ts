@@ -36,7 +36,12 @@ export interface App {
  */
 export async function startApp(config: Config, logger: Logger): Promise<App> {
   const metrics = new ServerMetrics();
-  const createdStore = await createStore(config.store, { eventRetention: config.eventRetention });
+  const createdStore = await createStore(config.store, {
+    eventRetention: config.eventRetention,
+    maxThreadsPerNamespace: config.maxThreadsPerNamespace,
+    maxMessagesPerNamespace: config.maxMessagesPerNamespace,
+    maxBytesPerNamespace: config.maxBytesPerNamespace,
+  });
   // Decorated only while tracing is on: the untraced path calls the store itself.
   const store = tracingEnabled() ? tracedStore(createdStore, config.store.kind) : createdStore;
   const summarizers = createSummarizers(config);

@@ -23,6 +23,10 @@ export interface Config {
   progressIntervalMs: number;
   watchBuffer: number;
   eventRetention: number;
+  /** Namespace quotas (src/store/store.ts StoreLimits); 0: unlimited. */
+  maxThreadsPerNamespace: number;
+  maxMessagesPerNamespace: number;
+  maxBytesPerNamespace: number;
   maxConcurrentFolds: number;
   foldLeaseMs: number;
   shutdownGraceMs: number;
@@ -169,6 +173,24 @@ export const SETTINGS = {
     env: "WINDLASS_EVENT_RETENTION",
     default: "10000",
     help: "events kept per namespace for Watch resume",
+  },
+  maxThreadsPerNamespace: {
+    flag: "max-threads-per-namespace",
+    env: "WINDLASS_MAX_THREADS_PER_NAMESPACE",
+    default: "10000",
+    help: "threads a namespace may hold; an Add past it is RESOURCE_EXHAUSTED (0: unlimited)",
+  },
+  maxMessagesPerNamespace: {
+    flag: "max-messages-per-namespace",
+    env: "WINDLASS_MAX_MESSAGES_PER_NAMESPACE",
+    default: "1000000",
+    help: "stored messages a namespace may hold (0: unlimited)",
+  },
+  maxBytesPerNamespace: {
+    flag: "max-bytes-per-namespace",
+    env: "WINDLASS_MAX_BYTES_PER_NAMESPACE",
+    default: String(1024 * 1024 * 1024),
+    help: "UTF-8 bytes of stored message text and fields a namespace may hold (0: unlimited)",
   },
   maxConcurrentFolds: {
     flag: "max-concurrent-folds",
@@ -358,6 +380,9 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     progressIntervalMs: int("progressIntervalMs", 10),
     watchBuffer: int("watchBuffer", 1),
     eventRetention: int("eventRetention", 1),
+    maxThreadsPerNamespace: int("maxThreadsPerNamespace", 0),
+    maxMessagesPerNamespace: int("maxMessagesPerNamespace", 0),
+    maxBytesPerNamespace: int("maxBytesPerNamespace", 0),
     maxConcurrentFolds: int("maxConcurrentFolds", 1, 10_000),
     // At least 2 s: the model call gets the lease less a second.
     foldLeaseMs: int("foldLeaseMs", 2000, 3_600_000),

@@ -7,15 +7,25 @@ import {
   trimCount,
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
-import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../core/types.js";
 import type {
-  AppendCommand,
-  AppendResult,
-  CommitSummaryCommand,
-  FoldFailureCommand,
-  Store,
-  StoreLimits,
-  ThreadSnapshot,
+  ChatMessage,
+  EventBody,
+  MemoryEvent,
+  StoredMessage,
+  ThreadState,
+} from "../core/types.js";
+import { SortedIds } from "./memory/sorted-ids.js";
+import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
+import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
+import {
+  type AppendCommand,
+  type AppendResult,
+  CLEAR_BATCH,
+  type CommitSummaryCommand,
+  type FoldFailureCommand,
+  type Store,
+  type StoreLimits,
+  type ThreadSnapshot,
 } from "./store.js";
 
 /** Defaults shared by the stores (see StoreLimits). */
@@ -23,6 +33,9 @@ export const DEFAULT_STORE_LIMITS: StoreLimits = {
   eventRetention: 10_000,
   idempotencyRetentionMs: 24 * 60 * 60 * 1000,
   idempotencyMaxPerThread: 1000,
+  maxThreadsPerNamespace: 10_000,
+  maxMessagesPerNamespace: 1_000_000,
+  maxBytesPerNamespace: 1024 * 1024 * 1024,
 };
 
 interface IdempotencyRecord {
@@ -36,6 +49,8 @@ interface ThreadRecord {
   messages: StoredMessage[];
   /** request_id -> first result; Map keeps insertion order, so the oldest go first. */
   requests: Map<string, IdempotencyRecord>;
+  /** Sum of quota.ts messageBytes over `messages`. */
+  bytes: number;
 }
 
 interface Lease {
@@ -44,7 +59,12 @@ interface Lease {
 }
 
 interface NamespaceState {
+  name: string;
   threads: Map<string, ThreadRecord>;
+  /** The keys of `threads`, in byte order, for ListThreads and Clear(all). */
+  ids: SortedIds;
+  /** What the quotas count, kept up to date by every change. */
+  usage: NamespaceUsage;
   /** Retained events; events[i] has number firstEventNo + i. */
   events: MemoryEvent[];
   firstEventNo: number;
@@ -57,13 +77,19 @@ interface NamespaceState {
  * Store contract. Every method runs synchronously to completion inside the
  * event loop, which is what makes each one atomic.
  *
- * Cursors are "<store epoch>.<event number>": a cursor from before a restart
- * (another epoch) refers to history this process never had, so it is
+ * Cursors (resume-token.ts) carry the event's number in its namespace and a
+ * MAC under a key random per process; the store id is random per process too,
+ * so a cursor from before a restart refers to history this process never had:
  * out_of_range, never silently resumed from somewhere else.
  */
 export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   const lim = { ...DEFAULT_STORE_LIMITS, ...limits };
-  const epoch = randomUUID().slice(0, 8);
+  const tokens = new ResumeTokens(
+    newStoreId(),
+    newTokenSecret(),
+    "the history it refers to is no longer retained (the server restarted)",
+    /^[0-9a-f]{8}\.\d{1,15}$/,
+  );
   const namespaces = new Map<string, NamespaceState>();
   const leases = new Map<string, Lease>();
   let leaseCounter = 0;
@@ -71,7 +97,16 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   function ns(name: string): NamespaceState {
     let s = namespaces.get(name);
     if (s === undefined) {
-      s = { threads: new Map(), events: [], firstEventNo: 1, nextEventNo: 1, listeners: new Set() };
+      s = {
+        name,
+        threads: new Map(),
+        ids: new SortedIds(),
+        usage: { threads: 0, messages: 0, bytes: 0 },
+        events: [],
+        firstEventNo: 1,
+        nextEventNo: 1,
+        listeners: new Set(),
+      };
       namespaces.set(name, s);
     }
     return s;
@@ -79,7 +114,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 
   function log(s: NamespaceState, threadId: string, time: number, body: EventBody): MemoryEvent {
     const no = s.nextEventNo++;
-    const event: MemoryEvent = { ...body, cursor: `${epoch}.${no}`, threadId, time };
+    const event: MemoryEvent = { ...body, cursor: tokens.issue(s.name, no), threadId, time };
     s.events.push(event);
     // Drop a whole retention's worth at once, so trimming costs O(1) per event
     // amortised; the log keeps between 1x and 2x eventRetention events.
@@ -96,22 +131,6 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     for (const listener of s.listeners) listener(events);
   }
 
-  function parseCursor(cursor: string): number {
-    const dot = cursor.indexOf(".");
-    const no = Number(cursor.slice(dot + 1));
-    if (dot <= 0 || !Number.isSafeInteger(no) || no < 0) {
-      throw invalidArgument("resume_token", "is not a token this server issued");
-    }
-    if (cursor.slice(0, dot) !== epoch) {
-      throw new MemoryError(
-        "out_of_range",
-        "resume_token: the history it refers to is no longer retained (the server restarted); re-read with Get and watch from now",
-        { field: "resume_token" },
-      );
-    }
-    return no;
-  }
-
   const copyThread = (t: ThreadState): ThreadState => ({ ...t });
 
   function dropExpiredRequests(rec: ThreadRecord, now: number): void {
@@ -125,9 +144,22 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     }
   }
 
-  function trim(rec: ThreadRecord): void {
+  /** Trims the thread to its strategy's max_stored and gives the room back. */
+  function trim(s: NamespaceState, rec: ThreadRecord): void {
     const n = trimCount(rec.state.strategy, rec.messages, rec.state.summarizedThroughSeq);
-    if (n > 0) rec.messages.splice(0, n);
+    if (n === 0) return;
+    const bytes = sumBytes(rec.messages, 0, n);
+    rec.messages.splice(0, n);
+    rec.bytes -= bytes;
+    s.usage.messages -= n;
+    s.usage.bytes -= bytes;
+  }
+
+  /** Takes a thread out of the namespace's ids and usage (it is deleted by the caller). */
+  function forget(s: NamespaceState, rec: ThreadRecord): void {
+    s.usage.threads -= 1;
+    s.usage.messages -= rec.messages.length;
+    s.usage.bytes -= rec.bytes;
   }
 
   return {
@@ -144,25 +176,59 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         }
       }
       const strategy = decideAppend(existing?.state, cmd);
+      // The thread after the Add, trim included, is worked out before anything
+      // changes, so a refusal by a quota leaves everything as it was.
+      const keeps = existing !== undefined && keepsSummary(existing.state.strategy, strategy);
+      const through = keeps ? (existing?.state.summarizedThroughSeq ?? 0) : 0;
+      const lastSeqBefore = existing?.state.lastSeq ?? 0;
+      const added = cmd.messages.map(
+        (m, i): StoredMessage =>
+          Object.freeze({ ...m, seq: lastSeqBefore + i + 1, createTime: cmd.now }),
+      );
+      const list = existing?.messages ?? [];
+      const before = list.length;
+      for (const m of added) list.push(m);
+      const dropped = trimCount(strategy, list, through);
+      const delta: NamespaceUsage = {
+        threads: existing === undefined ? 1 : 0,
+        messages: added.length - dropped,
+        bytes: sumBytes(added, 0, added.length) - sumBytes(list, 0, dropped),
+      };
+      try {
+        checkQuotas(lim, s.usage, delta);
+      } catch (err) {
+        list.length = before;
+        throw err;
+      }
+
       const rec: ThreadRecord = existing ?? {
         state: newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now),
         messages: [],
         requests: new Map(),
+        bytes: 0,
       };
-      if (existing === undefined) s.threads.set(cmd.threadId, rec);
-      if (!keepsSummary(rec.state.strategy, strategy)) {
+      if (existing === undefined) {
+        s.threads.set(cmd.threadId, rec);
+        s.ids.add(cmd.threadId);
+      }
+      if (!keeps) {
         rec.state.summary = "";
         rec.state.summaryTime = 0;
         rec.state.summarizedThroughSeq = 0;
       }
       rec.state.strategy = strategy;
-      const firstSeq = cmd.messages.length > 0 ? rec.state.lastSeq + 1 : 0;
-      for (const m of cmd.messages) {
-        rec.messages.push(Object.freeze({ ...m, seq: ++rec.state.lastSeq, createTime: cmd.now }));
+      if (dropped > 0) list.splice(0, dropped);
+      rec.messages = list;
+      rec.bytes += delta.bytes;
+      s.usage.threads += delta.threads;
+      s.usage.messages += delta.messages;
+      s.usage.bytes += delta.bytes;
+      const firstSeq = added.length > 0 ? lastSeqBefore + 1 : 0;
+      const lastSeq = added.length > 0 ? lastSeqBefore + added.length : 0;
+      if (added.length > 0) {
+        rec.state.lastSeq = lastSeq;
+        rec.state.updateTime = cmd.now;
       }
-      const lastSeq = cmd.messages.length > 0 ? rec.state.lastSeq : 0;
-      if (cmd.messages.length > 0) rec.state.updateTime = cmd.now;
-      trim(rec);
       const result: AppendResult = {
         thread: copyThread(rec.state),
         firstSeq,
@@ -210,7 +276,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       rec.state.summaryTime = cmd.now;
       rec.state.summarizedThroughSeq = cmd.throughSeq;
       rec.state.updateTime = cmd.now;
-      trim(rec);
+      trim(s, rec);
       publish(s, [
         log(s, cmd.threadId, cmd.now, {
           type: "summary_updated",
@@ -252,7 +318,11 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 
     async clear(namespace: string, threadId: string, now: number): Promise<boolean> {
       const s = namespaces.get(namespace);
-      if (s === undefined || !s.threads.delete(threadId)) return false;
+      const rec = s?.threads.get(threadId);
+      if (s === undefined || rec === undefined) return false;
+      s.threads.delete(threadId);
+      s.ids.delete(threadId);
+      forget(s, rec);
       publish(s, [log(s, threadId, now, { type: "thread_cleared" })]);
       return true;
     },
@@ -260,26 +330,31 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     async clearAll(namespace: string, now: number): Promise<number> {
       const s = namespaces.get(namespace);
       if (s === undefined) return 0;
-      const ids = [...s.threads.keys()].sort(compareBytes);
-      s.threads.clear();
-      publish(
-        s,
-        ids.map((id) => log(s, id, now, { type: "thread_cleared" })),
-      );
-      return ids.length;
+      let total = 0;
+      for (;;) {
+        // Each batch runs to completion inside one turn of the event loop (atomic).
+        const ids = s.ids.shift(CLEAR_BATCH);
+        for (const id of ids) {
+          const rec = s.threads.get(id);
+          if (rec !== undefined) forget(s, rec);
+          s.threads.delete(id);
+        }
+        publish(
+          s,
+          ids.map((id) => log(s, id, now, { type: "thread_cleared" })),
+        );
+        total += ids.length;
+        if (ids.length < CLEAR_BATCH) return total;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
     },
 
     async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
-      const s = namespaces.get(namespace);
-      if (s === undefined) return [];
-      return [...s.threads.keys()]
-        .filter((id) => compareBytes(id, after) > 0)
-        .sort(compareBytes)
-        .slice(0, limit);
+      return namespaces.get(namespace)?.ids.after(after, Math.max(0, limit)) ?? [];
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
-      const no = parseCursor(cursor);
+      const no = tokens.open(namespace, cursor);
       const s = ns(namespace);
       if (no >= s.nextEventNo) {
         throw invalidArgument("resume_token", "refers to an event this server never logged");
@@ -296,11 +371,11 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     },
 
     async headCursor(namespace: string): Promise<string> {
-      return `${epoch}.${ns(namespace).nextEventNo - 1}`;
+      return tokens.issue(namespace, ns(namespace).nextEventNo - 1);
     },
 
     compareCursors(a: string, b: string): number {
-      return parseCursor(a) - parseCursor(b);
+      return tokens.positionOf(a) - tokens.positionOf(b);
     },
 
     subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void {
@@ -315,6 +390,12 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       for (const s of namespaces.values()) s.listeners.clear();
     },
   };
+}
+
+function sumBytes(messages: readonly ChatMessage[], from: number, to: number): number {
+  let n = 0;
+  for (let i = from; i < to; i++) n += messageBytes(messages[i] as ChatMessage);
+  return n;
 }
 
 function leaseKey(namespace: string, threadId: string): string {

@@ -16,6 +16,7 @@ import type {
   ThreadState,
 } from "../core/types.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
+import { messageBytes, type QuotaName, quotaExceededError } from "./quota.js";
 import {
   ACQUIRE_LEASE,
   ALL_SCRIPTS,
@@ -30,6 +31,7 @@ import {
   RECORD_FOLD_FAILURE,
   RELEASE_LEASE,
 } from "./redis/scripts.js";
+import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import type {
   AppendCommand,
   AppendResult,
@@ -40,7 +42,7 @@ import type {
   StoreLimits,
   ThreadSnapshot,
 } from "./store.js";
-import { READ_SLACK } from "./store.js";
+import { CLEAR_BATCH, READ_SLACK } from "./store.js";
 
 /** Options of {@link createRedisStore}. */
 export interface RedisStoreOptions {
@@ -78,8 +80,8 @@ type Listener = (events: MemoryEvent[]) => void;
 
 interface Subscription {
   listener: Listener;
-  /** Deliver only events after this cursor; undefined until the head read answers. */
-  after: string | undefined;
+  /** Deliver only events after this position; undefined until the head read answers. */
+  after: number | undefined;
   /** Events read before `after` was known (bounded; see BUFFER_LIMIT). */
   buffered: MemoryEvent[];
   active: boolean;
@@ -97,15 +99,16 @@ interface StreamReader {
 }
 
 const DEFAULT_KEY_PREFIX = "wm";
-const CLEAR_CHUNK_SIZE = 500;
 const XREAD_BLOCK_MS = 5000;
 const XREAD_COUNT = 512;
 /** A reader left without subscribers stays caught up this long, for the next Get that waits. */
 const READER_LINGER_MS = 30_000;
 /** Events held for a subscription whose start is not known yet (Redis slow or away). */
 const BUFFER_LIMIT = 10_000;
-const U64_MAX = 2n ** 64n - 1n;
-const CURSOR = /^(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})$/;
+/** A stream id this store writes: "0-<n>", n the event's number in its namespace. */
+const STREAM_ID = /^0-(0|[1-9]\d{0,14})$/;
+/** The key holding "<store id>.<secret>" of the resume tokens, under the key prefix. */
+const TOKEN_KEY = "resume-token-key";
 /** Server replies that mean "not now" rather than "wrong": the call may be retried. */
 const TRANSIENT_REPLY =
   /^(LOADING|BUSY|MASTERDOWN|READONLY|CLUSTERDOWN|TRYAGAIN|NOREPLICAS|MISCONF|OOM)\b/;
@@ -126,7 +129,7 @@ const TRANSIENT_REPLY =
  *
  * Key layout: `<prefix>:{ns-<namespace as base64url>}:` then `t:<thread>`,
  * `m:<thread>`, `r:<thread>`, `ri:<thread>`, `l:<thread>` per thread and
- * `threads`, `events`, `lease-seq` per namespace. Every key of a namespace
+ * `threads`, `log`, `lease-seq` per namespace. Every key of a namespace
  * shares that one hash tag, because an append changes the thread's keys, the
  * namespace's thread index and its event stream in one atomic step: on Redis
  * Cluster they all hash to one slot (a namespace is the unit of sharding).
@@ -135,12 +138,19 @@ const TRANSIENT_REPLY =
  * `{}`). The client itself is a single-node client (one primary, or a
  * proxy in front of a cluster).
  *
- * Events: one stream per namespace, keeping at least eventRetention entries
- * (trimmed in batches of at least 64 or an eighth of that). A cursor is the
- * entry id; it means the same on every replica, which is what makes Watch
+ * Events: one stream per namespace (`log`), keeping at least eventRetention
+ * entries (trimmed in batches of at least 64 or an eighth of that). Entry ids
+ * are "0-<n>" (XADD 0-*): n counts the namespace's own events, with no clock
+ * in it. A cursor (resume-token.ts) is n signed with a key kept in Redis
+ * under `<prefix>:resume-token-key` (created once with SET NX, read at
+ * start-up), so it means the same on every replica, which is what makes Watch
  * resume tokens portable. Trimming records the newest dropped id as the
  * stream's max-deleted-entry-id (XSETID; Redis 7.0 does not do it on trim),
  * so a cursor below it has lost events after it: out_of_range, never a skip.
+ * Streams of earlier versions (`events`, ids from the clock) are deleted when
+ * their namespace logs its first event into `log`; their tokens are out_of_range.
+ * The token key is read once at start-up: if Redis loses it (FLUSHALL, a
+ * restart without persistence), restart the replicas so they agree again.
  *
  * Failures: the client does not queue commands while disconnected, so with
  * Redis unreachable every call fails at once with unavailable, while the
@@ -179,6 +189,7 @@ export async function createRedisStore(
     lastError = err;
   });
   await connectWithin(client, options.connectWaitMs ?? 5000, target, () => lastError);
+  let codec: ResumeTokens;
   try {
     const info = String(await client.sendCommand(["INFO", "server"]));
     const version = /redis_version:(\d+)\.(\d+)/.exec(info);
@@ -188,6 +199,17 @@ export async function createRedisStore(
       );
     }
     for (const s of ALL_SCRIPTS) await client.sendCommand(["SCRIPT", "LOAD", s.source]);
+    // Created once per deployment (key prefix), shared by every replica.
+    const proposal = `${newStoreId()}.${newTokenSecret()}`;
+    const key = `${prefix}:${TOKEN_KEY}`;
+    await client.sendCommand(["SET", key, proposal, "NX"]);
+    const [storeId = "", secret = ""] = asString(await client.sendCommand(["GET", key])).split(".");
+    codec = new ResumeTokens(
+      storeId,
+      secret,
+      "it refers to the history of another database",
+      /^(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})$/,
+    );
   } catch (err) {
     client.destroy();
     throw err;
@@ -201,7 +223,8 @@ export async function createRedisStore(
     return {
       base,
       threads: `${base}threads`,
-      events: `${base}events`,
+      events: `${base}log`,
+      usage: `${base}usage`,
       leaseSeq: `${base}lease-seq`,
       thread: (id: string) => `${base}t:${id}`,
       messages: (id: string) => `${base}m:${id}`,
@@ -273,7 +296,7 @@ export async function createRedisStore(
   function deliver(sub: Subscription, events: MemoryEvent[]): void {
     if (!sub.active || events.length === 0) return;
     const last = events[events.length - 1];
-    if (last !== undefined) sub.after = last.cursor;
+    if (last !== undefined) sub.after = codec.positionOf(last.cursor);
     try {
       sub.listener(events);
     } catch {
@@ -292,7 +315,7 @@ export async function createRedisStore(
         const after = sub.after;
         deliver(
           sub,
-          events.filter((e) => compareIds(e.cursor, after) > 0),
+          events.filter((e) => codec.positionOf(e.cursor) > after),
         );
       }
     }
@@ -308,17 +331,18 @@ export async function createRedisStore(
     for (let attempt = 0; ; attempt++) {
       try {
         // The first attempt's command is queued synchronously, inside subscribe().
-        const cursor = asString(await run(HEAD, [keys(reader.namespace).events], []));
+        const head = asString(await run(HEAD, [keys(reader.namespace).events], []));
+        const position = streamPosition(head);
         if (!sub.active) return;
-        sub.after = cursor;
+        sub.after = position;
         const held = sub.buffered;
         sub.buffered = [];
         deliver(
           sub,
-          held.filter((e) => compareIds(e.cursor, cursor) > 0),
+          held.filter((e) => codec.positionOf(e.cursor) > position),
         );
         if (reader.cursor === undefined) {
-          reader.cursor = cursor;
+          reader.cursor = head;
           void readLoop(reader);
         }
         return;
@@ -370,10 +394,11 @@ export async function createRedisStore(
         if (reply === null || reader.stopped) continue;
         const [entry] = asArray(reply);
         const [, entries] = asArray(entry);
-        const events = asArray(entries).map(decodeEvent);
-        const last = events[events.length - 1];
+        const raw = asArray(entries);
+        const events = raw.map((e) => decodeEvent(e, reader.namespace, codec));
+        const last = raw[raw.length - 1];
         if (last === undefined) continue;
-        reader.cursor = last.cursor;
+        reader.cursor = asString(asArray(last)[0]);
         dispatch(reader, events);
       } catch (err) {
         if (reader.stopped || closed) return;
@@ -403,7 +428,15 @@ export async function createRedisStore(
       const id = cmd.threadId;
       const reply = await run(
         APPEND,
-        [k.thread(id), k.messages(id), k.requests(id), k.requestTimes(id), k.threads, k.events],
+        [
+          k.thread(id),
+          k.messages(id),
+          k.requests(id),
+          k.requestTimes(id),
+          k.threads,
+          k.events,
+          k.usage,
+        ],
         [
           id,
           String(cmd.now),
@@ -417,7 +450,10 @@ export async function createRedisStore(
           String(lim.idempotencyMaxPerThread),
           ...strategyArgs(cmd.strategy),
           ...strategyArgs(cmd.defaultStrategy),
-          ...cmd.messages.map((m) => encodeMessage(m, cmd.now)),
+          String(lim.maxThreadsPerNamespace),
+          String(lim.maxMessagesPerNamespace),
+          String(lim.maxBytesPerNamespace),
+          ...cmd.messages.map((m) => `${messageBytes(m)} ${encodeMessage(m, cmd.now)}`),
         ],
       );
       const [status, value] = asArray(reply);
@@ -433,6 +469,10 @@ export async function createRedisStore(
         case "strategy_mismatch":
           if (cmd.strategy === undefined) break;
           throw strategyMismatchError(asString(value), strategyKey(cmd.strategy));
+        case "quota": {
+          const [, quota, limit] = asArray(reply);
+          throw quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
+        }
       }
       throw new Error(`redis store: unexpected append reply ${String(status)}`);
     },
@@ -467,7 +507,7 @@ export async function createRedisStore(
       const id = cmd.threadId;
       const reply = await run(
         COMMIT_SUMMARY,
-        [k.thread(id), k.messages(id), k.lease(id), k.events],
+        [k.thread(id), k.messages(id), k.lease(id), k.events, k.usage],
         [
           cmd.incarnation,
           String(cmd.leaseToken),
@@ -524,6 +564,7 @@ export async function createRedisStore(
           k.requestTimes(threadId),
           k.threads,
           k.events,
+          k.usage,
         ],
         [threadId, String(now), String(lim.eventRetention)],
       );
@@ -539,12 +580,12 @@ export async function createRedisStore(
         const n = Number(
           await run(
             CLEAR_CHUNK,
-            [k.threads, k.events],
-            [k.base, String(now), String(lim.eventRetention), String(CLEAR_CHUNK_SIZE)],
+            [k.threads, k.events, k.usage],
+            [k.base, String(now), String(lim.eventRetention), String(CLEAR_BATCH)],
           ),
         );
         total += n;
-        if (n < CLEAR_CHUNK_SIZE) return total;
+        if (n < CLEAR_BATCH) return total;
       }
     },
 
@@ -564,11 +605,11 @@ export async function createRedisStore(
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
-      parseCursor(cursor);
+      const position = codec.open(namespace, cursor);
       const reply = await run(
         READ_EVENTS,
         [keys(namespace).events],
-        [cursor, String(Math.max(1, limit))],
+        [`0-${position}`, String(Math.max(1, limit))],
       );
       const [status, entries] = asArray(reply);
       if (status === "ahead") {
@@ -581,17 +622,18 @@ export async function createRedisStore(
           { field: "resume_token" },
         );
       }
-      return asArray(entries).map(decodeEvent).slice(0, Math.max(0, limit));
+      return asArray(entries)
+        .map((e) => decodeEvent(e, namespace, codec))
+        .slice(0, Math.max(0, limit));
     },
 
     async headCursor(namespace: string): Promise<string> {
-      return asString(await run(HEAD, [keys(namespace).events], []));
+      const head = asString(await run(HEAD, [keys(namespace).events], []));
+      return codec.issue(namespace, streamPosition(head));
     },
 
     compareCursors(a: string, b: string): number {
-      parseCursor(a);
-      parseCursor(b);
-      return compareIds(a, b);
+      return codec.positionOf(a) - codec.positionOf(b);
     },
 
     subscribe(namespace: string, listener: Listener): () => void {
@@ -668,14 +710,18 @@ function encodeMessage(m: ChatMessage, now: number): string {
   return JSON.stringify(out);
 }
 
-/** A list entry `"<seq> <json>"` back into a message (the store wrote it: no schema check). */
+/**
+ * A list entry `"<seq> <bytes> <json>"` (or `"<seq> <json>"`, written before
+ * quotas) back into a message (the store wrote it: no schema check).
+ */
 function decodeMessage(entry: string): StoredMessage {
   const space = entry.indexOf(" ");
   const seq = Number(entry.slice(0, space));
-  if (space <= 0 || !Number.isSafeInteger(seq)) {
+  const brace = entry.indexOf("{", space);
+  if (space <= 0 || !Number.isSafeInteger(seq) || brace < 0) {
     throw new Error("redis store: a stored message is not in the store's format");
   }
-  const body = JSON.parse(entry.slice(space + 1)) as Omit<StoredMessage, "seq">;
+  const body = JSON.parse(entry.slice(brace)) as Omit<StoredMessage, "seq">;
   return { ...body, seq };
 }
 
@@ -748,7 +794,7 @@ function decodeResult(text: string, replayed: boolean): AppendResult {
   };
 }
 
-function decodeEvent(entry: unknown): MemoryEvent {
+function decodeEvent(entry: unknown, namespace: string, tokens: ResumeTokens): MemoryEvent {
   const [id, flat] = asArray(entry);
   const f = pairs(flat);
   const type = field(f, "type");
@@ -780,7 +826,7 @@ function decodeEvent(entry: unknown): MemoryEvent {
   }
   return {
     ...body,
-    cursor: asString(id),
+    cursor: tokens.issue(namespace, streamPosition(asString(id))),
     threadId: field(f, "thread_id"),
     time: Number(field(f, "time")),
   };
@@ -788,24 +834,11 @@ function decodeEvent(entry: unknown): MemoryEvent {
 
 // --- Cursors -------------------------------------------------------------------
 
-/** Validates a cursor: a stream id "<ms>-<seq>" in canonical decimal, each part below 2^64. */
-function parseCursor(cursor: string): [bigint, bigint] {
-  const m = CURSOR.exec(cursor);
-  const ms = m?.[1] === undefined ? undefined : BigInt(m[1]);
-  const seq = m?.[2] === undefined ? undefined : BigInt(m[2]);
-  if (ms === undefined || seq === undefined || ms > U64_MAX || seq > U64_MAX) {
-    throw invalidArgument("resume_token", "is not a token this server issued");
-  }
-  return [ms, seq];
-}
-
-/** Orders stream ids numerically: milliseconds, then sequence. */
-function compareIds(a: string, b: string): number {
-  const [am, as] = parseCursor(a);
-  const [bm, bs] = parseCursor(b);
-  if (am !== bm) return am < bm ? -1 : 1;
-  if (as !== bs) return as < bs ? -1 : 1;
-  return 0;
+/** The event number of a stream id this store wrote ("0-<n>"). */
+function streamPosition(id: string): number {
+  const m = STREAM_ID.exec(id);
+  if (m === null) throw new Error(`redis store: the stream id ${id} is not one this store writes`);
+  return Number(m[1]);
 }
 
 // --- Plumbing ------------------------------------------------------------------

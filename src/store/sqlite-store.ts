@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import Database from "better-sqlite3";
 import { decideAppend, keepsSummary, newThreadState, trimCount } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
@@ -12,19 +12,22 @@ import type {
   ThreadState,
 } from "../core/types.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
+import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
+import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import { MessageCache } from "./sqlite/message-cache.js";
-import type {
-  AppendCommand,
-  AppendResult,
-  CommitSummaryCommand,
-  FoldFailureCommand,
-  Store,
-  StoreLimits,
-  ThreadSnapshot,
+import {
+  type AppendCommand,
+  type AppendResult,
+  CLEAR_BATCH,
+  type CommitSummaryCommand,
+  type FoldFailureCommand,
+  type Store,
+  type StoreLimits,
+  type ThreadSnapshot,
 } from "./store.js";
 
 /** Version of the schema below; stored in `meta` so later releases can migrate. */
-export const SQLITE_SCHEMA_VERSION = 1;
+export const SQLITE_SCHEMA_VERSION = 3;
 
 /** Options of the SQLite store beyond the limits every store shares. */
 export interface SqliteStoreOptions {
@@ -40,10 +43,34 @@ export interface SqliteStoreOptions {
   cacheSize?: number;
 }
 
+/** The event log's tables (schema 2 on). */
+const EVENTS_SCHEMA = `
+-- Clustered by (namespace, seq): a resume reads one range.
+CREATE TABLE IF NOT EXISTS events (
+  namespace TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  thread_id TEXT NOT NULL,
+  time INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  body TEXT NOT NULL,
+  PRIMARY KEY (namespace, seq)
+) STRICT, WITHOUT ROWID;
+
+-- Per namespace: the newest seq issued (never reused, even after the newest
+-- rows go), how many events are retained, and the newest seq dropped.
+CREATE TABLE IF NOT EXISTS event_logs (
+  namespace TEXT PRIMARY KEY,
+  last_seq INTEGER NOT NULL,
+  retained INTEGER NOT NULL,
+  dropped_through INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+`;
+
 /**
  * The schema. Threads have an integer key that messages and idempotency
- * records hang off (deleted with the thread by cascade); events are one
- * table for every namespace, so an event's row id is its position in the log.
+ * records hang off (deleted with the thread by cascade); events are numbered
+ * per namespace (1, 2, 3 …), so a tenant's resume tokens count only its own
+ * events. Files of an older version are brought here by MIGRATIONS.
  */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -63,6 +90,8 @@ CREATE TABLE IF NOT EXISTS threads (
   summary_time INTEGER NOT NULL,
   create_time INTEGER NOT NULL,
   update_time INTEGER NOT NULL,
+  -- Sum of quota.ts messageBytes over the thread's stored messages.
+  bytes INTEGER NOT NULL DEFAULT 0,
   UNIQUE (namespace, thread_id)
 ) STRICT;
 
@@ -99,22 +128,13 @@ CREATE TABLE IF NOT EXISTS fold_leases (
   PRIMARY KEY (namespace, thread_id)
 ) STRICT, WITHOUT ROWID;
 
--- AUTOINCREMENT: an id is never issued twice, even after the newest rows go.
-CREATE TABLE IF NOT EXISTS events (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  namespace TEXT NOT NULL,
-  thread_id TEXT NOT NULL,
-  time INTEGER NOT NULL,
-  type TEXT NOT NULL,
-  body TEXT NOT NULL
-) STRICT;
-CREATE INDEX IF NOT EXISTS events_by_namespace ON events (namespace, id);
-
--- Per namespace: how many events are retained, and the newest id dropped.
-CREATE TABLE IF NOT EXISTS event_logs (
+${EVENTS_SCHEMA}
+-- What the namespace quotas count, updated in the transaction of each change.
+CREATE TABLE IF NOT EXISTS namespace_usage (
   namespace TEXT PRIMARY KEY,
-  retained INTEGER NOT NULL,
-  dropped_through INTEGER NOT NULL
+  threads INTEGER NOT NULL,
+  messages INTEGER NOT NULL,
+  bytes INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
 `;
 
@@ -129,6 +149,7 @@ interface ThreadRow {
   summary_time: number;
   create_time: number;
   update_time: number;
+  bytes: number;
 }
 
 /** seq, role, create_time, content, extra: read raw, as arrays, which is faster than objects. */
@@ -147,7 +168,7 @@ interface RequestRow {
 type RecordedResult = Omit<AppendResult, "replayed">;
 
 interface EventRow {
-  id: number;
+  seq: number;
   thread_id: string;
   time: number;
   type: EventBody["type"];
@@ -201,10 +222,11 @@ interface Committed<T> {
  * that changes them: a Get then costs what it costs on the memory store,
  * instead of about a microsecond per stored message.
  *
- * Cursors are "<database id>.<event row id>": the id is random per database
- * file, so a token from another file (or from the memory store) is
- * out_of_range instead of resuming at an unrelated position; tokens stay
- * valid across restarts of the same file.
+ * Cursors (resume-token.ts) carry the random id of the database file, the
+ * event's seq in its namespace and a MAC under a secret kept in `meta`, so a
+ * token from another file (or from the memory store) is out_of_range instead
+ * of resuming at an unrelated position, and tokens stay valid across restarts
+ * of the same file.
  */
 export function createSqliteStore(
   path: string,
@@ -213,8 +235,12 @@ export function createSqliteStore(
 ): Store {
   const lim = { ...DEFAULT_STORE_LIMITS, ...limits };
   const db = openDatabase(path, options.busyTimeoutMs ?? 5000);
-  const databaseId = String(
-    db.prepare("SELECT value FROM meta WHERE key = 'database_id'").pluck().get(),
+  const meta = db.prepare<[string], unknown>("SELECT value FROM meta WHERE key = ?").pluck();
+  const tokens = new ResumeTokens(
+    String(meta.get("database_id")),
+    String(meta.get("token_secret")),
+    "it refers to the history of another database",
+    /^[0-9a-f]{12}\.\d{1,15}$/,
   );
   const cache = new MessageCache(options.cacheSize ?? 64 * 1024 * 1024);
   const listeners = new Map<string, Set<(events: MemoryEvent[]) => void>>();
@@ -233,15 +259,21 @@ export function createSqliteStore(
       `UPDATE threads SET strategy = ?, last_seq = ?, summarized_through_seq = ?, summary = ?,
          summary_time = ?, update_time = ? WHERE id = ?`,
     ),
-    deleteThread: db
-      .prepare<[string, string], string>(
-        "DELETE FROM threads WHERE namespace = ? AND thread_id = ? RETURNING incarnation",
-      )
-      .pluck(),
-    threadsOf: db.prepare<[string], { thread_id: string; incarnation: string }>(
-      "SELECT thread_id, incarnation FROM threads WHERE namespace = ? ORDER BY thread_id",
+    firstThreads: db.prepare<[string, number], ThreadRow>(
+      "SELECT * FROM threads WHERE namespace = ? ORDER BY thread_id LIMIT ?",
     ),
-    deleteThreadsOf: db.prepare<[string]>("DELETE FROM threads WHERE namespace = ?"),
+    addThreadBytes: db.prepare<[number, number]>(
+      "UPDATE threads SET bytes = bytes + ? WHERE id = ?",
+    ),
+    usage: db.prepare<[string], NamespaceUsage>(
+      "SELECT threads, messages, bytes FROM namespace_usage WHERE namespace = ?",
+    ),
+    addUsage: db.prepare<[string, number, number, number]>(
+      `INSERT INTO namespace_usage (namespace, threads, messages, bytes) VALUES (?, ?, ?, ?)
+       ON CONFLICT (namespace) DO UPDATE SET threads = threads + excluded.threads,
+         messages = messages + excluded.messages, bytes = bytes + excluded.bytes`,
+    ),
+    deleteThreadByKey: db.prepare<[number]>("DELETE FROM threads WHERE id = ?"),
     listThreads: db
       .prepare<[string, string, number], string>(
         "SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ? ORDER BY thread_id LIMIT ?",
@@ -291,43 +323,33 @@ export function createSqliteStore(
     releaseLease: db.prepare<[string, string, number]>(
       "DELETE FROM fold_leases WHERE namespace = ? AND thread_id = ? AND token = ?",
     ),
-    insertEvent: db.prepare<[string, string, number, string, string]>(
-      "INSERT INTO events (namespace, thread_id, time, type, body) VALUES (?, ?, ?, ?, ?)",
+    countEvent: db.prepare<[string], { last_seq: number; retained: number }>(
+      `INSERT INTO event_logs (namespace, last_seq, retained, dropped_through) VALUES (?, 1, 1, 0)
+       ON CONFLICT (namespace) DO UPDATE SET last_seq = last_seq + 1, retained = retained + 1
+       RETURNING last_seq, retained`,
     ),
-    countEvent: db.prepare<[string], { retained: number; dropped_through: number }>(
-      `INSERT INTO event_logs (namespace, retained, dropped_through) VALUES (?, 1, 0)
-       ON CONFLICT (namespace) DO UPDATE SET retained = retained + 1
-       RETURNING retained, dropped_through`,
+    insertEvent: db.prepare<[string, number, string, number, string, string]>(
+      "INSERT INTO events (namespace, seq, thread_id, time, type, body) VALUES (?, ?, ?, ?, ?, ?)",
     ),
-    nthEventId: db
-      .prepare<[string, number], number>(
-        "SELECT id FROM events WHERE namespace = ? ORDER BY id LIMIT 1 OFFSET ?",
-      )
-      .pluck(),
     dropEventsThrough: db.prepare<[string, number]>(
-      "DELETE FROM events WHERE namespace = ? AND id <= ?",
+      "DELETE FROM events WHERE namespace = ? AND seq <= ?",
     ),
-    setEventLog: db.prepare<[number, number, string]>(
+    setDropped: db.prepare<[number, number, string]>(
       "UPDATE event_logs SET retained = ?, dropped_through = ? WHERE namespace = ?",
     ),
-    droppedThrough: db
-      .prepare<[string], number>("SELECT dropped_through FROM event_logs WHERE namespace = ?")
-      .pluck(),
-    lastEventId: db
-      .prepare<[], number>("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-      .pluck(),
-    newestEventId: db
-      .prepare<[string], number | null>("SELECT max(id) FROM events WHERE namespace = ?")
-      .pluck(),
+    eventLog: db.prepare<[string], { last_seq: number; dropped_through: number }>(
+      "SELECT last_seq, dropped_through FROM event_logs WHERE namespace = ?",
+    ),
     events: db.prepare<[string, number, number], EventRow>(
-      "SELECT id, thread_id, time, type, body FROM events WHERE namespace = ? AND id > ? ORDER BY id LIMIT ?",
+      "SELECT seq, thread_id, time, type, body FROM events WHERE namespace = ? AND seq > ? ORDER BY seq LIMIT ?",
     ),
   };
 
-  function toEvent(row: EventRow): MemoryEvent {
+  function toEvent(namespace: string, row: EventRow): MemoryEvent {
     // The body was written by logEvent from an EventBody of this type.
     const body = { type: row.type, ...JSON.parse(row.body) } as EventBody;
-    return { ...body, cursor: `${databaseId}.${row.id}`, threadId: row.thread_id, time: row.time };
+    const cursor = tokens.issue(namespace, row.seq);
+    return { ...body, cursor, threadId: row.thread_id, time: row.time };
   }
 
   /** Appends an event inside the caller's transaction and drops old ones in chunks. */
@@ -338,24 +360,18 @@ export function createSqliteStore(
     body: EventBody,
   ): MemoryEvent {
     const { type, ...fields } = body;
-    const id = Number(
-      sql.insertEvent.run(namespace, threadId, time, type, JSON.stringify(fields)).lastInsertRowid,
-    );
     const log = sql.countEvent.get(namespace);
-    const excess = (log?.retained ?? 0) - lim.eventRetention;
-    // Chunks keep the delete amortised O(1) per event, as in the memory store.
-    if (
-      log !== undefined &&
-      excess > 0 &&
-      (excess >= 64 || log.retained > lim.eventRetention * 2)
-    ) {
-      const cut = sql.nthEventId.get(namespace, excess - 1);
-      if (cut !== undefined) {
-        sql.dropEventsThrough.run(namespace, cut);
-        sql.setEventLog.run(log.retained - excess, cut, namespace);
-      }
+    if (log === undefined) throw new Error("sqlite store: event_logs upsert returned nothing");
+    sql.insertEvent.run(namespace, log.last_seq, threadId, time, type, JSON.stringify(fields));
+    // Seqs of a namespace are consecutive, so the cut is found without a scan;
+    // chunks keep the delete amortised O(1) per event, as in the memory store.
+    const excess = log.retained - lim.eventRetention;
+    if (excess > 0 && (excess >= 64 || log.retained > lim.eventRetention * 2)) {
+      const cut = log.last_seq - lim.eventRetention;
+      sql.dropEventsThrough.run(namespace, cut);
+      sql.setDropped.run(lim.eventRetention, cut, namespace);
     }
-    return { ...body, cursor: `${databaseId}.${id}`, threadId, time };
+    return { ...body, cursor: tokens.issue(namespace, log.last_seq), threadId, time };
   }
 
   function publish(namespace: string, events: MemoryEvent[]): void {
@@ -365,19 +381,6 @@ export function createSqliteStore(
     for (const listener of set) listener(events);
   }
 
-  function parseCursor(cursor: string): number {
-    const m = /^([0-9a-f]+)\.(\d{1,15})$/.exec(cursor);
-    if (m === null) throw invalidArgument("resume_token", "is not a token this server issued");
-    if (m[1] !== databaseId) {
-      throw new MemoryError(
-        "out_of_range",
-        "resume_token: it refers to the history of another database; re-read with Get and watch from now",
-        { field: "resume_token" },
-      );
-    }
-    return Number(m[2]);
-  }
-
   function loadMessages(key: number): readonly StoredMessage[] {
     return sql.messages.all(key).map(toMessage);
   }
@@ -385,18 +388,18 @@ export function createSqliteStore(
   /**
    * Trims the thread, inside the caller's transaction, to its strategy's
    * max_stored. `known` is the thread's messages if the caller knows them;
-   * returns them after the trim, when known.
+   * returns them after the trim, when known, and what was dropped.
    */
   function trim(
     key: number,
     state: ThreadState,
     known: readonly StoredMessage[] | undefined,
-  ): readonly StoredMessage[] | undefined {
+  ): { after: readonly StoredMessage[] | undefined; count: number; bytes: number } {
     // Stored seqs are contiguous (appends add at the end, trims cut at the
     // front), so counting needs no scan, and the messages are read only to trim.
     const oldest = sql.oldestSeq.get(key) ?? null;
     const count = oldest === null ? 0 : state.lastSeq - oldest + 1;
-    if (count <= state.strategy.maxStored) return known;
+    if (count <= state.strategy.maxStored) return { after: known, count: 0, bytes: 0 };
     // Should the cache ever disagree with the file, the file wins.
     const all =
       known !== undefined && known.length === count && known[0]?.seq === oldest
@@ -404,9 +407,27 @@ export function createSqliteStore(
         : loadMessages(key);
     const n = trimCount(state.strategy, all, state.summarizedThroughSeq);
     const through = all[n - 1];
-    if (through === undefined) return all;
+    if (through === undefined) return { after: all, count: 0, bytes: 0 };
     sql.deleteMessagesThrough.run(key, through.seq);
-    return all.slice(n);
+    let bytes = 0;
+    for (let i = 0; i < n; i++) bytes += messageBytes(all[i] as StoredMessage);
+    return { after: all.slice(n), count: n, bytes };
+  }
+
+  /** Adds `delta` to the namespace's usage (and the thread's bytes, when `key` is given). */
+  function use(namespace: string, delta: NamespaceUsage, key?: number): void {
+    if (key !== undefined && delta.bytes !== 0) sql.addThreadBytes.run(delta.bytes, key);
+    if (delta.threads !== 0 || delta.messages !== 0 || delta.bytes !== 0) {
+      sql.addUsage.run(namespace, delta.threads, delta.messages, delta.bytes);
+    }
+  }
+
+  /** Deletes a thread inside the caller's transaction and gives its room back. */
+  function deleteThread(namespace: string, row: ThreadRow): void {
+    const oldest = sql.oldestSeq.get(row.id) ?? null;
+    const messages = oldest === null ? 0 : row.last_seq - oldest + 1;
+    sql.deleteThreadByKey.run(row.id);
+    use(namespace, { threads: -1, messages: -messages, bytes: -row.bytes });
   }
 
   function saveThread(key: number, t: ThreadState): void {
@@ -470,17 +491,28 @@ export function createSqliteStore(
     state.strategy = strategy;
     const firstSeq = cmd.messages.length > 0 ? state.lastSeq + 1 : 0;
     const added: StoredMessage[] = [];
+    let addedBytes = 0;
     for (const m of cmd.messages) {
       const seq = ++state.lastSeq;
       const extra = extraOf(m);
       sql.insertMessage.run(key, seq, m.role, cmd.now, m.content, extra);
       added.push(toMessage([seq, m.role, cmd.now, m.content, extra]));
+      addedBytes += messageBytes(m);
     }
     const lastSeq = cmd.messages.length > 0 ? state.lastSeq : 0;
     if (cmd.messages.length > 0) state.updateTime = cmd.now;
     // A new thread's messages are all known; an existing one's if cached.
     const before = existing === undefined ? [] : cache.get(state.incarnation);
-    const after = trim(key, state, before === undefined ? undefined : [...before, ...added]);
+    const trimmed = trim(key, state, before === undefined ? undefined : [...before, ...added]);
+    const after = trimmed.after;
+    // Checked once the Add and its trim are written: a refusal rolls it all back.
+    const delta: NamespaceUsage = {
+      threads: row === undefined ? 1 : 0,
+      messages: added.length - trimmed.count,
+      bytes: addedBytes - trimmed.bytes,
+    };
+    checkQuotas(lim, sql.usage.get(cmd.namespace) ?? NO_USAGE, delta);
+    use(cmd.namespace, delta, key);
     saveThread(key, state);
     const result: RecordedResult = { thread: state, firstSeq, lastSeq };
     if (cmd.requestId !== "") {
@@ -523,7 +555,8 @@ export function createSqliteStore(
       state.summaryTime = cmd.now;
       state.summarizedThroughSeq = cmd.throughSeq;
       state.updateTime = cmd.now;
-      const after = trim(row.id, state, cache.get(state.incarnation));
+      const { after, count, bytes } = trim(row.id, state, cache.get(state.incarnation));
+      use(cmd.namespace, { threads: 0, messages: -count, bytes: -bytes }, row.id);
       saveThread(row.id, state);
       const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
         type: "summary_updated",
@@ -568,26 +601,32 @@ export function createSqliteStore(
 
   const clearTx = db.transaction(
     (namespace: string, threadId: string, now: number): Committed<boolean> => {
-      const incarnation = sql.deleteThread.get(namespace, threadId);
-      if (incarnation === undefined) return { value: false, events: [] };
+      const row = sql.thread.get(namespace, threadId);
+      if (row === undefined) return { value: false, events: [] };
+      deleteThread(namespace, row);
       return {
         value: true,
         events: [logEvent(namespace, threadId, now, { type: "thread_cleared" })],
-        ended: [incarnation],
+        ended: [row.incarnation],
       };
     },
   );
 
-  const clearAllTx = db.transaction((namespace: string, now: number): Committed<number> => {
-    // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
-    const threads = sql.threadsOf.all(namespace);
-    sql.deleteThreadsOf.run(namespace);
-    return {
-      value: threads.length,
-      events: threads.map((t) => logEvent(namespace, t.thread_id, now, { type: "thread_cleared" })),
-      ended: threads.map((t) => t.incarnation),
-    };
-  });
+  /** One batch of clearAll: the first `limit` threads of the namespace in byte order. */
+  const clearBatchTx = db.transaction(
+    (namespace: string, now: number, limit: number): Committed<number> => {
+      // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
+      const threads = sql.firstThreads.all(namespace, limit);
+      for (const t of threads) deleteThread(namespace, t);
+      return {
+        value: threads.length,
+        events: threads.map((t) =>
+          logEvent(namespace, t.thread_id, now, { type: "thread_cleared" }),
+        ),
+        ended: threads.map((t) => t.incarnation),
+      };
+    },
+  );
 
   function assertOpen(): void {
     if (closed) throw new MemoryError("unavailable", "the store is closed");
@@ -654,7 +693,14 @@ export function createSqliteStore(
     },
 
     async clearAll(namespace: string, now: number): Promise<number> {
-      return commit(namespace, () => clearAllTx.immediate(namespace, now));
+      let total = 0;
+      for (;;) {
+        const n = commit(namespace, () => clearBatchTx.immediate(namespace, now, CLEAR_BATCH));
+        total += n;
+        if (n < CLEAR_BATCH) return total;
+        // Let other calls in between: each batch is its own transaction.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
     },
 
     async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
@@ -664,28 +710,28 @@ export function createSqliteStore(
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
       assertOpen();
-      const id = parseCursor(cursor);
-      if (id > (sql.lastEventId.get() ?? 0)) {
+      const seq = tokens.open(namespace, cursor);
+      const log = sql.eventLog.get(namespace);
+      if (seq > (log?.last_seq ?? 0)) {
         throw invalidArgument("resume_token", "refers to an event this server never logged");
       }
-      if (id < (sql.droppedThrough.get(namespace) ?? 0)) {
+      if (seq < (log?.dropped_through ?? 0)) {
         throw new MemoryError(
           "out_of_range",
           "resume_token: the events after it are no longer retained; re-read with Get and watch from now",
           { field: "resume_token" },
         );
       }
-      return sql.events.all(namespace, id, Math.max(0, limit)).map(toEvent);
+      return sql.events.all(namespace, seq, Math.max(0, limit)).map((r) => toEvent(namespace, r));
     },
 
     async headCursor(namespace: string): Promise<string> {
       assertOpen();
-      const newest = sql.newestEventId.get(namespace) ?? null;
-      return `${databaseId}.${newest ?? sql.droppedThrough.get(namespace) ?? 0}`;
+      return tokens.issue(namespace, sql.eventLog.get(namespace)?.last_seq ?? 0);
     },
 
     compareCursors(a: string, b: string): number {
-      return parseCursor(a) - parseCursor(b);
+      return tokens.positionOf(a) - tokens.positionOf(b);
     },
 
     subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void {
@@ -730,19 +776,28 @@ function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
     // A WAL that once grew large is cut back after checkpoints.
     db.pragma(`journal_size_limit = ${64 * 1024 * 1024}`);
     db.transaction(() => {
-      db.exec(SCHEMA);
+      db.exec(
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value ANY NOT NULL) STRICT, WITHOUT ROWID",
+      );
       const version = db
         .prepare("SELECT value FROM meta WHERE key = 'schema_version'")
         .pluck()
         .get();
       if (version === undefined) {
+        db.exec(SCHEMA);
         const init = db.prepare("INSERT INTO meta (key, value) VALUES (?, ?)");
         init.run("schema_version", SQLITE_SCHEMA_VERSION);
-        init.run("database_id", randomBytes(6).toString("hex"));
+        init.run("database_id", newStoreId());
+        init.run("token_secret", newTokenSecret());
         init.run("lease_counter", 0);
       } else if (typeof version !== "number" || version > SQLITE_SCHEMA_VERSION) {
         throw new Error(
           `schema version ${String(version)} is newer than this server's (${SQLITE_SCHEMA_VERSION})`,
+        );
+      } else {
+        for (let v = version; v < SQLITE_SCHEMA_VERSION; v++) MIGRATIONS[v]?.(db);
+        db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").run(
+          SQLITE_SCHEMA_VERSION,
         );
       }
       // Leases belong to folds of a process that no longer runs (one process per file).
@@ -760,6 +815,74 @@ function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
     throw err;
   }
 }
+
+const NO_USAGE: NamespaceUsage = { threads: 0, messages: 0, bytes: 0 };
+
+/**
+ * Schema migrations: MIGRATIONS[v] brings a file from version v to v + 1,
+ * inside the opening transaction (all of them commit, or none).
+ */
+const MIGRATIONS: Record<number, (db: Database.Database) => void> = {
+  /**
+   * 1 -> 2: events were numbered by one counter across namespaces (a tenant's
+   * tokens showed how much others wrote). They are renumbered 1, 2, 3 … per
+   * namespace, in their old order, and cursors are signed from now on. Every
+   * thread, message and retained event stays; resume tokens issued before the
+   * upgrade are answered out_of_range (re-read with Get and watch from now).
+   */
+  1: (db) => {
+    db.exec(`
+      DROP INDEX events_by_namespace;
+      ALTER TABLE events RENAME TO events_v1;
+      ALTER TABLE event_logs RENAME TO event_logs_v1;
+      ${EVENTS_SCHEMA}
+      INSERT INTO events (namespace, seq, thread_id, time, type, body)
+        SELECT namespace, row_number() OVER (PARTITION BY namespace ORDER BY id),
+          thread_id, time, type, body
+        FROM events_v1;
+      INSERT INTO event_logs (namespace, last_seq, retained, dropped_through)
+        SELECT namespace, count(*), count(*), 0 FROM events GROUP BY namespace;
+      DROP TABLE events_v1;
+      DROP TABLE event_logs_v1;
+    `);
+    db.prepare("INSERT INTO meta (key, value) VALUES ('token_secret', ?)").run(newTokenSecret());
+  },
+  /**
+   * 2 -> 3: namespace quotas. Each thread's bytes (quota.ts messageBytes over
+   * its messages) and each namespace's usage are computed from what is
+   * stored: one pass over the messages, once.
+   */
+  2: (db) => {
+    db.exec(`
+      ALTER TABLE threads ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+      CREATE TABLE namespace_usage (
+        namespace TEXT PRIMARY KEY,
+        threads INTEGER NOT NULL,
+        messages INTEGER NOT NULL,
+        bytes INTEGER NOT NULL
+      ) STRICT, WITHOUT ROWID;
+    `);
+    const messages = db
+      .prepare<[], [...MessageRow, number]>(
+        "SELECT seq, role, create_time, content, extra, thread FROM messages",
+      )
+      .raw();
+    // Summed first: the connection runs no other statement while it iterates.
+    const bytes = new Map<number, number>();
+    for (const [seq, role, time, content, extra, thread] of messages.iterate()) {
+      const m = toMessage([seq, role, time, content, extra]);
+      bytes.set(thread, (bytes.get(thread) ?? 0) + messageBytes(m));
+    }
+    const setBytes = db.prepare<[number, number]>("UPDATE threads SET bytes = ? WHERE id = ?");
+    for (const [thread, n] of bytes) setBytes.run(n, thread);
+    db.exec(`
+      INSERT INTO namespace_usage (namespace, threads, messages, bytes)
+        SELECT namespace, count(*),
+          sum((SELECT count(*) FROM messages WHERE messages.thread = threads.id)), sum(bytes)
+        FROM threads GROUP BY namespace;
+    `);
+  },
+};
 
 function toThread(row: ThreadRow): ThreadState {
   return {

@@ -24,7 +24,8 @@ export interface Store {
    * A request_id seen before for this thread incarnation (within retention)
    * with the same requestHash returns the first result with `replayed: true`
    * and changes nothing; with another hash it throws invalid_argument.
-   * Otherwise runs core/append.ts decideAppend (aborted, failed_precondition).
+   * Otherwise runs core/append.ts decideAppend (aborted, failed_precondition),
+   * then the namespace quotas (resource_exhausted; see StoreLimits).
    */
   append(cmd: AppendCommand): Promise<AppendResult>;
 
@@ -66,24 +67,45 @@ export interface Store {
   /** Removes one thread; logs thread_cleared. Returns whether it existed. */
   clear(namespace: string, threadId: string, now: number): Promise<boolean>;
 
-  /** Removes every thread of the namespace; one thread_cleared each. Returns the count. */
+  /**
+   * Removes every thread of the namespace; one thread_cleared each. Returns
+   * the count. Works in batches of at most CLEAR_BATCH threads, smallest ids
+   * first, each batch atomic on its own, and lets other calls run between
+   * batches, so clearing a large namespace never blocks the process (or
+   * Redis) for long nor holds one huge transaction. So the whole is not one
+   * atomic step: a thread created while it runs may be cleared too or may
+   * survive; every thread that existed when it was called is gone when it
+   * returns (unless written again meanwhile).
+   */
   clearAll(namespace: string, now: number): Promise<number>;
 
-  /** Thread ids of the namespace greater than `after`, ascending (byte order), at most `limit`. */
+  /**
+   * Thread ids of the namespace greater than `after`, ascending (byte order),
+   * at most `limit`. Costs O(log n + limit): each store keeps the ids ordered.
+   */
   listThreads(namespace: string, after: string, limit: number): Promise<string[]>;
 
   /**
    * Events of the namespace after `cursor` (exclusive), oldest first, at most
-   * `limit`. Throws out_of_range when events after `cursor` were already
-   * dropped from the retained history, invalid_argument when the cursor is not
-   * one of this store's.
+   * `limit`. Cursors are resume-token.ts tokens: the namespace's own event
+   * number (numbered per namespace, so one tenant's cursors say nothing about
+   * another's writes) signed for this database and namespace. Throws
+   * out_of_range when events after `cursor` were already dropped from the
+   * retained history, or the cursor is another database's (or of a format
+   * from before an upgrade); invalid_argument (field resume_token) when it is
+   * malformed, edited, truncated, issued for another namespace, or ahead of
+   * the namespace's newest event.
    */
   readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]>;
 
   /** The cursor of the newest event of the namespace ("from now on"). */
   headCursor(namespace: string): Promise<string>;
 
-  /** Negative, zero or positive as cursor a is before, equal to or after b. */
+  /**
+   * Negative, zero or positive as cursor a is before, equal to or after b;
+   * for cursors of one namespace that this store issued (the MAC is not
+   * checked here).
+   */
   compareCursors(a: string, b: string): number;
 
   /**
@@ -140,6 +162,9 @@ export interface ReadView {
  */
 export const READ_SLACK = 16;
 
+/** Threads Store.clearAll removes per atomic batch. */
+export const CLEAR_BATCH = 500;
+
 export interface CommitSummaryCommand {
   namespace: string;
   threadId: string;
@@ -171,4 +196,15 @@ export interface StoreLimits {
   idempotencyRetentionMs: number;
   /** How many request_ids are remembered per thread. */
   idempotencyMaxPerThread: number;
+  /**
+   * Namespace quotas (0: unlimited), enforced by append atomically with the
+   * write, across replicas too (src/store/quota.ts): an Add that would grow
+   * the namespace's thread count, stored message count or stored message
+   * bytes (quota.ts messageBytes) past its quota, counted after the Add's own
+   * trim, is refused with resource_exhausted naming the quota, and stores
+   * nothing. Trims, summary commits and clears give the room back.
+   */
+  maxThreadsPerNamespace: number;
+  maxMessagesPerNamespace: number;
+  maxBytesPerNamespace: number;
 }

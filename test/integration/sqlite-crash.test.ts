@@ -4,6 +4,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { ResumeTokens } from "../../src/store/resume-token.js";
 import { createSqliteStore } from "../../src/store/sqlite-store.js";
 import {
   killHard,
@@ -227,10 +228,18 @@ describe("SQLite store under kill -9", () => {
 
     // The event log went down with the same transactions: each thread's
     // messages_added events cover its seqs exactly once, in order.
+    // The cursor before the first event, signed with the file's own key.
+    const meta = new Database(path, { readonly: true });
+    const key = meta.prepare<[string], unknown>("SELECT value FROM meta WHERE key = ?").pluck();
+    const tokens = new ResumeTokens(
+      String(key.get("database_id")),
+      String(key.get("token_secret")),
+      "",
+    );
+    meta.close();
     const store = createSqliteStore(path, { eventRetention: 1_000_000 });
     try {
-      const head = await store.headCursor("");
-      const events = await store.readEvents("", `${head.split(".")[0]}.0`, 10_000_000);
+      const events = await store.readEvents("", tokens.issue("", 0), 10_000_000);
       for (const threadId of threadIds) {
         const covered: number[] = [];
         for (const e of events) {

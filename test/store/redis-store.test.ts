@@ -6,6 +6,7 @@ import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
 import { createMemoryStore } from "../../src/store/memory-store.js";
 import { createRedisStore } from "../../src/store/redis-store.js";
+import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
 import type { Store, StoreLimits } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { appendCommands, summary, user, window20 } from "./fixtures.js";
@@ -104,7 +105,7 @@ describe("redis store", () => {
     const seen: MemoryEvent[] = [];
     const stop = a.subscribe("ns", (events) => seen.push(...events));
     // Let the subscription take its starting point before B writes.
-    await a.headCursor("ns");
+    const start = await a.headCursor("ns");
     const r = await b.append(cmd({ strategy: summary, messages: [user("1"), user("2")] }));
     const token = (await b.acquireFoldLease("ns", "t", 10_000)) ?? 0;
     // A lease taken through B holds for A too.
@@ -136,7 +137,7 @@ describe("redis store", () => {
     ]);
     expect(seen[1]).toMatchObject({ summary: "s1", summarizedThroughSeq: 1, threadId: "t" });
     // The same events, read by cursor through B: cursors mean the same on every replica.
-    const all = await b.readEvents("ns", "0-0", 100);
+    const all = await b.readEvents("ns", start, 100);
     expect(all).toEqual(seen);
   });
 
@@ -182,35 +183,73 @@ describe("redis store", () => {
     const head = await store.headCursor("ns");
     const c = await inspector();
     try {
-      const length = Number(await c.sendCommand(["XLEN", `${prefix}:{ns-bnM}:events`]));
+      const length = Number(await c.sendCommand(["XLEN", `${prefix}:{ns-bnM}:log`]));
       expect(length).toBeGreaterThanOrEqual(10);
       expect(length).toBeLessThanOrEqual(10 + 64);
       // The oldest retained event is still a valid place to resume from.
       const oldest = (await c.sendCommand([
         "XRANGE",
-        `${prefix}:{ns-bnM}:events`,
+        `${prefix}:{ns-bnM}:log`,
         "-",
         "+",
         "COUNT",
         "1",
       ])) as [string, string[]][];
       const oldestId = oldest[0]?.[0] ?? "";
-      const after = await store.readEvents("ns", oldestId, 1000);
+      expect(oldestId).toMatch(/^0-\d+$/);
+      const tokens = await tokensOf(c, prefix);
+      const after = await store.readEvents(
+        "ns",
+        tokens.issue("ns", Number(oldestId.slice(2))),
+        1000,
+      );
       expect(after).toHaveLength(length - 1);
       expect(after[after.length - 1]?.cursor).toBe(head);
     } finally {
       await c.close();
     }
-    // After the head, or not a stream id: invalid_argument.
-    const [ms] = head.split("-");
-    expect(await codeOf(store.readEvents("ns", `${Number(ms) + 1000}-0`, 10))).toBe(
+    // After the head, even signed with the deployment's key, or not a token: invalid_argument.
+    const c2 = await inspector();
+    const tokens = await tokensOf(c2, prefix).finally(() => c2.close());
+    const position = tokenParts(head)?.position ?? 0;
+    expect(position).toBe(501);
+    expect(await codeOf(store.readEvents("ns", tokens.issue("ns", position + 1), 10))).toBe(
       "invalid_argument",
     );
     for (const bad of ["garbage", "1-", "01-1", "1-2-3", "99999999999999999999999-0", ""]) {
       expect(await codeOf(store.readEvents("ns", bad, 10))).toBe("invalid_argument");
     }
-    expect(store.compareCursors("10-2", "9-20")).toBeGreaterThan(0);
-    expect(store.compareCursors("10-2", "10-10")).toBeLessThan(0);
+    // A stream id, the cursor of earlier versions: issued before the upgrade.
+    expect(await codeOf(store.readEvents("ns", "1732960000000-0", 10))).toBe("out_of_range");
+    expect(store.compareCursors(tokens.issue("ns", 10), tokens.issue("ns", 9))).toBeGreaterThan(0);
+    expect(store.compareCursors(tokens.issue("ns", 2), tokens.issue("ns", 10))).toBeLessThan(0);
+  });
+
+  it("deletes an earlier version's clock-numbered stream when the namespace logs into its new one", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const c = await inspector();
+    try {
+      const legacy = `${prefix}:{ns-bnM}:events`;
+      await c.sendCommand([
+        "XADD",
+        legacy,
+        "*",
+        "type",
+        "thread_cleared",
+        "thread_id",
+        "t",
+        "time",
+        "1",
+      ]);
+      const store = await track(open({}, prefix));
+      // Nothing of it is read: the new log starts at 0 for the namespace.
+      expect(tokenParts(await store.headCursor("ns"))?.position).toBe(0);
+      await store.append(cmd());
+      expect(await c.sendCommand(["EXISTS", legacy])).toBe(0);
+      expect(tokenParts(await store.headCursor("ns"))?.position).toBe(1);
+    } finally {
+      await c.close();
+    }
   });
 
   it("puts every key of a namespace under one hash tag, even when the namespace has braces", async () => {
@@ -222,7 +261,9 @@ describe("redis store", () => {
     await store.acquireFoldLease(ns, "tool", 10_000);
     const c = await inspector();
     try {
-      const keys = (await c.sendCommand(["KEYS", `${prefix}:*`])) as string[];
+      const keys = ((await c.sendCommand(["KEYS", `${prefix}:*`])) as string[]).filter(
+        (k) => k !== `${prefix}:resume-token-key`,
+      );
       expect(keys.length).toBeGreaterThanOrEqual(9);
       const tags = new Set(keys.map(hashTag));
       expect(tags.size).toBe(1);
@@ -268,12 +309,110 @@ describe("redis store", () => {
     expect(new Set(events.map((e) => e.type))).toEqual(new Set(["thread_cleared"]));
   });
 
+  it("holds a namespace quota across replicas racing to fill it", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const quotas = { maxThreadsPerNamespace: 7, maxBytesPerNamespace: 100 };
+    const a = await track(open(quotas, prefix));
+    const b = await track(open(quotas, prefix));
+    const replica = (i: number) => (i % 2 === 0 ? a : b);
+    const outcomes = await Promise.all(
+      Array.from({ length: 60 }, (_, i) =>
+        codeOf(replica(i).append(cmd({ threadId: `r${i}`, messages: [] }))),
+      ),
+    );
+    expect(outcomes.filter((o) => o === "resolved")).toHaveLength(7);
+    expect(outcomes.filter((o) => o === "resource_exhausted")).toHaveLength(53);
+    // 10 bytes each: ten fit across both replicas, no more.
+    const [threadId = ""] = await a.listThreads("ns", "", 1);
+    const adds = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        codeOf(replica(i).append(cmd({ threadId, messages: [user("0123456789")] }))),
+      ),
+    );
+    expect(adds.filter((o) => o === "resolved")).toHaveLength(10);
+    expect((await b.read("ns", threadId))?.messages).toHaveLength(10);
+  });
+
+  it("reads a thread written before quotas and counts it from its next Add on", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({ maxMessagesPerNamespace: 6 }, prefix));
+    const c = await inspector();
+    try {
+      // As an earlier version wrote it: no counted/bytes fields, entries "<seq> <json>".
+      const base = `${prefix}:{ns-bnM}:`;
+      await c.sendCommand([
+        "HSET",
+        `${base}t:old`,
+        "thread_id",
+        "old",
+        "incarnation",
+        "i1",
+        "last_seq",
+        "3",
+        "summarized_through_seq",
+        "0",
+        "summary",
+        "",
+        "summary_time",
+        "0",
+        "create_time",
+        "1",
+        "update_time",
+        "1",
+        "strategy",
+        JSON.stringify(window20),
+        "strategy_key",
+        "window=20",
+        "kind",
+        "window",
+        "max_stored",
+        "1000",
+        "exclude_system",
+        "0",
+      ]);
+      await c.sendCommand(["ZADD", `${base}threads`, "0", "old"]);
+      const legacy = [1, 2, 3].map((i) => `{"role":"user","content":"m${i}","createTime":1}`);
+      await c.sendCommand([
+        "RPUSH",
+        `${base}m:old`,
+        ...legacy.map((json, i) => `${i + 1} ${json}`),
+      ]);
+      expect((await store.read("ns", "old"))?.messages.map((m) => m.content)).toEqual([
+        "m1",
+        "m2",
+        "m3",
+      ]);
+      // Not counted yet: five new messages fit beside its three.
+      await store.append(cmd({ threadId: "new", messages: ["a", "b", "c", "d", "e"].map(user) }));
+      // Its next Add would count it (3 + 1 more): refused, nothing written.
+      expect(await codeOf(store.append(cmd({ threadId: "old", messages: [user("m4")] })))).toBe(
+        "resource_exhausted",
+      );
+      expect((await store.read("ns", "old"))?.messages).toHaveLength(3);
+      await store.clear("ns", "new", 2);
+      await store.append(cmd({ threadId: "old", messages: [user("m4")] }));
+      expect((await store.read("ns", "old"))?.messages.map((m) => m.seq)).toEqual([1, 2, 3, 4]);
+      // Entries from before quotas weigh their JSON's length.
+      const legacyBytes = legacy.reduce((n, json) => n + Buffer.byteLength(json), 0);
+      expect(
+        await c.sendCommand(["HMGET", `${base}usage`, "threads", "messages", "bytes"]),
+      ).toEqual(["1", "4", String(legacyBytes + 2)]);
+      await store.clear("ns", "old", 3);
+      expect(
+        await c.sendCommand(["HMGET", `${base}usage`, "threads", "messages", "bytes"]),
+      ).toEqual(["0", "0", "0"]);
+    } finally {
+      await c.close();
+    }
+  });
+
   it("fails fast with unavailable while Redis is down and recovers by itself", async () => {
     const own = await startRedisServer();
     try {
       const store = await track(createRedisStore(own.url, {}, { keyPrefix: "t" }));
       const seen: MemoryEvent[] = [];
       store.subscribe("ns", (events) => seen.push(...events));
+      const start = await store.headCursor("ns");
       await store.append(cmd());
       await waitFor(() => seen.length === 1);
 
@@ -282,7 +421,7 @@ describe("redis store", () => {
         () => store.append(cmd()),
         () => store.read("ns", "t"),
         () => store.getThread("ns", "t"),
-        () => store.readEvents("ns", "0-0", 10),
+        () => store.readEvents("ns", start, 10),
         () => store.listThreads("ns", "", 10),
         () => store.acquireFoldLease("ns", "t", 1000),
       ]) {
@@ -387,8 +526,15 @@ describe("redis store, differential against the memory store", () => {
   it("gives the memory store's results for any sequence of operations", async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 25 }), async (ops) => {
-        // Small idempotency limits, so forgetting by count and by age is exercised too.
-        const limits = { idempotencyMaxPerThread: 2, idempotencyRetentionMs: 6 };
+        // Small idempotency limits, so forgetting by count and by age is
+        // exercised too, and small quotas, so the Lua's plan of the trim an Add
+        // will do (counted before anything is written) is checked as well.
+        const limits = {
+          idempotencyMaxPerThread: 2,
+          idempotencyRetentionMs: 6,
+          maxMessagesPerNamespace: 5,
+          maxBytesPerNamespace: 24,
+        };
         const stores = [createMemoryStore(limits), await open(limits)];
         const heads = await Promise.all(stores.map((s) => s.headCursor("ns")));
         try {
@@ -470,6 +616,16 @@ describe("redis store, differential against the memory store", () => {
     );
   });
 });
+
+/** The deployment's resume-token codec, from the key the store keeps in Redis. */
+async function tokensOf(
+  c: { sendCommand(args: string[]): Promise<unknown> },
+  prefix: string,
+): Promise<ResumeTokens> {
+  const value = String(await c.sendCommand(["GET", `${prefix}:resume-token-key`]));
+  const [id = "", secret = ""] = value.split(".");
+  return new ResumeTokens(id, secret, "another database");
+}
 
 /** The part of a key Redis Cluster hashes: between the first "{" and the next "}". */
 function hashTag(key: string): string {

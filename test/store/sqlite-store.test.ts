@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
@@ -7,7 +7,8 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, Strategy } from "../../src/core/types.js";
 import { compareBytes, createMemoryStore } from "../../src/store/memory-store.js";
-import { createSqliteStore } from "../../src/store/sqlite-store.js";
+import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
+import { createSqliteStore, SQLITE_SCHEMA_VERSION } from "../../src/store/sqlite-store.js";
 import type { Store, StoreLimits } from "../../src/store/store.js";
 import { appendCommands, buffer, summary, user } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
@@ -158,7 +159,7 @@ describe("SQLite store", () => {
       expect(db.pragma("journal_mode", { simple: true })).toBe("wal");
       expect(db.pragma("integrity_check", { simple: true })).toBe("ok");
       expect(db.prepare("SELECT value FROM meta WHERE key = 'schema_version'").pluck().get()).toBe(
-        1,
+        SQLITE_SCHEMA_VERSION,
       );
     } finally {
       db.close();
@@ -276,13 +277,141 @@ describe("SQLite store", () => {
     ]);
     const newest = await b.headCursor("ns");
     expect(tail.at(-1)?.cursor).toBe(newest);
-    const [dbId, id] = newest.split(".");
-    // Past the head: never issued. Another database's token: its history is not here.
-    expect(await codeOf(b.readEvents("ns", `${dbId}.${Number(id) + 1000}`, 10))).toBe(
-      "invalid_argument",
+    const { storeId, position, mac } = tokenParts(newest) ?? { storeId: "", position: 0, mac: "" };
+    // Another database's token: its history is not here. Not a token: refused.
+    expect(await codeOf(b.readEvents("ns", `abcdef012345.${position}.${mac}`, 10))).toBe(
+      "out_of_range",
     );
-    expect(await codeOf(b.readEvents("ns", `abcdef012345.${id}`, 10))).toBe("out_of_range");
-    expect(await codeOf(b.readEvents("ns", `${dbId}.x`, 10))).toBe("invalid_argument");
+    expect(await codeOf(b.readEvents("ns", `${storeId}.x.${mac}`, 10))).toBe("invalid_argument");
+    // A token of the unsigned format of schema 1: issued before the upgrade.
+    expect(await codeOf(b.readEvents("ns", `${storeId}.${position}`, 10))).toBe("out_of_range");
+  });
+
+  it("refuses a correctly signed cursor ahead of the namespace's head", async () => {
+    const path = freshPath();
+    const a = openStore(path);
+    await a.append(cmd());
+    await a.append(cmd({ namespace: "busy" }));
+    await a.append(cmd({ namespace: "busy" }));
+    await a.close();
+    // Sign with the file's own key, as only someone holding it could.
+    const db = new Database(path, { readonly: true });
+    const meta = db.prepare("SELECT value FROM meta WHERE key = ?").pluck();
+    const tokens = new ResumeTokens(
+      String(meta.get("database_id")),
+      String(meta.get("token_secret")),
+      "another database",
+    );
+    db.close();
+    const b = openStore(path);
+    expect(await codeOf(b.readEvents("ns", tokens.issue("ns", 1), 10))).toBe("ok");
+    // Position 2 exists in "busy" but not in "ns": ahead of ns's head.
+    expect(await codeOf(b.readEvents("ns", tokens.issue("ns", 2), 10))).toBe("invalid_argument");
+    expect(await codeOf(b.readEvents("busy", tokens.issue("busy", 2), 10))).toBe("ok");
+  });
+
+  it("migrates a schema 1 file: every thread, message and event stays, numbered per namespace", async () => {
+    const path = freshPath();
+    const old = new Database(path);
+    old.exec(readFileSync(join(import.meta.dirname, "fixtures", "sqlite-schema-v1.sql"), "utf8"));
+    const put = old.prepare("INSERT INTO meta (key, value) VALUES (?, ?)");
+    put.run("schema_version", 1);
+    put.run("database_id", "0123456789ab");
+    put.run("lease_counter", 7);
+    old
+      .prepare(
+        `INSERT INTO threads (id, namespace, thread_id, incarnation, strategy, last_seq,
+           summarized_through_seq, summary, summary_time, create_time, update_time)
+         VALUES (1, 'a', 't', 'inc-1', ?, 2, 0, '', 0, 100, 200)`,
+      )
+      .run(JSON.stringify(buffer));
+    old.exec(`
+      INSERT INTO messages VALUES (1, 1, 'user', 100, 'hello', NULL);
+      INSERT INTO messages VALUES (1, 2, 'assistant', 200, 'hi', '{"name":"bot"}');
+      -- One counter for every namespace: a has 3 and 5, b has 4 (1 and 2 were dropped).
+      INSERT INTO events (id, namespace, thread_id, time, type, body) VALUES
+        (3, 'a', 't', 100, 'messages_added', '{"firstSeq":1,"lastSeq":1}'),
+        (4, 'b', 'u', 150, 'thread_cleared', '{}'),
+        (5, 'a', 't', 200, 'messages_added', '{"firstSeq":2,"lastSeq":2}');
+      INSERT INTO event_logs VALUES ('a', 2, 1), ('b', 1, 2);
+    `);
+    old.close();
+
+    const s = openStore(path);
+    const thread = await s.read("a", "t");
+    expect(thread?.thread).toMatchObject({ incarnation: "inc-1", lastSeq: 2, createTime: 100 });
+    expect(thread?.messages).toEqual([
+      { role: "user", content: "hello", seq: 1, createTime: 100 },
+      { role: "assistant", content: "hi", name: "bot", seq: 2, createTime: 200 },
+    ]);
+    // A token issued before the upgrade: out_of_range, with what to do.
+    const stale = await codeOf(s.readEvents("a", "0123456789ab.3", 10));
+    expect(stale).toBe("out_of_range");
+    // The retained events are renumbered per namespace and stay readable.
+    const headA = tokenParts(await s.headCursor("a"));
+    const headB = tokenParts(await s.headCursor("b"));
+    expect([headA?.storeId, headA?.position, headB?.position]).toEqual(["0123456789ab", 2, 1]);
+    const added = await s.append(cmd({ namespace: "a", messages: [user("3")], now: 300 }));
+    expect(added.firstSeq).toBe(3);
+    const after = await s.readEvents("a", await s.headCursor("a"), 10);
+    expect(after).toEqual([]);
+    expect(tokenParts(await s.headCursor("a"))?.position).toBe(3);
+    expect(await s.acquireFoldLease("a", "t", 1000)).toBe(8);
+    await s.close();
+    const db = new Database(path, { readonly: true });
+    try {
+      expect(
+        db.prepare("SELECT namespace, seq, time FROM events ORDER BY namespace, seq").all(),
+      ).toEqual([
+        { namespace: "a", seq: 1, time: 100 },
+        { namespace: "a", seq: 2, time: 200 },
+        { namespace: "a", seq: 3, time: 300 },
+        { namespace: "b", seq: 1, time: 150 },
+      ]);
+      expect(db.prepare("SELECT value FROM meta WHERE key = 'schema_version'").pluck().get()).toBe(
+        SQLITE_SCHEMA_VERSION,
+      );
+      expect(db.pragma("integrity_check", { simple: true })).toBe("ok");
+      // The quotas' usage, computed from what was stored: hello + hi + bot, then "3".
+      expect(db.prepare("SELECT * FROM namespace_usage").all()).toEqual([
+        { namespace: "a", threads: 1, messages: 3, bytes: 11 },
+      ]);
+    } finally {
+      db.close();
+    }
+  });
+
+  it("serves ListThreads and each Clear(all) batch from the (namespace, thread_id) index, without sorting", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await s.append(cmd());
+    await s.close();
+    const db = new Database(path, { readonly: true });
+    try {
+      // The statements of sqlite-store.ts listThreads and firstThreads.
+      for (const [query, params] of [
+        [
+          "SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ? ORDER BY thread_id LIMIT ?",
+          ["ns", "a", 10],
+        ],
+        [
+          "SELECT id, thread_id, incarnation FROM threads WHERE namespace = ? ORDER BY thread_id LIMIT ?",
+          ["ns", 10],
+        ],
+      ] as const) {
+        const plan = db
+          .prepare(`EXPLAIN QUERY PLAN ${query}`)
+          .all(...params)
+          .map((row) => String((row as { detail: string }).detail))
+          .join("\n");
+        expect(plan).toMatch(
+          /SEARCH threads USING (COVERING )?INDEX sqlite_autoindex_threads_1 \(namespace=\?/,
+        );
+        expect(plan).not.toMatch(/TEMP B-TREE|SCAN/);
+      }
+    } finally {
+      db.close();
+    }
   });
 
   it("forgets request ids beyond the per-thread count and the retention time", async () => {
@@ -349,10 +478,12 @@ describe("SQLite store against the memory store", () => {
     for (let seed = 1; seed <= 12; seed++) {
       const rnd = random(seed);
       const paths = [freshPath(), freshPath()];
+      // Small quotas, so refusals (counted after each Add's trim) are compared too.
+      const quotas = { maxMessagesPerNamespace: 9, maxBytesPerNamespace: 48 };
       const stores: Store[] = [
-        createMemoryStore(),
-        createSqliteStore(paths[0] ?? ""),
-        createSqliteStore(paths[1] ?? "", {}, { cacheSize: 0 }),
+        createMemoryStore(quotas),
+        createSqliteStore(paths[0] ?? "", quotas),
+        createSqliteStore(paths[1] ?? "", quotas, { cacheSize: 0 }),
       ];
       /** What every store must agree on, without incarnations (random per store). */
       const observe = async (s: Store) => {
@@ -471,7 +602,7 @@ describe("SQLite store against the memory store", () => {
         const reference = await observe(stores[0] as Store);
         for (const [i, path] of paths.entries()) {
           await stores[i + 1]?.close();
-          const reopened = createSqliteStore(path);
+          const reopened = createSqliteStore(path, quotas);
           stores[i + 1] = reopened;
           expect(await observe(reopened), `seed ${seed}, reopened`).toEqual(reference);
         }

@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
-import { READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
+import { tokenParts } from "../../src/store/resume-token.js";
+import { CLEAR_BATCH, READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
 import { appendCommands, summary, user, window20 } from "./fixtures.js";
 
 /** Makes a fresh, empty store with the limits a case needs. */
@@ -248,6 +249,36 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       expect(await store.listThreads("other", "", 10)).toEqual(["c"]);
     });
 
+    it("clears a namespace larger than one batch, letting other calls in between batches", async () => {
+      const ids = Array.from(
+        { length: 2 * CLEAR_BATCH + 3 },
+        (_, i) => `t${String(i).padStart(5, "0")}`,
+      );
+      await Promise.all(ids.map((threadId) => store.append(cmd({ threadId }))));
+      const head = await store.headCursor("ns");
+      const order: string[] = [];
+      const clearing = store.clearAll("ns", 5).then((n) => {
+        order.push("cleared");
+        return n;
+      });
+      await store.append(cmd({ namespace: "other" }));
+      order.push("other namespace written");
+      expect(await clearing).toBe(ids.length);
+      expect(order).toEqual(["other namespace written", "cleared"]);
+      expect(await store.listThreads("ns", "", 10)).toEqual([]);
+      const events: MemoryEvent[] = [];
+      for (let cursor = head; ; ) {
+        const page = await store.readEvents("ns", cursor, 400);
+        events.push(...page);
+        const last = page[page.length - 1];
+        if (last === undefined) break;
+        cursor = last.cursor;
+      }
+      expect(events.map((e) => [e.type, e.threadId])).toEqual(
+        ids.map((id) => ["thread_cleared", id]),
+      );
+    });
+
     it("lists thread ids in byte order, after a key, in pages", async () => {
       for (const id of ["b", "a", "é", "Z", "a2"]) await store.append(cmd({ threadId: id }));
       expect(await store.listThreads("ns", "", 10)).toEqual(["Z", "a", "a2", "b", "é"]);
@@ -321,6 +352,224 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
         expect(await small.readEvents("ns", recent, 10)).toEqual([]);
       } finally {
         await small.close();
+      }
+    });
+
+    it("numbers each namespace's events on its own: other tenants' writes show in none of its tokens", async () => {
+      const starts = { a: await store.headCursor("a"), c: await store.headCursor("c") };
+      for (let i = 0; i < 4; i++) {
+        await store.append(cmd({ namespace: "a", messages: [user(String(i))] }));
+        const headA = await store.headCursor("a");
+        // Another tenant writes 7 times: A's head token does not move.
+        for (let j = 0; j < 7; j++) await store.append(cmd({ namespace: "b", threadId: `b${j}` }));
+        expect(await store.headCursor("a")).toBe(headA);
+        // The same writes in namespace c, with nobody writing in between.
+        await store.append(cmd({ namespace: "c", messages: [user(String(i))] }));
+      }
+      const shape = (cursor: string) => {
+        const parts = tokenParts(cursor);
+        return parts === undefined ? cursor : [parts.storeId, parts.position];
+      };
+      const a = (await store.readEvents("a", starts.a, 100)).map((e) => shape(e.cursor));
+      const c = (await store.readEvents("c", starts.c, 100)).map((e) => shape(e.cursor));
+      expect(a).toHaveLength(4);
+      expect(a).toEqual(c);
+      expect(shape(starts.a)).toEqual(shape(starts.c));
+      expect(shape(await store.headCursor("a"))).toEqual(shape(await store.headCursor("c")));
+    });
+
+    it("refuses forged, edited, truncated and other namespaces' tokens, and other databases' as out of range", async () => {
+      const start = await store.headCursor("ns");
+      await store.append(cmd({ messages: [user("1")] }));
+      await store.append(cmd({ messages: [user("2")] }));
+      const head = await store.headCursor("ns");
+      const parts = tokenParts(head);
+      expect(parts).toBeDefined();
+      const { storeId, position, mac } = parts ?? { storeId: "", position: 0, mac: "" };
+      const flip = (s: string, i: number) =>
+        s.slice(0, i) + (s[i] === "A" ? "B" : "A") + s.slice(i + 1);
+      const refused = [
+        // Ahead of the namespace's head, with the head's MAC or an edited one.
+        `${storeId}.${position + 3}.${mac}`,
+        `${storeId}.${position + 1}.${flip(mac, 0)}`,
+        // Behind it: an edited position is not reinterpreted either.
+        `${storeId}.${position - 1}.${mac}`,
+        `${storeId}.${position}.${flip(mac, 5)}`,
+        `${storeId}.${position}.${mac.slice(0, -1)}`,
+        head.slice(0, -1),
+        head.slice(0, 10),
+        `${head}x`,
+        ` ${head}`,
+        "",
+      ];
+      for (const token of refused) {
+        const err = await rejects(store.readEvents("ns", token, 10), "invalid_argument");
+        expect(err.field, token).toBe("resume_token");
+      }
+      // Another namespace's token, even at a position that namespace has.
+      await store.append(cmd({ namespace: "other", messages: [user("x")] }));
+      await store.append(cmd({ namespace: "other", messages: [user("y")] }));
+      const err = await rejects(store.readEvents("other", head, 10), "invalid_argument");
+      expect(err.message).toContain("resume_token");
+      await rejects(
+        store.readEvents("ns", await store.headCursor("other"), 10),
+        "invalid_argument",
+      );
+      // Another database's token: out_of_range, never resumed somewhere else.
+      const elsewhere = await factory({});
+      try {
+        await elsewhere.append(cmd({ messages: [user("1")] }));
+        const foreign = await elsewhere.headCursor("ns");
+        const out = await rejects(store.readEvents("ns", foreign, 10), "out_of_range");
+        expect(out.message).toContain("re-read with Get and watch from now");
+      } finally {
+        await elsewhere.close();
+      }
+      // The genuine tokens still work.
+      expect((await store.readEvents("ns", start, 10)).map((e) => e.cursor)).toHaveLength(2);
+      expect(await store.readEvents("ns", head, 10)).toEqual([]);
+    });
+
+    it("refuses an Add past each namespace quota, naming it, storing nothing; Clear gives the room back", async () => {
+      const q = await factory({
+        maxThreadsPerNamespace: 2,
+        maxMessagesPerNamespace: 5,
+        maxBytesPerNamespace: 30,
+      });
+      try {
+        await q.append(cmd({ threadId: "a", messages: [user("12345")] }));
+        await q.append(cmd({ threadId: "b", messages: [] }));
+        const head = await q.headCursor("ns");
+        let err = await rejects(q.append(cmd({ threadId: "c" })), "resource_exhausted");
+        expect(err.message).toContain("namespace quota max_threads_per_namespace (2) reached");
+        expect(await q.listThreads("ns", "", 10)).toEqual(["a", "b"]);
+        // Quotas are per namespace.
+        await q.append(cmd({ namespace: "other", threadId: "c" }));
+
+        await q.append(cmd({ threadId: "b", messages: ["1", "2", "3", "4"].map(user) }));
+        err = await rejects(
+          q.append(cmd({ threadId: "a", messages: [user("x")] })),
+          "resource_exhausted",
+        );
+        expect(err.message).toContain("max_messages_per_namespace (5)");
+        expect((await q.read("ns", "a"))?.messages).toHaveLength(1);
+
+        expect(await q.clear("ns", "b", 2000)).toBe(true);
+        // 5 bytes stored in a; 26 more would make 31.
+        const big = user("x".repeat(26));
+        err = await rejects(
+          q.append(cmd({ threadId: "a", messages: [big] })),
+          "resource_exhausted",
+        );
+        expect(err.message).toContain("max_bytes_per_namespace (30)");
+        expect((await q.read("ns", "a"))?.thread.lastSeq).toBe(1);
+        // Refused Adds logged nothing.
+        expect((await q.readEvents("ns", head, 10)).map((e) => [e.type, e.threadId])).toEqual([
+          ["messages_added", "b"],
+          ["thread_cleared", "b"],
+        ]);
+        await q.append(cmd({ threadId: "a", messages: [user("x".repeat(25))] }));
+        await q.append(cmd({ threadId: "c", messages: [] }));
+        await rejects(q.append(cmd({ threadId: "d", messages: [] })), "resource_exhausted");
+        // Clear(all) gives everything back.
+        expect(await q.clearAll("ns", 3000)).toBe(2);
+        await q.append(cmd({ threadId: "d", messages: [user("x".repeat(30))] }));
+        await q.append(cmd({ threadId: "e", messages: [] }));
+      } finally {
+        await q.close();
+      }
+    });
+
+    it("counts every field of a message in the byte quota, as UTF-8", async () => {
+      // content 2 (é) + name 2 + tool call id 2, name 1, arguments 2 + metadata 1 + 1 = 11 bytes.
+      const m: ChatMessage = {
+        role: "assistant",
+        content: "é",
+        name: "bo",
+        toolCalls: [{ id: "c1", name: "f", arguments: "{}" }],
+        metadata: { k: "v" },
+      };
+      const q = await factory({ maxBytesPerNamespace: 11 });
+      try {
+        await q.append(cmd({ messages: [m] }));
+        const err = await rejects(q.append(cmd({ messages: [user("x")] })), "resource_exhausted");
+        expect(err.message).toContain("max_bytes_per_namespace (11)");
+        // An empty message costs nothing.
+        await q.append(cmd({ messages: [user("")] }));
+      } finally {
+        await q.close();
+      }
+    });
+
+    it("counts after the Add's own trim, and gives back what trims and summaries drop", async () => {
+      const q = await factory({ maxMessagesPerNamespace: 4 });
+      try {
+        const small: Strategy = { ...window20, maxStored: 3 };
+        await q.append(cmd({ strategy: small, messages: ["1", "2", "3"].map(user) }));
+        // Each adds one and drops one: the namespace stays at 3.
+        for (let i = 4; i < 10; i++) await q.append(cmd({ messages: [user(String(i))] }));
+        await q.append(cmd({ threadId: "u", messages: [user("x")] }));
+        await rejects(
+          q.append(cmd({ threadId: "u", messages: [user("y")] })),
+          "resource_exhausted",
+        );
+
+        // Summary threads keep unfolded messages; a commit trims the folded ones.
+        await q.clearAll("ns", 2000);
+        const s: Strategy = { ...summary, maxStored: 1 };
+        await q.append(
+          cmd({ threadId: "s", strategy: s, messages: ["1", "2", "3", "4"].map(user) }),
+        );
+        await rejects(
+          q.append(cmd({ threadId: "s", messages: [user("5")] })),
+          "resource_exhausted",
+        );
+        const thread = await q.getThread("ns", "s");
+        const token = (await q.acquireFoldLease("ns", "s", 10_000)) ?? 0;
+        await q.commitSummary({
+          namespace: "ns",
+          threadId: "s",
+          incarnation: thread?.incarnation ?? "",
+          leaseToken: token,
+          fromSeq: 0,
+          throughSeq: 3,
+          summary: "sum",
+          foldedCount: 3,
+          now: 3000,
+        });
+        expect((await q.read("ns", "s"))?.messages.map((m) => m.seq)).toEqual([4]);
+        await q.append(cmd({ threadId: "s", messages: ["5", "6", "7"].map(user) }));
+        await rejects(
+          q.append(cmd({ threadId: "t2", messages: [user("8")] })),
+          "resource_exhausted",
+        );
+      } finally {
+        await q.close();
+      }
+    });
+
+    it("never lets parallel Adds past a quota", async () => {
+      const q = await factory({ maxThreadsPerNamespace: 5, maxMessagesPerNamespace: 12 });
+      try {
+        const outcomes = await Promise.allSettled(
+          Array.from({ length: 40 }, (_, i) => q.append(cmd({ threadId: `p${i}`, messages: [] }))),
+        );
+        expect(outcomes.filter((o) => o.status === "fulfilled")).toHaveLength(5);
+        for (const o of outcomes) {
+          if (o.status === "rejected")
+            expect((o.reason as MemoryError).code).toBe("resource_exhausted");
+        }
+        expect(await q.listThreads("ns", "", 100)).toHaveLength(5);
+        const [first] = await q.listThreads("ns", "", 1);
+        const adds = await Promise.allSettled(
+          Array.from({ length: 30 }, (_, i) =>
+            q.append(cmd({ threadId: first ?? "", messages: [user(String(i))] })),
+          ),
+        );
+        expect(adds.filter((o) => o.status === "fulfilled")).toHaveLength(12);
+        expect((await q.read("ns", first ?? ""))?.messages).toHaveLength(12);
+      } finally {
+        await q.close();
       }
     });
 

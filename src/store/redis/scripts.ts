@@ -10,17 +10,24 @@ import { createHash } from "node:crypto";
  * - `B t:<thread>` hash: the thread: thread_id, incarnation, strategy (JSON),
  *   strategy_key (core/strategy.ts strategyKey, what decideAppend compares),
  *   kind, max_stored, exclude_system ("1"/"0"), last_seq,
- *   summarized_through_seq, summary, summary_time, create_time, update_time
- *   (numbers as decimal text);
+ *   summarized_through_seq, summary, summary_time, create_time, update_time,
+ *   bytes (of its stored messages), counted ("1": counted in `B usage`;
+ *   threads written before quotas are not, until their next Add); numbers
+ *   as decimal text;
  * - `B m:<thread>` list: the stored messages, oldest first, each
- *   `"<seq> <json>"` where the JSON starts with `{"role":"<role>",` (the
- *   store writes `role` first, so a script can tell a tool result without
- *   parsing JSON);
+ *   `"<seq> <bytes> <json>"` (bytes: quota.ts messageBytes; entries written
+ *   before quotas are `"<seq> <json>"`) where the JSON starts with
+ *   `{"role":"<role>",` (the store writes `role` first, so a script can tell
+ *   a tool result without parsing JSON);
  * - `B r:<thread>` hash request_id -> `"<time>\n<request hash>\n<result>"`, and
  *   `B ri:<thread>` zset request_id by time (idempotency retention);
  * - `B l:<thread>` string: the fold lease's fencing token, with a TTL;
+ * - `B usage` hash: threads, messages, bytes of the namespace (the quotas);
  * - `B threads` zset of thread ids, all scored 0 (so ZRANGE is byte order);
- * - `B events` stream: the namespace's event log; `B lease-seq` the fencing counter.
+ * - `B log` stream: the namespace's event log, entry ids "0-1", "0-2" … (the
+ *   namespace's own count); `B lease-seq` the fencing counter. (`B events`
+ *   was the log of earlier versions, with ids from the clock: deleted by
+ *   log_event when `B log` is first written.)
  *
  * A result (append) is `"<first_seq>\n<last_seq>\n<cjson array of the thread hash>"`.
  * Lua numbers are doubles: seqs and times (below 2^53) are exact, and the
@@ -47,28 +54,69 @@ local function seq_of(entry)
   return tonumber(string.sub(entry, 1, string.find(entry, ' ', 1, true) - 1))
 end
 
+-- The JSON starts at the first brace: "<seq> <bytes> {…}", or "<seq> {…}" as
+-- written before quotas.
 local function is_tool(entry)
-  local space = string.find(entry, ' ', 1, true)
-  return string.sub(entry, space + 1, space + 15) == '{"role":"tool",'
+  local brace = string.find(entry, '{', 1, true)
+  return string.sub(entry, brace, brace + 14) == '{"role":"tool",'
 end
 
--- core/append.ts trimCount over the message list: drop the oldest beyond
--- max_stored (summary threads: only those folded, seq <= through), then tool
--- results left at the front without their call.
-local function trim(key, kind, max_stored, through)
-  local len = redis.call('LLEN', key)
+-- The message's size as the byte quota counts it (quota.ts messageBytes, worked
+-- out by the store when it wrote the entry); for an entry written before
+-- quotas, the length of its JSON.
+local function entry_bytes(entry)
+  local space = string.find(entry, ' ', 1, true)
+  local brace = string.find(entry, '{', 1, true)
+  if brace == space + 1 then return #entry - space end
+  return tonumber(string.sub(entry, space + 1, brace - 2))
+end
+
+-- core/append.ts trimCount over the stored list followed by \`extra\` (entries
+-- not written yet): drop the oldest beyond max_stored (summary threads: only
+-- those folded, seq <= through), then tool results left at the front without
+-- their call. Returns how many to drop and their bytes; writes nothing.
+local function trim_plan(key, len_old, extra, kind, max_stored, through)
+  local len = len_old + #extra
   local excess = len - max_stored
-  if excess <= 0 then return end
-  local head = redis.call('LRANGE', key, 0, excess - 1)
+  if excess <= 0 then return 0, 0 end
+  local head = {}
+  if math.min(excess, len_old) > 0 then
+    head = redis.call('LRANGE', key, 0, math.min(excess, len_old) - 1)
+  end
+  local function at(i)
+    if i < #head then return head[i + 1] end
+    if i < len_old then return redis.call('LINDEX', key, i) end
+    return extra[i - len_old + 1]
+  end
   local n = 0
-  while n < excess and (kind ~= 'summary' or seq_of(head[n + 1]) <= through) do n = n + 1 end
-  if n == 0 then return end
+  while n < excess and (kind ~= 'summary' or seq_of(at(n)) <= through) do n = n + 1 end
+  if n == 0 then return 0, 0 end
   while n < len do
-    local entry = redis.call('LINDEX', key, n)
+    local entry = at(n)
     if not is_tool(entry) or (kind == 'summary' and seq_of(entry) > through) then break end
     n = n + 1
   end
-  redis.call('LTRIM', key, n, -1)
+  local bytes = 0
+  for i = 0, n - 1 do bytes = bytes + entry_bytes(at(i)) end
+  return n, bytes
+end
+
+-- Trims the stored list; returns how many entries were dropped and their bytes.
+local function trim(key, kind, max_stored, through)
+  local n, bytes = trim_plan(key, redis.call('LLEN', key), {}, kind, max_stored, through)
+  if n > 0 then redis.call('LTRIM', key, n, -1) end
+  return n, bytes
+end
+
+-- Adds to the namespace's usage hash (and the thread's bytes) what a change
+-- did, for threads counted there (created by a version with quotas).
+local function use(usage, thread, threads, messages, bytes)
+  if threads ~= 0 then redis.call('HINCRBY', usage, 'threads', threads) end
+  if messages ~= 0 then redis.call('HINCRBY', usage, 'messages', messages) end
+  if bytes ~= 0 then
+    redis.call('HINCRBY', usage, 'bytes', bytes)
+    if thread then redis.call('HINCRBY', thread, 'bytes', bytes) end
+  end
 end
 
 -- Appends an event, keeping at least retention of them. Trimming is done
@@ -78,7 +126,11 @@ end
 -- events were dropped is told from a current one: XSETID records the newest
 -- dropped id there.
 local function log_event(stream, retention, thread_id, time, type, ...)
-  local id = redis.call('XADD', stream, '*', 'type', type, 'thread_id', thread_id, 'time', time, ...)
+  if redis.call('EXISTS', stream) == 0 then
+    -- Same key base and hash tag: "<B>log" -> "<B>events".
+    redis.call('UNLINK', string.sub(stream, 1, -4) .. 'events')
+  end
+  local id = redis.call('XADD', stream, '0-*', 'type', type, 'thread_id', thread_id, 'time', time, ...)
   local keep = tonumber(retention)
   local excess = redis.call('XLEN', stream) - keep
   if excess > 0 and excess >= math.max(64, math.floor(keep / 8)) then
@@ -91,14 +143,16 @@ end
 `;
 
 /**
- * Store.append. KEYS: thread, messages, requests, request times, threads, events.
+ * Store.append. KEYS: thread, messages, requests, request times, threads, events, usage.
  * ARGV: thread_id, now, request_id, request_hash, expected_last_seq ("" none),
  * replace ("1"/"0"), new incarnation, event retention, idempotency retention
  * ms, idempotency max per thread, then the request's strategy (json, key,
  * kind, max_stored, exclude_system; json "" when the request has none) and the
- * default strategy (same five), then one JSON text per message.
+ * default strategy (same five), the quotas (max threads, messages, bytes; 0
+ * none), then per message "<bytes> <json>" (bytes: quota.ts messageBytes).
  * Returns {"ok", result} | {"replayed", result} | {"request_id_reused"} |
- * {"last_seq_mismatch", last_seq} | {"strategy_mismatch", thread strategy key}.
+ * {"last_seq_mismatch", last_seq} | {"strategy_mismatch", thread strategy key} |
+ * {"quota", quota name, limit}.
  */
 export const APPEND = script(
   "append",
@@ -122,7 +176,8 @@ end
 local last_seq = 0
 local current = {}
 if exists then
-  current = redis.call('HMGET', KEYS[1], 'last_seq', 'strategy_key', 'kind', 'exclude_system')
+  current = redis.call('HMGET', KEYS[1], 'last_seq', 'strategy_key', 'kind', 'exclude_system',
+    'max_stored', 'summarized_through_seq', 'counted')
   last_seq = tonumber(current[1])
 end
 if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= last_seq then
@@ -136,43 +191,76 @@ elseif ARGV[11] ~= '' and ARGV[12] ~= current[2] then
   target = 11
 end
 
-if not exists then
-  redis.call('HSET', KEYS[1], 'thread_id', ARGV[1], 'incarnation', ARGV[7], 'last_seq', '0',
-    'summarized_through_seq', '0', 'summary', '', 'summary_time', '0',
-    'create_time', ARGV[2], 'update_time', ARGV[2])
-  redis.call('ZADD', KEYS[5], 0, ARGV[1])
+-- The thread after the Add, its trim included, is worked out before anything
+-- is written, so an Add refused by a quota writes nothing.
+local kind, max_stored, exclude_system = current[3], tonumber(current[5]), current[4]
+if target then
+  kind, max_stored, exclude_system = ARGV[target + 2], tonumber(ARGV[target + 3]), ARGV[target + 4]
 end
 -- core/append.ts keepsSummary, from the thread's strategy to the one it has now
 -- (checked on every append, as the memory store does).
-if exists then
-  local kind, exclude_system = current[3], current[4]
-  if target then kind, exclude_system = ARGV[target + 2], ARGV[target + 4] end
-  if not (current[3] == 'summary' and kind == 'summary' and current[4] == exclude_system) then
-    redis.call('HSET', KEYS[1], 'summary', '', 'summary_time', '0', 'summarized_through_seq', '0')
+local keeps = exists and current[3] == 'summary' and kind == 'summary' and current[4] == exclude_system
+local through = 0
+if keeps then through = tonumber(current[6]) end
+local count = #ARGV - 23
+local entries = {}
+local added_bytes = 0
+for i = 1, count do
+  entries[i] = str(last_seq + i) .. ' ' .. ARGV[23 + i]
+  added_bytes = added_bytes + entry_bytes(entries[i])
+end
+local len_old = 0
+if exists then len_old = redis.call('LLEN', KEYS[2]) end
+local dropped, dropped_bytes = trim_plan(KEYS[2], len_old, entries, kind, max_stored, through)
+-- A thread written before quotas is counted from its first Add on: it joins
+-- the usage with everything it holds (at most its max_stored messages).
+local adopt = exists and current[7] ~= '1'
+local new_threads, held, held_bytes = 1, 0, 0
+if exists and not adopt then new_threads = 0 end
+if adopt then
+  held = len_old
+  for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+    held_bytes = held_bytes + entry_bytes(entry)
   end
+end
+local delta = {new_threads, held + count - dropped, held_bytes + added_bytes - dropped_bytes}
+do
+  local used = redis.call('HMGET', KEYS[7], 'threads', 'messages', 'bytes')
+  local names = {'max_threads_per_namespace', 'max_messages_per_namespace', 'max_bytes_per_namespace'}
+  for i = 1, 3 do
+    local limit = tonumber(ARGV[20 + i])
+    if limit > 0 and delta[i] > 0 and (tonumber(used[i]) or 0) + delta[i] > limit then
+      return {'quota', names[i], ARGV[20 + i]}
+    end
+  end
+end
+
+if not exists then
+  redis.call('HSET', KEYS[1], 'thread_id', ARGV[1], 'incarnation', ARGV[7], 'last_seq', '0',
+    'summarized_through_seq', '0', 'summary', '', 'summary_time', '0',
+    'create_time', ARGV[2], 'update_time', ARGV[2], 'counted', '1', 'bytes', '0')
+  redis.call('ZADD', KEYS[5], 0, ARGV[1])
+end
+if exists and not keeps then
+  redis.call('HSET', KEYS[1], 'summary', '', 'summary_time', '0', 'summarized_through_seq', '0')
 end
 if target then
   redis.call('HSET', KEYS[1], 'strategy', ARGV[target], 'strategy_key', ARGV[target + 1],
     'kind', ARGV[target + 2], 'max_stored', ARGV[target + 3], 'exclude_system', ARGV[target + 4])
 end
 
-local count = #ARGV - 20
 local first_seq = 0
 if count > 0 then
-  local batch = {}
-  for i = 1, count do
-    batch[#batch + 1] = str(last_seq + i) .. ' ' .. ARGV[20 + i]
-    if #batch == 256 or i == count then
-      redis.call('RPUSH', KEYS[2], unpack(batch))
-      batch = {}
-    end
+  for i = 1, count, 256 do
+    redis.call('RPUSH', KEYS[2], unpack(entries, i, math.min(i + 255, count)))
   end
   first_seq = last_seq + 1
   last_seq = last_seq + count
   redis.call('HSET', KEYS[1], 'last_seq', str(last_seq), 'update_time', ARGV[2])
 end
-local state = redis.call('HMGET', KEYS[1], 'kind', 'max_stored', 'summarized_through_seq')
-trim(KEYS[2], state[1], tonumber(state[2]), tonumber(state[3]))
+if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
+if adopt then redis.call('HSET', KEYS[1], 'counted', '1') end
+use(KEYS[7], KEYS[1], delta[1], delta[2], delta[3])
 
 local added_last = 0
 if count > 0 then added_last = last_seq end
@@ -238,7 +326,7 @@ return {thread, redis.call('LRANGE', KEYS[2], start, -1), complete}
 );
 
 /**
- * Store.commitSummary. KEYS: thread, messages, lease, events. ARGV:
+ * Store.commitSummary. KEYS: thread, messages, lease, events, usage. ARGV:
  * incarnation, lease token, from_seq, through_seq, summary, folded_count,
  * now, event retention, thread_id. Returns the thread hash, or nil when a
  * check fails (nothing written).
@@ -246,13 +334,15 @@ return {thread, redis.call('LRANGE', KEYS[2], start, -1), complete}
 export const COMMIT_SUMMARY = script(
   "commit_summary",
   `
-local t = redis.call('HMGET', KEYS[1], 'incarnation', 'summarized_through_seq', 'kind', 'max_stored')
+local t = redis.call('HMGET', KEYS[1], 'incarnation', 'summarized_through_seq', 'kind', 'max_stored',
+  'counted')
 if t[1] ~= ARGV[1] then return false end
 if tonumber(t[2]) ~= tonumber(ARGV[3]) or tonumber(ARGV[4]) <= tonumber(ARGV[3]) then return false end
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
 redis.call('HSET', KEYS[1], 'summary', ARGV[5], 'summary_time', ARGV[7],
   'summarized_through_seq', ARGV[4], 'update_time', ARGV[7])
-trim(KEYS[2], t[3], tonumber(t[4]), tonumber(ARGV[4]))
+local dropped, bytes = trim(KEYS[2], t[3], tonumber(t[4]), tonumber(ARGV[4]))
+if t[5] == '1' then use(KEYS[5], KEYS[1], 0, -dropped, -bytes) end
 log_event(KEYS[4], ARGV[8], ARGV[9], ARGV[7], 'summary_updated',
   'summary', ARGV[5], 'summarized_through_seq', ARGV[4], 'folded_count', ARGV[6])
 return redis.call('HGETALL', KEYS[1])
@@ -298,14 +388,17 @@ return 0
 
 /**
  * Store.clear. KEYS: thread, messages, requests, request times, threads,
- * events. ARGV: thread_id, now, event retention. The lease is left to expire:
+ * events, usage. ARGV: thread_id, now, event retention. The lease is left to expire:
  * a fold in flight can no longer commit (the incarnation is gone).
  */
 export const CLEAR = script(
   "clear",
   `
+local t = redis.call('HMGET', KEYS[1], 'counted', 'bytes')
+local len = redis.call('LLEN', KEYS[2])
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+if t[1] == '1' then use(KEYS[7], false, -1, -len, -tonumber(t[2])) end
 redis.call('ZREM', KEYS[5], ARGV[1])
 log_event(KEYS[6], ARGV[3], ARGV[1], ARGV[2], 'thread_cleared')
 return 1
@@ -314,7 +407,7 @@ return 1
 
 /**
  * One chunk of Store.clearAll: the first `chunk` threads in byte order. KEYS:
- * threads, events. ARGV: key base, now, event retention, chunk. Returns how
+ * threads, events, usage. ARGV: key base, now, event retention, chunk. Returns how
  * many were cleared. The per-thread keys are derived from the key base
  * rather than declared; they carry the namespace's hash tag, so they live in
  * the same cluster slot as the declared keys.
@@ -323,12 +416,20 @@ export const CLEAR_CHUNK = script(
   "clear_chunk",
   `
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+local threads, messages, bytes = 0, 0, 0
 for _, id in ipairs(ids) do
+  local t = redis.call('HMGET', ARGV[1] .. 't:' .. id, 'counted', 'bytes')
+  if t[1] == '1' then
+    threads = threads + 1
+    messages = messages + redis.call('LLEN', ARGV[1] .. 'm:' .. id)
+    bytes = bytes + tonumber(t[2])
+  end
   redis.call('DEL', ARGV[1] .. 't:' .. id, ARGV[1] .. 'm:' .. id,
     ARGV[1] .. 'r:' .. id, ARGV[1] .. 'ri:' .. id)
   log_event(KEYS[2], ARGV[3], id, ARGV[2], 'thread_cleared')
 end
 if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+use(KEYS[3], false, -threads, -messages, -bytes)
 return #ids
 `,
 );
