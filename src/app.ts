@@ -56,6 +56,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       grpcPort: config.grpcPort,
       httpPort: config.httpPort,
       maxMessageBytes: config.maxMessageBytes,
+      jsonIgnoreUnknownFields: config.jsonIgnoreUnknownFields,
       metrics,
       ...(config.authTokens === undefined ? {} : { auth: config.authTokens }),
       ...(config.tls === undefined

@@ -1,8 +1,8 @@
 import * as http2 from "node:http2";
 import type { AddressInfo, Server as NetServer } from "node:net";
+import type { DescService } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Code, ConnectError, createContextKey } from "@connectrpc/connect";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
@@ -14,6 +14,7 @@ import {
   deadlineExceeded,
 } from "./call-registry.js";
 import { createCleartextHttpListener, type HttpRequestHandler } from "./cleartext-http-listener.js";
+import { strictConnectAdapter } from "./connect-decoding.js";
 import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
 import { HttpConnections } from "./http-connections.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
@@ -43,10 +44,25 @@ export interface ConnectServer {
 /** Starts the Connect server and resolves once it is listening. */
 export async function startConnectServer(options: ServerOptions): Promise<ConnectServer> {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-  const adapter = connectNodeAdapter({
-    routes: (router) => router.service(MemoryService, memoryServiceImpl(options)),
-    readMaxBytes: maxMessageBytes,
-    writeMaxBytes: maxMessageBytes,
+  const adapter = strictConnectAdapter({
+    service: MemoryService,
+    impl: memoryServiceImpl(options) as ServiceImpl<DescService>,
+    router: {
+      readMaxBytes: maxMessageBytes,
+      writeMaxBytes: maxMessageBytes,
+      // Runs on the headers, before any byte of the body is read or parsed.
+      requestGate: (hctx) => authenticate(options, hctx),
+    },
+    ignoreUnknownJsonFields: options.jsonIgnoreUnknownFields ?? false,
+    toError: (err, handler) => {
+      const clientError = toClientError(err, {
+        method: `${handler.service.typeName}/${handler.method.name}`,
+        logger: options.logger,
+      });
+      recordRpc(options.metrics, "connect", handler.method.name, clientError.code, undefined);
+      return toConnectError(clientError);
+    },
+    logger: options.logger,
   });
   const connections = new HttpConnections();
   const metrics = options.metrics;
@@ -192,11 +208,31 @@ function beginConnectCall(calls: CallRegistry, kind: CallKind, hctx: HandlerCont
   };
 }
 
-/** Throws MemoryError("unauthenticated") when auth is on and the token is not good. */
+// The caller's namespace, set by the request gate once the token is checked.
+const NAMESPACE = createContextKey<string | undefined>(undefined, { description: "namespace" });
+
+/**
+ * connect-es' request gate: checks the token on the headers, before the body
+ * is read, so a caller without a good token never gets its body decoded.
+ */
+function authenticate(deps: Deps, hctx: HandlerContext): void {
+  try {
+    const namespace = deps.authenticator.namespaceOf(
+      hctx.requestHeader.get("authorization") ?? undefined,
+    );
+    hctx.values.set(NAMESPACE, namespace);
+  } catch (err) {
+    const clientError = toClientError(err, { method: methodName(hctx), logger: deps.logger });
+    recordRpc(deps.metrics, "connect", hctx.method.name, clientError.code, undefined);
+    throw toConnectError(clientError);
+  }
+}
+
+/** The call's context; the namespace comes from the request gate. */
 function callContext(deps: Deps, hctx: HandlerContext, active: ActiveCall): CallContext {
-  const namespace = deps.authenticator.namespaceOf(
-    hctx.requestHeader.get("authorization") ?? undefined,
-  );
+  const namespace =
+    hctx.values.get(NAMESPACE) ??
+    deps.authenticator.namespaceOf(hctx.requestHeader.get("authorization") ?? undefined);
   // A getter: reading the signal is what creates it (call-registry.ts).
   return {
     namespace,

@@ -27,8 +27,9 @@ import {
 } from "./call-registry.js";
 import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
 import { createReflectionService } from "./grpc-reflection.js";
-import { grpcServiceDefinition } from "./grpc-service-definition.js";
+import { grpcServerDefinition } from "./grpc-service-definition.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import { decodeBinaryRequest } from "./request-decoding.js";
 import { recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
@@ -72,7 +73,7 @@ export async function startGrpcServer(options: ServerOptions): Promise<GrpcServe
   );
   health.addToServer(server);
   createReflectionService().addToServer(server);
-  server.addService(grpcServiceDefinition(MemoryService), memoryServiceHandlers(options));
+  server.addService(grpcServerDefinition(MemoryService), memoryServiceHandlers(options));
 
   const port = await bind(server, hostPort(options.host, options.port), credentials(options.tls));
   let closing: Promise<void> | undefined;
@@ -113,7 +114,7 @@ function unary<I extends DescMessage, O extends DescMessage>(
   deps: Deps,
   method: DescMethodUnary<I, O>,
   invoke: (request: MessageShape<I>, ctx: CallContext) => Promise<MessageShape<O>>,
-): handleUnaryCall<MessageShape<I>, MessageShape<O>> {
+): handleUnaryCall<Buffer, MessageShape<O>> {
   const name = `${method.parent.typeName}/${method.name}`;
   return (call, callback) => {
     const startedAt = performance.now();
@@ -127,7 +128,9 @@ function unary<I extends DescMessage, O extends DescMessage>(
     };
     const respond = async (): Promise<void> => {
       try {
-        const response = await invoke(call.request, callContext(deps, call.metadata, active));
+        // Authenticate first: a caller without a good token never gets its body decoded.
+        const ctx = callContext(deps, call.metadata, active);
+        const response = await invoke(decodeBinaryRequest(method.input, call.request), ctx);
         callback(null, response);
         recordRpc(deps.metrics, "grpc", method.name, "ok", startedAt);
       } catch (err) {
@@ -146,9 +149,9 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
   deps: Deps,
   method: DescMethodServerStreaming<I, O>,
   open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
-): handleServerStreamingCall<MessageShape<I>, MessageShape<O>> {
+): handleServerStreamingCall<Buffer, MessageShape<O>> {
   return (call) => {
-    void pump(deps, method.name, call, open);
+    void pump(deps, method, call, open);
   };
 }
 
@@ -162,10 +165,11 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
  */
 async function pump<I extends DescMessage, O extends DescMessage>(
   deps: Deps,
-  name: string,
-  call: ServerWritableStream<MessageShape<I>, MessageShape<O>>,
+  method: DescMethodServerStreaming<I, O>,
+  call: ServerWritableStream<Buffer, MessageShape<O>>,
   open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
 ): Promise<void> {
+  const name = method.name;
   const active = beginGrpcCall(deps.calls, "stream", call);
   const { signal } = active;
   const scope: ErrorScope = {
@@ -175,7 +179,9 @@ async function pump<I extends DescMessage, O extends DescMessage>(
   };
   let events: AsyncIterator<MessageShape<O>> | undefined;
   try {
-    events = open(call.request, callContext(deps, call.metadata, active))[Symbol.asyncIterator]();
+    // Authenticate first: a caller without a good token never gets its body decoded.
+    const ctx = callContext(deps, call.metadata, active);
+    events = open(decodeBinaryRequest(method.input, call.request), ctx)[Symbol.asyncIterator]();
     for (;;) {
       const next = await nextUnlessAborted(events, signal);
       if (next === undefined || next.done === true) break;

@@ -20,6 +20,8 @@ export interface ServerOptions {
   readonly tls?: TlsOptions;
   /** Where RPC counts and latencies go; the Connect server also serves them at GET /metrics. */
   readonly metrics?: ServerMetrics;
+  /** Connect JSON: drop unknown keys instead of refusing them. Default false. */
+  readonly jsonIgnoreUnknownFields?: boolean;
 }
 
 /** What a handler needs of the options, beyond the core it calls. */

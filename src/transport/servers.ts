@@ -31,6 +31,8 @@ export interface StartServersOptions {
   readonly metrics?: ServerMetrics;
   /** Serve TLS on both ports (optionally requiring client certificates). */
   readonly tls?: TlsOptions;
+  /** Connect JSON: drop unknown keys instead of refusing them. Default false. */
+  readonly jsonIgnoreUnknownFields?: boolean;
   /**
    * How long shutdown keeps serving after health turns NOT_SERVING, so that
    * load balancers and Kubernetes probes stop routing here before the
@@ -81,6 +83,9 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
     ...(options.maxMessageBytes === undefined ? {} : { maxMessageBytes: options.maxMessageBytes }),
     ...(options.tls === undefined ? {} : { tls: options.tls }),
     ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
+    ...(options.jsonIgnoreUnknownFields === undefined
+      ? {}
+      : { jsonIgnoreUnknownFields: options.jsonIgnoreUnknownFields }),
   };
   const grpc = await startGrpcServer({ ...shared, port: options.grpcPort });
   let connect: ConnectServer;
