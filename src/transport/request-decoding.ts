@@ -146,16 +146,26 @@ class WireReader {
     return this.pos + len;
   }
 
+  /** A tag: a uint32 varint. */
+  tag(path: string, end: number): number {
+    return this.uint32(path, end, "tag");
+  }
+
   private varintAsLength(path: string, end: number): number {
+    return this.uint32(path, end, "length prefix");
+  }
+
+  /** A varint of at most 5 bytes below 2^32 (tags and lengths are uint32). */
+  private uint32(path: string, end: number, what: string): number {
     const start = this.pos;
     this.varint(path, end);
-    // A length is a uint32 varint: at most 5 bytes and below 2^32.
     const size = this.pos - start;
     let value = 0;
-    for (let i = size - 1; i >= 0; i--)
+    for (let i = size - 1; i >= 0; i--) {
       value = value * 128 + ((this.buf[start + i] as number) & 0x7f);
+    }
     if (size > 5 || value > 0xffffffff) {
-      throw invalidArgument(path || WHOLE_REQUEST, "length prefix out of range");
+      throw invalidArgument(path || WHOLE_REQUEST, `${what} out of range`);
     }
     return value;
   }
@@ -188,7 +198,7 @@ function walkMessage(
   if (depth > MAX_DEPTH) throw invalidArgument(path || WHOLE_REQUEST, "nested too deeply");
   let counts: Map<number, number> | undefined;
   while (r.pos < end) {
-    const tag = r.varint(path, end);
+    const tag = r.tag(path, end);
     const no = tag >>> 3;
     const wire = tag & 7;
     if (no === 0) throw invalidArgument(path || WHOLE_REQUEST, "field number 0 is not allowed");
@@ -255,7 +265,7 @@ function walkMapEntry(
   depth: number,
 ): void {
   while (r.pos < end) {
-    const tag = r.varint(path, end);
+    const tag = r.tag(path, end);
     const no = tag >>> 3;
     const wire = tag & 7;
     if (no === 1) {
@@ -370,7 +380,7 @@ function skipUnknown(
       if (depth > MAX_DEPTH) throw invalidArgument(path, "nested too deeply");
       for (;;) {
         if (r.pos >= end) throw invalidArgument(path, "group without its end");
-        const tag = r.varint(path, end);
+        const tag = r.tag(path, end);
         if ((tag & 7) === WIRE_EGROUP) {
           if (tag >>> 3 !== no) throw invalidArgument(path, "group ends with another field's tag");
           return;
@@ -387,6 +397,20 @@ function skipUnknown(
 
 function joinPath(parent: string, name: string): string {
   return parent === "" ? name : `${parent}.${name}`;
+}
+
+const PLAIN_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const MAX_KEY_CHARS = 64;
+
+/** A JSON key in a path: `.name` when plain, else `["…"]` (quoted, cut to 64 characters). */
+function joinKey(parent: string, key: string): string {
+  if (PLAIN_KEY.test(key) && key.length <= MAX_KEY_CHARS) return joinPath(parent, key);
+  return bracketKey(parent, key);
+}
+
+function bracketKey(parent: string, key: string): string {
+  const shown = key.length > MAX_KEY_CHARS ? `${key.slice(0, MAX_KEY_CHARS)}…` : key;
+  return `${parent}[${JSON.stringify(shown)}]`;
 }
 
 // ---------------------------------------------------------------- JSON
@@ -421,7 +445,7 @@ function locateJsonFault(
   }
   if (depth > MAX_DEPTH) return { path, problem: "nested too deeply" };
   for (const [key, value] of Object.entries(json)) {
-    const fpath = joinPath(path, key);
+    const fpath = joinKey(path, key);
     const field = desc.fields.find((f) => f.jsonName === key || f.name === key);
     if (field === undefined) {
       if (!ignoreUnknownFields) return { path: fpath, problem: `unknown field of ${desc.name}` };
@@ -478,7 +502,7 @@ function locateInField(
   }
   if (field.fieldKind === "map" && !Array.isArray(value) && typeof value === "object") {
     for (const [key, item] of Object.entries(value ?? {})) {
-      const ipath = `${path}[${JSON.stringify(key)}]`;
+      const ipath = bracketKey(path, key);
       if (field.mapKind === "message") {
         const fault = locateJsonFault(field.message, item, ipath, ignoreUnknownFields, depth + 1);
         if (fault !== undefined) return fault;
@@ -596,7 +620,7 @@ export function jsonPathAt(prefix: string): string {
   for (const frame of stack) {
     if (frame.array) path += `[${frame.index}]`;
     else if (!frame.expectingKey || (inKey && frame === stack.at(-1))) {
-      path = joinPath(path, frame.key);
+      path = joinKey(path, frame.key);
     }
   }
   return inKey ? `${path} (a key)` : path;
