@@ -196,6 +196,7 @@ function walkMessage(
   depth: number,
 ): void {
   if (depth > MAX_DEPTH) throw invalidArgument(path || WHOLE_REQUEST, "nested too deeply");
+  const start = r.pos;
   let counts: Map<number, number> | undefined;
   while (r.pos < end) {
     const tag = r.tag(path, end);
@@ -254,6 +255,45 @@ function walkMessage(
         break;
       }
     }
+  }
+  if (desc.typeName === TIMESTAMP) checkTimestamp(r.buf.subarray(start, end), path);
+}
+
+const TIMESTAMP = "google.protobuf.Timestamp";
+// The range of google.protobuf.Timestamp: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+const MIN_SECONDS = -62_135_596_800n;
+const MAX_SECONDS = 253_402_300_799n;
+
+/** A well-formed Timestamp must also be in range (as its JSON form must be). */
+function checkTimestamp(bytes: Uint8Array, path: string): void {
+  let seconds = 0n;
+  let nanos = 0n;
+  let at = 0;
+  const varint = (): bigint => {
+    let value = 0n;
+    for (let shift = 0n; ; shift += 7n) {
+      const byte = bytes[at++] as number;
+      value |= BigInt(byte & 0x7f) << shift;
+      if ((byte & 0x80) === 0) return value;
+    }
+  };
+  // Already walked: every tag, varint and length here is well-formed.
+  while (at < bytes.length) {
+    const tag = Number(varint());
+    const wire = tag & 7;
+    if (tag === (1 << 3) + WIRE_VARINT) seconds = BigInt.asIntN(64, varint());
+    else if (tag === (2 << 3) + WIRE_VARINT) nanos = BigInt.asIntN(32, varint());
+    else if (wire === WIRE_VARINT) varint();
+    else if (wire === WIRE_I64) at += 8;
+    else if (wire === WIRE_I32) at += 4;
+    else if (wire === WIRE_LEN) at += Number(varint());
+    else return; // an unknown group: leave it to protobuf-es
+  }
+  if (seconds < MIN_SECONDS || seconds > MAX_SECONDS) {
+    throw invalidArgument(path, "invalid timestamp: seconds out of range (years 1 to 9999)");
+  }
+  if (nanos < 0n || nanos > 999_999_999n) {
+    throw invalidArgument(path, "invalid timestamp: nanos out of range (0 to 999999999)");
   }
 }
 

@@ -62,8 +62,30 @@ function patch(bytes: Uint8Array, find: string, replace: number[]): Uint8Array {
   return out;
 }
 
+function addWithCreateTime(seconds: bigint, nanos: number): Uint8Array {
+  return toBinary(
+    AddRequestSchema,
+    create(AddRequestSchema, {
+      threadId: "victim",
+      messages: [{ role: Role.USER, content: "hello", createTime: { seconds, nanos } }],
+    }),
+  );
+}
+
 /** Binary attacks on Add: [name, body, field named first in the message, what is said]. */
 const BINARY_ATTACKS: [string, Uint8Array, string, RegExp][] = [
+  [
+    "a timestamp past year 9999",
+    addWithCreateTime(253_402_300_800n, 0),
+    "messages[0].create_time",
+    /invalid timestamp: seconds out of range/,
+  ],
+  [
+    "a timestamp with negative nanos",
+    addWithCreateTime(0n, -1),
+    "messages[0].create_time",
+    /invalid timestamp: nanos out of range/,
+  ],
   [
     "a truncated message",
     validAdd().subarray(0, validAdd().length - 3),
