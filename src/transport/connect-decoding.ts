@@ -15,6 +15,7 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
+import { invalidArgument } from "../core/errors.js";
 import type { Logger } from "../logger.js";
 import type { HttpRequestHandler } from "./cleartext-http-listener.js";
 import { checkBinaryRequest, checkJsonRequest } from "./request-decoding.js";
@@ -126,8 +127,15 @@ function checkingBodies(
     if (format === undefined || req.method !== "POST" || !isByteStream(req.body)) {
       return handler(req);
     }
-    const check = (payload: Uint8Array): void => {
+    // `undefined`: a compressed message with no compression named for it.
+    const check = (payload: Uint8Array | undefined): void => {
       try {
+        if (payload === undefined) {
+          throw invalidArgument(
+            "request",
+            `compressed message, but ${format.encodingHeader} names no compression this server accepts`,
+          );
+        }
         if (format.json) {
           checkJsonRequest(input, payload, {
             ignoreUnknownFields: options.ignoreUnknownJsonFields,
@@ -192,7 +200,7 @@ async function* checkedEnvelopes(
   body: AsyncIterable<Uint8Array>,
   limit: number,
   compression: Compression | undefined,
-  check: (payload: Uint8Array) => void,
+  check: (payload: Uint8Array | undefined) => void,
 ): AsyncGenerator<Uint8Array> {
   const it = body[Symbol.asyncIterator]();
   const queue = new ByteQueue();
@@ -217,10 +225,10 @@ async function* checkedEnvelopes(
       if ((flags & 0x82) === 0) {
         let payload: Uint8Array | undefined = envelope.subarray(5);
         if ((flags & 0x01) !== 0) {
-          payload =
-            compression === undefined
-              ? undefined
-              : await decompressOrUndefined(compression, payload, limit);
+          // connect-es would answer a compressed message without a compression
+          // named in the headers with INTERNAL; it is the client's fault.
+          if (compression === undefined) check(undefined);
+          else payload = await decompressOrUndefined(compression, payload, limit);
         }
         if (payload !== undefined) check(payload);
       }
@@ -238,6 +246,11 @@ async function* forward(it: AsyncIterator<Uint8Array>): AsyncGenerator<Uint8Arra
   }
 }
 
+/**
+ * The decompressed message; undefined when it does not decompress within the
+ * limit, and then connect-es, decompressing it again, gives its own answer
+ * (INVALID_ARGUMENT, or RESOURCE_EXHAUSTED past the limit).
+ */
 async function decompressOrUndefined(
   compression: Compression,
   bytes: Uint8Array,

@@ -44,6 +44,10 @@ export interface RawCall {
   readonly timeoutMs?: number;
   /** Upper bound on the whole exchange (a safety net, not the behaviour). */
   readonly giveUpMs?: number;
+  /** Flags byte of the envelope (bit 0: compressed). Default 0. */
+  readonly envelopeFlags?: number;
+  /** Extra request headers. */
+  readonly headers?: Record<string, string>;
 }
 
 const CONNECT_CODES = [
@@ -88,7 +92,7 @@ interface HttpReply {
 
 /** Sends one raw RPC and reads back its status. */
 export async function rawCall(call: RawCall): Promise<RawResult> {
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string> = { ...call.headers };
   if (call.token !== undefined) headers.authorization = `Bearer ${call.token}`;
   const giveUpMs = call.giveUpMs ?? 10_000;
   switch (call.wire) {
@@ -97,7 +101,7 @@ export async function rawCall(call: RawCall): Promise<RawResult> {
       headers["content-type"] = "application/grpc+proto";
       headers.te = "trailers";
       if (call.timeoutMs !== undefined) headers["grpc-timeout"] = `${call.timeoutMs}m`;
-      const body = envelope(call.payload);
+      const body = envelope(call.payload, call.envelopeFlags);
       const reply =
         call.wire === "grpc"
           ? await h2Request(call.port, call.path, headers, body, giveUpMs)
@@ -114,7 +118,7 @@ export async function rawCall(call: RawCall): Promise<RawResult> {
         call.port,
         call.path,
         headers,
-        envelope(call.payload),
+        envelope(call.payload, call.envelopeFlags),
         giveUpMs,
       );
       return grpcWebStatus(reply);
@@ -145,7 +149,7 @@ export async function rawCall(call: RawCall): Promise<RawResult> {
         call.port,
         call.path,
         headers,
-        envelope(call.payload),
+        envelope(call.payload, call.envelopeFlags),
         giveUpMs,
       );
       return connectStreamStatus(reply);
