@@ -150,8 +150,12 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
   method: DescMethodServerStreaming<I, O>,
   open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
 ): handleServerStreamingCall<Buffer, MessageShape<O>> {
+  // pump calls this after callContext has checked the token, inside its error
+  // handling: a caller without a good token never gets its body decoded.
+  const decodeAndOpen = (bytes: Buffer, ctx: CallContext) =>
+    open(decodeBinaryRequest(method.input, bytes), ctx);
   return (call) => {
-    void pump(deps, method, call, open);
+    void pump(deps, method.name, call, decodeAndOpen);
   };
 }
 
@@ -163,13 +167,12 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
  * watcher that falls too far behind with RESOURCE_EXHAUSTED). Cancellation,
  * deadline and shutdown abort the wait and release the core's iterator.
  */
-async function pump<I extends DescMessage, O extends DescMessage>(
+async function pump<O extends DescMessage>(
   deps: Deps,
-  method: DescMethodServerStreaming<I, O>,
+  name: string,
   call: ServerWritableStream<Buffer, MessageShape<O>>,
-  open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
+  open: (request: Buffer, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
 ): Promise<void> {
-  const name = method.name;
   const active = beginGrpcCall(deps.calls, "stream", call);
   const { signal } = active;
   const scope: ErrorScope = {
@@ -179,9 +182,7 @@ async function pump<I extends DescMessage, O extends DescMessage>(
   };
   let events: AsyncIterator<MessageShape<O>> | undefined;
   try {
-    // Authenticate first: a caller without a good token never gets its body decoded.
-    const ctx = callContext(deps, call.metadata, active);
-    events = open(decodeBinaryRequest(method.input, call.request), ctx)[Symbol.asyncIterator]();
+    events = open(call.request, callContext(deps, call.metadata, active))[Symbol.asyncIterator]();
     for (;;) {
       const next = await nextUnlessAborted(events, signal);
       if (next === undefined || next.done === true) break;
