@@ -26,6 +26,7 @@ import {
   clientStopReason,
 } from "./call-registry.js";
 import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
+import { grpcAuthGate } from "./grpc-auth-gate.js";
 import { createReflectionService } from "./grpc-reflection.js";
 import { grpcServerDefinition } from "./grpc-service-definition.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
@@ -67,6 +68,8 @@ export async function startGrpcServer(options: ServerOptions): Promise<GrpcServe
     "grpc.max_send_message_length": maxMessageBytes,
     // channelz (grpc-js's call tracing) is not served here and costs CPU on every call.
     "grpc.enable_channelz": 0,
+    // With auth on, the token is checked before the request body is read.
+    interceptors: options.authenticator.required ? [grpcAuthGate(options, MemoryService)] : [],
   });
   const health = new HealthImplementation(
     Object.fromEntries(HEALTH_SERVICE_NAMES.map((name) => [name, "SERVING"])),

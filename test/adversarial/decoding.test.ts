@@ -394,6 +394,23 @@ describe("authentication comes before decoding", () => {
     },
   );
 
+  it.each(BINARY_TRANSPORTS.filter(([, , wire]) => wire.startsWith("grpc")))(
+    "answers unauthenticated gzip that does not decompress with UNAUTHENTICATED: %s",
+    async (_name, port, wire) => {
+      // The body is never read: on the grpc-js port it would otherwise be
+      // grpc-js' own INTERNAL "Failed to decompress message".
+      const result = await rawCall({
+        port: port === "grpc" ? secured.app.grpcPort : secured.app.httpPort,
+        wire,
+        path: ADD,
+        payload: Uint8Array.from([1, 2, 3]),
+        headers: { "grpc-encoding": "gzip" },
+        envelopeFlags: 1,
+      });
+      expect(result.code, result.message).toBe(status.UNAUTHENTICATED);
+    },
+  );
+
   it.each(JSON_TRANSPORTS)(
     "answers unauthenticated garbage JSON with UNAUTHENTICATED: %s",
     async (_name, wire) => {
