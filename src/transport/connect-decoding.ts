@@ -1,5 +1,7 @@
 import type { DescService } from "@bufbuild/protobuf";
 import {
+  Code,
+  ConnectError,
   type ConnectRouterOptions,
   createConnectRouter,
   type ServiceImpl,
@@ -107,8 +109,9 @@ export function strictConnectAdapter(options: StrictAdapterOptions): HttpRequest
     handler(universalRequestFromNodeRequest(req, res, undefined, undefined))
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
       .catch((err: unknown) => {
-        // The response could not be written (the client went away): nothing to tell anyone.
-        options.logger.debug("connect response not written", {
+        // As connectNodeAdapter: a client that went away (Aborted) is no news.
+        if (ConnectError.from(err).code === Code.Aborted) return;
+        options.logger.warn("connect response not written", {
           method: `${handler.service.typeName}/${handler.method.name}`,
           err,
         });
@@ -124,6 +127,7 @@ function checkingBodies(
   const limit = options.router.readMaxBytes;
   const wrapped = (req: UniversalServerRequest) => {
     const format = bodyFormatOf(req.header.get("content-type"));
+    // Only POST carries a body: MemoryService has no GET (NO_SIDE_EFFECTS) methods.
     if (format === undefined || req.method !== "POST" || !isByteStream(req.body)) {
       return handler(req);
     }
