@@ -133,11 +133,23 @@ const BINARY_ATTACKS: [string, Uint8Array, string, RegExp][] = [
   ["an invalid wire type", Uint8Array.from([0x0f, 0x00]), "thread_id", /invalid \(7\)/],
   ["an invalid wire type on an unknown field", Uint8Array.from([0x7f]), "#15", /invalid wire type/],
   ["field number 0", Uint8Array.from([0x00, 0x01]), "request", /field number 0/],
+  [
+    "unknown groups nested 10,000 deep",
+    Uint8Array.from(new Array(10_000).fill(0x7b)),
+    "#15",
+    /nested too deeply/,
+  ],
 ];
 
 /** JSON attacks on Add: [name, body, field named, what is said]. */
 const JSON_ATTACKS: [string, Uint8Array, string, RegExp][] = [
   ["garbage", utf8("{not json"), "request", /not valid JSON/],
+  [
+    "arrays nested 100,000 deep in a message list",
+    utf8(`{"messages":${"[".repeat(100_000)}${"]".repeat(100_000)}}`),
+    "messages[0]",
+    /must be a JSON object/,
+  ],
   ["an array for the request", utf8("[]"), "request", /must be a JSON object/],
   ["an unknown field (a typo)", utf8('{"threadID":"victim"}'), "threadID", /unknown field/],
   [
