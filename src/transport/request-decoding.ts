@@ -64,7 +64,8 @@ export interface JsonDecodeOptions {
   readonly ignoreUnknownFields?: boolean;
 }
 
-const utf8Fatal = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+// A leading byte-order mark is dropped, as connect-es' own JSON decoding does.
+const utf8Fatal = new TextDecoder("utf-8", { fatal: true });
 
 /** Decodes a protobuf JSON body strictly; throws MemoryError invalid_argument naming the field. */
 export function decodeJsonRequest<D extends DescMessage>(

@@ -339,6 +339,16 @@ describe("undecodable requests", () => {
     });
   });
 
+  it("accepts a JSON body that starts with a byte-order mark, as before", async () => {
+    const result = await rawCall({
+      port: ports.http,
+      wire: "connect-json",
+      path: `${SERVICE}/Get`,
+      payload: Uint8Array.from([0xef, 0xbb, 0xbf, ...utf8('{"threadId":"nobody"}')]),
+    });
+    expect(result.code, result.message).toBe(status.OK);
+  });
+
   it("stored nothing from any refused request, and the server still serves", async () => {
     const threads = await listThreads(ports.http);
     // Only the valid requests sent after the attacks created threads.
