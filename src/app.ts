@@ -68,6 +68,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       grpcPort: config.grpcPort,
       httpPort: config.httpPort,
       maxMessageBytes: config.maxMessageBytes,
+      jsonIgnoreUnknownFields: config.jsonIgnoreUnknownFields,
       metrics,
       ...(config.metricsPort === undefined ? {} : { metricsPort: config.metricsPort }),
       ...(config.metricsToken === undefined ? {} : { metricsToken: config.metricsToken }),

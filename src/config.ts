@@ -19,6 +19,8 @@ export interface Config {
   defaultStrategy: "buffer" | "window" | "summary";
   maxMessageBytes: number;
   maxMessagesPerAdd: number;
+  /** Connect JSON requests: drop unknown keys instead of refusing them. */
+  jsonIgnoreUnknownFields: boolean;
   getFoldWaitMs: number;
   progressIntervalMs: number;
   watchBuffer: number;
@@ -149,6 +151,12 @@ export const SETTINGS = {
     env: "WINDLASS_MAX_MESSAGES_PER_ADD",
     default: "1000",
     help: "most messages one Add may carry",
+  },
+  jsonIgnoreUnknownFields: {
+    flag: "json-ignore-unknown-fields",
+    env: "WINDLASS_JSON_IGNORE_UNKNOWN_FIELDS",
+    default: "false",
+    help: "true: drop unknown keys of Connect JSON requests instead of refusing them",
   },
   getFoldWaitMs: {
     flag: "get-fold-wait-ms",
@@ -376,6 +384,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     defaultStrategy: oneOf("defaultStrategy", ["buffer", "window", "summary"] as const),
     maxMessageBytes: int("maxMessageBytes", 1024, 1024 * 1024 * 1024),
     maxMessagesPerAdd: int("maxMessagesPerAdd", 1, 1_000_000),
+    jsonIgnoreUnknownFields:
+      oneOf("jsonIgnoreUnknownFields", ["true", "false"] as const) === "true",
     getFoldWaitMs: int("getFoldWaitMs", 0),
     progressIntervalMs: int("progressIntervalMs", 10),
     watchBuffer: int("watchBuffer", 1),

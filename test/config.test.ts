@@ -14,6 +14,7 @@ describe("configuration", () => {
       defaultStrategy: "window",
       maxMessageBytes: 4 * 1024 * 1024,
       maxMessagesPerAdd: 1000,
+      jsonIgnoreUnknownFields: false,
       authTokens: undefined,
       tls: undefined,
       logLevel: "info",
@@ -62,7 +63,19 @@ describe("configuration", () => {
     expect(err?.message).not.toContain("secret-without-namespace");
   });
 
+  it("relaxes unknown JSON fields only when asked to, by flag or environment", () => {
+    expect(loadConfig(["--json-ignore-unknown-fields", "true"], {}).jsonIgnoreUnknownFields).toBe(
+      true,
+    );
+    const env = { WINDLASS_JSON_IGNORE_UNKNOWN_FIELDS: "true" };
+    expect(loadConfig([], env).jsonIgnoreUnknownFields).toBe(true);
+    expect(loadConfig(["--json-ignore-unknown-fields=false"], env).jsonIgnoreUnknownFields).toBe(
+      false,
+    );
+  });
+
   it.each([
+    [["--json-ignore-unknown-fields", "yes"], /--json-ignore-unknown-fields.*true, false/],
     [["--http-port", "-1"], /--http-port/],
     [["--max-message-bytes", "12abc"], /--max-message-bytes/],
     [["--default-strategy", "fancy"], /buffer, window, summary/],

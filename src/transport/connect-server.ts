@@ -1,9 +1,8 @@
 import * as http2 from "node:http2";
 import type { AddressInfo, Server as NetServer } from "node:net";
+import type { DescService } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
-import type { UniversalHandler } from "@connectrpc/connect/protocol";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
 import { endRpcSpan, startRpcSpan, withSpan } from "../tracing.js";
@@ -22,6 +21,7 @@ import {
   type HttpRequest,
   type HttpRequestHandler,
 } from "./cleartext-http-listener.js";
+import { strictConnectAdapter } from "./connect-decoding.js";
 import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
 import { HttpConnections } from "./http-connections.js";
 import { createHttpFront } from "./http-front.js";
@@ -52,19 +52,30 @@ export interface ConnectServer {
 /** Starts the Connect server and resolves once it is listening. */
 export async function startConnectServer(options: ServerOptions): Promise<ConnectServer> {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-  let rpcHandlers: readonly UniversalHandler[] = [];
-  const adapter = connectNodeAdapter({
-    routes: (router) => {
-      router.service(MemoryService, memoryServiceImpl(options));
-      rpcHandlers = router.handlers;
+  const adapter = strictConnectAdapter({
+    service: MemoryService,
+    impl: memoryServiceImpl(options) as ServiceImpl<DescService>,
+    router: {
+      readMaxBytes: maxMessageBytes,
+      writeMaxBytes: maxMessageBytes,
+      // Runs on the headers, before any byte of the body is read or parsed.
+      requestGate: (hctx) => admit(options, hctx),
     },
-    readMaxBytes: maxMessageBytes,
-    writeMaxBytes: maxMessageBytes,
+    ignoreUnknownJsonFields: options.jsonIgnoreUnknownFields ?? false,
+    toError: (err, handler) => {
+      const clientError = toClientError(err, {
+        method: `${handler.service.typeName}/${handler.method.name}`,
+        logger: options.logger,
+      });
+      recordRpc(options.metrics, "connect", handler.method.name, clientError.code, undefined);
+      return toConnectError(clientError);
+    },
+    logger: options.logger,
     // The raw request, so a stalled Watch can reset its HTTP/2 stream or socket.
     contextValues: (req) => createContextValues().set(rawRequestKey, req),
     fallback: (req, res) => front.notFound(req, res),
   });
-  const front = createHttpFront(options.corsOrigins ?? [], rpcHandlers);
+  const front = createHttpFront(options.corsOrigins ?? [], adapter.handlers);
   const limits = options.connectionLimits;
   const connections = new HttpConnections({ maxConnectionIdleMs: limits.maxConnectionIdleMs });
   const metricsEndpoint = options.metricsEndpoint;
@@ -269,12 +280,32 @@ function beginConnectCall(calls: CallRegistry, kind: CallKind, hctx: HandlerCont
   };
 }
 
+// The caller's namespace, set by the request gate once the call is admitted.
+const NAMESPACE = createContextKey<string | undefined>(undefined, { description: "namespace" });
+
 /**
- * Throws MemoryError("unauthenticated") when auth is on and the token is not
- * good, and "resource_exhausted" when the namespace is over its rate.
+ * connect-es' request gate, run on the headers before the body is read: the
+ * token is checked and the namespace's rate taken (admitCall), so a caller
+ * without a good token, or over its rate, never gets its body decoded.
  */
+function admit(deps: Deps, hctx: HandlerContext): void {
+  try {
+    hctx.values.set(
+      NAMESPACE,
+      admitCall(deps, hctx.requestHeader.get("authorization") ?? undefined),
+    );
+  } catch (err) {
+    const clientError = toClientError(err, { method: methodName(hctx), logger: deps.logger });
+    recordRpc(deps.metrics, "connect", hctx.method.name, clientError.code, undefined);
+    throw toConnectError(clientError);
+  }
+}
+
+/** The call's context; the namespace comes from the request gate. */
 function callContext(deps: Deps, hctx: HandlerContext, active: ActiveCall): CallContext {
-  const namespace = admitCall(deps, hctx.requestHeader.get("authorization") ?? undefined);
+  const namespace =
+    hctx.values.get(NAMESPACE) ??
+    admitCall(deps, hctx.requestHeader.get("authorization") ?? undefined);
   // A getter: reading the signal is what creates it (call-registry.ts).
   return {
     namespace,

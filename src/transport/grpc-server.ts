@@ -30,10 +30,12 @@ import {
   watchStalled,
 } from "./call-registry.js";
 import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
+import { grpcAuthGate } from "./grpc-auth-gate.js";
 import { type GrpcListener, listenForGrpc } from "./grpc-listener.js";
 import { createReflectionService } from "./grpc-reflection.js";
-import { grpcServiceDefinition } from "./grpc-service-definition.js";
+import { grpcServerDefinition } from "./grpc-service-definition.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import { decodeBinaryRequest } from "./request-decoding.js";
 import { recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
@@ -76,13 +78,15 @@ export async function startGrpcServer(options: ServerOptions): Promise<GrpcServe
     "grpc.max_connection_idle_ms": limits.maxConnectionIdleMs,
     "grpc.keepalive_time_ms": limits.keepaliveTimeMs,
     "grpc.keepalive_timeout_ms": limits.keepaliveTimeoutMs,
+    // With auth on, the token is checked before the request body is read.
+    interceptors: options.authenticator.required ? [grpcAuthGate(options, MemoryService)] : [],
   });
   const health = new HealthImplementation(
     Object.fromEntries(HEALTH_SERVICE_NAMES.map((name) => [name, "SERVING"])),
   );
   health.addToServer(server);
   createReflectionService().addToServer(server);
-  server.addService(grpcServiceDefinition(MemoryService), memoryServiceHandlers(options));
+  server.addService(grpcServerDefinition(MemoryService), memoryServiceHandlers(options));
 
   // Our own listener, so connections are capped and must speak first (grpc-listener.ts).
   const injector = server.createConnectionInjector(credentials(options.tls));
@@ -140,7 +144,7 @@ function unary<I extends DescMessage, O extends DescMessage>(
   deps: Deps,
   method: DescMethodUnary<I, O>,
   invoke: (request: MessageShape<I>, ctx: CallContext) => Promise<MessageShape<O>>,
-): handleUnaryCall<MessageShape<I>, MessageShape<O>> {
+): handleUnaryCall<Buffer, MessageShape<O>> {
   const name = `${method.parent.typeName}/${method.name}`;
   return (call, callback) => {
     const startedAt = performance.now();
@@ -155,8 +159,10 @@ function unary<I extends DescMessage, O extends DescMessage>(
     };
     const respond = async (): Promise<void> => {
       try {
+        // Authenticate first: a caller without a good token never gets its body decoded.
+        const ctx = callContext(deps, call.metadata, active);
         const response = await withSpan(span, () =>
-          invoke(call.request, callContext(deps, call.metadata, active)),
+          invoke(decodeBinaryRequest(method.input, call.request), ctx),
         );
         callback(null, response);
         recordRpc(deps.metrics, "grpc", method.name, "ok", startedAt);
@@ -178,10 +184,14 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
   deps: Deps,
   method: DescMethodServerStreaming<I, O>,
   open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
-): handleServerStreamingCall<MessageShape<I>, MessageShape<O>> {
+): handleServerStreamingCall<Buffer, MessageShape<O>> {
+  // pump calls this after callContext has checked the token, inside its error
+  // handling: a caller without a good token never gets its body decoded.
+  const decodeAndOpen = (bytes: Buffer, ctx: CallContext) =>
+    open(decodeBinaryRequest(method.input, bytes), ctx);
   return (call) => {
     const span = startRpcSpan("grpc", method.parent.typeName, method.name, call.metadata);
-    void withSpan(span, () => pump(deps, method.name, call, open, span));
+    void withSpan(span, () => pump(deps, method.name, call, decodeAndOpen, span));
   };
 }
 
@@ -199,11 +209,11 @@ function serverStreaming<I extends DescMessage, O extends DescMessage>(
  * ENHANCE_YOUR_CALM, which gRPC clients read as RESOURCE_EXHAUSTED too, and
  * which drops what was queued for it.
  */
-async function pump<I extends DescMessage, O extends DescMessage>(
+async function pump<O extends DescMessage>(
   deps: Deps,
   name: string,
-  call: ServerWritableStream<MessageShape<I>, MessageShape<O>>,
-  open: (request: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
+  call: ServerWritableStream<Buffer, MessageShape<O>>,
+  open: (request: Buffer, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
   span: RpcSpan,
 ): Promise<void> {
   const active = beginGrpcCall(deps.calls, "stream", call);

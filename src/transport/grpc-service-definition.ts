@@ -26,6 +26,25 @@ export function grpcServiceDefinition(service: DescService): ServiceDefinition {
   return definition;
 }
 
+/**
+ * The server's definitions: requests stay bytes (an identity deserializer),
+ * so the handler decodes them itself after authentication, strictly, and a
+ * body that is not a valid message is INVALID_ARGUMENT naming the field
+ * (request-decoding.ts). Decoding in grpc-js' deserializer would run before
+ * auth and turn every failure into INTERNAL "Error deserializing request".
+ */
+export function grpcServerDefinition(service: DescService): ServiceDefinition {
+  const definition: Record<string, MethodDefinition<Buffer, Message>> = {};
+  for (const method of service.methods) {
+    definition[method.localName] = {
+      ...grpcMethodDefinition(method),
+      requestSerialize: (bytes) => bytes,
+      requestDeserialize: (bytes) => bytes,
+    };
+  }
+  return definition;
+}
+
 /** The HTTP/2 path of a method: "/windlass.memory.v1.MemoryService/Add". */
 export function grpcMethodPath(method: DescMethod): string {
   return `/${method.parent.typeName}/${method.name}`;

@@ -31,6 +31,8 @@ export interface ServerOptions {
   readonly watchStallTimeoutMs: number;
   /** Browser origins allowed to call the Connect port (CORS); `*` for any. Default none. */
   readonly corsOrigins?: readonly string[];
+  /** Connect JSON: drop unknown keys instead of refusing them. Default false. */
+  readonly jsonIgnoreUnknownFields?: boolean;
 }
 
 /** What protects a port from clients that hold connections (README "Transports and operations"). */

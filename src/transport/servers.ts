@@ -55,6 +55,8 @@ export interface StartServersOptions {
   readonly tls?: TlsOptions;
   /** Browser origins allowed to call the Connect port (CORS); `*` for any. Default none. */
   readonly corsOrigins?: readonly string[];
+  /** Connect JSON: drop unknown keys instead of refusing them. Default false. */
+  readonly jsonIgnoreUnknownFields?: boolean;
   /**
    * How long shutdown keeps serving after health turns NOT_SERVING, so that
    * load balancers and Kubernetes probes stop routing here before the
@@ -115,6 +117,9 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
     ...(options.tls === undefined ? {} : { tls: options.tls }),
     ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
     ...(options.corsOrigins === undefined ? {} : { corsOrigins: options.corsOrigins }),
+    ...(options.jsonIgnoreUnknownFields === undefined
+      ? {}
+      : { jsonIgnoreUnknownFields: options.jsonIgnoreUnknownFields }),
   };
   const metrics = options.metrics;
   const ownMetricsPort = options.metricsPort !== undefined;
