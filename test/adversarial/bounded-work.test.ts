@@ -354,6 +354,48 @@ describe("service-side loops yield and stop when cancelled", () => {
     }
   });
 
+  it("a Watch resumed behind a long backlog yields between batches of it", async () => {
+    const store = createMemoryStore();
+    const service = createMemoryService({
+      store,
+      summarizers: createSummarizerRegistry([createExtractiveSummarizer()], "extractive"),
+      defaultStrategy: windowStrategy,
+      logger: silentLogger,
+      limits: { watchBuffer: 10_000 },
+    });
+    const call = new AbortController();
+    try {
+      const watch = (resumeToken: string) =>
+        service
+          .watch(create(WatchRequestSchema, { resumeToken }), ctx(call.signal))
+          [Symbol.asyncIterator]();
+      const first = watch("");
+      const firstEvent = first.next();
+      await nextTurn(); // the stream has taken its cursor
+      await fill(store, 1);
+      const token = (await firstEvent).value?.resumeToken ?? "";
+      await first.return?.();
+      await fill(store, 3_000);
+      const resumed = watch(token);
+      const { turns, result } = await turnsDuring(async () => {
+        let read = 0;
+        while (read < 3_000) {
+          const r = await resumed.next();
+          if (r.value?.event.case === "messagesAdded") read += 1;
+        }
+        return read;
+      });
+      expect(result).toBe(3_000);
+      // About 12 batches of 256 events, with a turn of the loop after each full one.
+      expect(turns).toBeGreaterThanOrEqual(8);
+      await resumed.return?.();
+    } finally {
+      call.abort(new Error("test over"));
+      await service.close();
+      await store.close();
+    }
+  });
+
   it("Clear all yields between pages of thread ids", async () => {
     const store = createMemoryStore();
     await fill(store, 5_000);
