@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { create } from "@bufbuild/protobuf";
 import {
   type AddRequest,
@@ -342,15 +343,23 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
         throw invalidArgument("thread_id", "must be empty when all is set");
       }
       const ids: string[] = [];
-      // Collect ids first so their fold state can be dropped after the clear.
+      // Collect ids first so their fold state can be dropped after the clear;
+      // a page at a time, with a turn of the event loop between pages, so a
+      // namespace of many threads does not hold up other calls.
       for (let after = ""; ; ) {
         const page = await store.listThreads(ctx.namespace, after, PAGE_SIZE_MAX);
-        ids.push(...page);
+        for (const id of page) ids.push(id);
         if (page.length < PAGE_SIZE_MAX) break;
         after = page[page.length - 1] ?? "";
+        await yieldToEventLoop();
+        // Nothing is cleared yet: a cancelled call can still stop here.
+        ctx.signal.throwIfAborted();
       }
       const cleared = await store.clearAll(ctx.namespace, now());
-      for (const id of ids) folds.forget(ctx.namespace, id);
+      for (let i = 0; i < ids.length; i++) {
+        folds.forget(ctx.namespace, ids[i] ?? "");
+        if ((i + 1) % PAGE_SIZE_MAX === 0) await yieldToEventLoop();
+      }
       return create(ClearResponseSchema, { clearedThreads: cleared });
     }
     const threadId = threadIdFrom(req.threadId);

@@ -1,3 +1,4 @@
+import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { WatchRequest, WatchResponse } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { MemoryError } from "../core/errors.js";
 import type { EventType } from "../core/types.js";
@@ -28,6 +29,12 @@ export interface WatchDeps {
 
 const READ_BATCH = 256;
 const INITIAL_STATE_PAGE = 500;
+/**
+ * Threads read for the initial state between two yields to the event loop.
+ * A store answering from memory never waits on I/O, so without them one
+ * stream over a big namespace would hold the loop for its whole length.
+ */
+const INITIAL_STATE_SLICE = 100;
 
 /**
  * One Watch stream. It reads the namespace's event log from its own cursor
@@ -70,7 +77,12 @@ export async function* watchEvents(
 
     if (req.sendInitialState) {
       const token = encodeResumeToken(cursor);
-      for await (const t of watchedThreads(ctx.namespace, threadIds, deps.store)) {
+      // Between slices: let other work run, and stop here if the call ended.
+      const pause = async () => {
+        await yieldToEventLoop();
+        throwIfStopped(stop, ctx, deps.shutdown);
+      };
+      for await (const t of watchedThreads(ctx.namespace, threadIds, deps.store, pause)) {
         if (t.summary === "") continue;
         yield eventToPb(
           {
@@ -118,6 +130,9 @@ export async function* watchEvents(
             throwIfTooFarBehind();
           }
           if (events.length < READ_BATCH) break;
+          // A long backlog is read in batches with a turn of the event loop between them.
+          await yieldToEventLoop();
+          throwIfStopped(stop, ctx, deps.shutdown);
         }
         continue;
       }
@@ -150,11 +165,26 @@ function throwIfStopped(stop: AbortSignal, ctx: CallContext, shutdown: AbortSign
   throw ctx.signal.aborted ? ctx.signal.reason : shutdown.reason;
 }
 
-/** The threads a Watch names, or every thread of the namespace, that exist now. */
-async function* watchedThreads(namespace: string, ids: Set<string>, store: Store) {
+/**
+ * The threads a Watch names, or every thread of the namespace, that exist
+ * now, read a page at a time with `pause` after every INITIAL_STATE_SLICE
+ * threads and every page.
+ */
+async function* watchedThreads(
+  namespace: string,
+  ids: Set<string>,
+  store: Store,
+  pause: () => Promise<void>,
+) {
+  let read = 0;
+  const get = async (id: string) => {
+    read += 1;
+    if (read % INITIAL_STATE_SLICE === 0) await pause();
+    return store.getThread(namespace, id);
+  };
   if (ids.size > 0) {
     for (const id of ids) {
-      const t = await store.getThread(namespace, id);
+      const t = await get(id);
       if (t !== undefined) yield t;
     }
     return;
@@ -162,10 +192,11 @@ async function* watchedThreads(namespace: string, ids: Set<string>, store: Store
   for (let after = ""; ; ) {
     const page = await store.listThreads(namespace, after, INITIAL_STATE_PAGE);
     for (const id of page) {
-      const t = await store.getThread(namespace, id);
+      const t = await get(id);
       if (t !== undefined) yield t;
     }
     if (page.length < INITIAL_STATE_PAGE) return;
     after = page[page.length - 1] ?? "";
+    await pause();
   }
 }

@@ -1,3 +1,4 @@
+import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { ChatMessage } from "../core/types.js";
 import type { SummarizeInput, Summarizer } from "./summarizer.js";
 
@@ -43,12 +44,48 @@ export function createExtractiveSummarizer(opts: ExtractiveSummarizerOptions = {
     name,
     async summarize(input: SummarizeInput, signal: AbortSignal): Promise<string> {
       signal.throwIfAborted();
-      return extractiveSummary(input, maxChars);
+      return extractiveSummary(input, maxChars, new Slicer(signal));
     },
   };
 }
 
-function extractiveSummary(input: SummarizeInput, maxChars: number): string {
+/**
+ * Characters scanned (or a comparable amount of other work) between two
+ * yields to the event loop: about a millisecond of work, so a fold over a
+ * 4 MiB message never holds up other requests for long.
+ */
+const SLICE_UNITS = 256 * 1024;
+/** The work counted for one message or tool call besides its characters. */
+const ITEM_UNITS = 64;
+
+/**
+ * Meters a fold's work and yields to the event loop (a macrotask, so I/O
+ * and timers run) after every SLICE_UNITS of it, checking for cancellation
+ * at each yield.
+ */
+class Slicer {
+  private units = 0;
+  private readonly signal: AbortSignal;
+
+  constructor(signal: AbortSignal) {
+    this.signal = signal;
+  }
+
+  async spend(units: number): Promise<void> {
+    this.units += units;
+    if (this.units < SLICE_UNITS) return;
+    this.units = 0;
+    await yieldToEventLoop();
+    this.signal.throwIfAborted();
+  }
+}
+
+async function extractiveSummary(
+  input: SummarizeInput,
+  maxChars: number,
+  slicer: Slicer,
+): Promise<string> {
+  await slicer.spend(input.previousSummary.length);
   const lines = input.previousSummary
     .split(/\r?\n/)
     .map((line) => line.trim())
@@ -59,31 +96,58 @@ function extractiveSummary(input: SummarizeInput, maxChars: number): string {
     omitted = Number(marker[1]);
     lines.shift();
   }
-  lines.push(...renderLines(input.messages));
+  for (const line of await renderLines(input.messages, slicer)) lines.push(line);
+  await slicer.spend(lines.length);
   return fitLines(lines, omitted, maxChars);
 }
 
 /** One line per message; tool results are named after the call they answer. */
-function renderLines(messages: ChatMessage[]): string[] {
+async function renderLines(messages: ChatMessage[], slicer: Slicer): Promise<string[]> {
   const toolNames = new Map<string, string>();
   for (const message of messages) {
-    for (const call of message.toolCalls ?? []) toolNames.set(call.id, call.name);
+    const calls = message.toolCalls ?? [];
+    for (const call of calls) toolNames.set(call.id, call.name);
+    await slicer.spend(ITEM_UNITS * (1 + calls.length));
   }
-  return messages.map((message) => clip(renderLine(message, toolNames), LINE_CHARS));
+  const lines: string[] = [];
+  for (const message of messages) {
+    lines.push(clip(await renderLine(message, toolNames, slicer), LINE_CHARS));
+  }
+  return lines;
 }
 
-function renderLine(message: ChatMessage, toolNames: ReadonlyMap<string, string>): string {
-  const content = gist(message.content);
+/**
+ * The message's line, or a prefix of it longer than LINE_CHARS: clipping
+ * either to LINE_CHARS gives the same text, so no part of the message
+ * beyond what the line can show is ever scanned.
+ */
+async function renderLine(
+  message: ChatMessage,
+  toolNames: ReadonlyMap<string, string>,
+  slicer: Slicer,
+): Promise<string> {
+  const content = await gist(message.content, slicer);
   if (message.role === "tool") {
     const tool =
       message.name ||
       (message.toolCallId === undefined ? undefined : toolNames.get(message.toolCallId));
-    return `tool${tool ? ` ${collapse(tool)}` : ""} -> ${content || "(empty)"}`;
+    const toolName = tool ? ` ${await collapse(tool, LINE_CHARS + 1, slicer)}` : "";
+    return `tool${toolName} -> ${content || "(empty)"}`;
   }
-  const speaker = message.name ? `${message.role} (${collapse(message.name)})` : message.role;
-  const calls = (message.toolCalls ?? []).map(
-    (call) => `${collapse(call.name)}(${clip(collapse(call.arguments), ARGUMENT_CHARS)})`,
-  );
+  const speaker = message.name
+    ? `${message.role} (${await collapse(message.name, LINE_CHARS + 1, slicer)})`
+    : message.role;
+  // Enough calls to fill the line: the rest would be clipped away.
+  const calls: string[] = [];
+  let callsLength = -", ".length;
+  for (const call of message.toolCalls ?? []) {
+    if (callsLength > LINE_CHARS) break;
+    const callName = await collapse(call.name, LINE_CHARS + 1, slicer);
+    const args = clip(await collapse(call.arguments, ARGUMENT_CHARS + 1, slicer), ARGUMENT_CHARS);
+    const rendered = `${callName}(${args})`;
+    calls.push(rendered);
+    callsLength += ", ".length + rendered.length;
+  }
   if (calls.length === 0) return `${speaker}: ${content || "(empty)"}`;
   if (content === "") return `${speaker} called ${calls.join(", ")}`;
   return `${speaker}: ${content}; called ${calls.join(", ")}`;
@@ -91,17 +155,21 @@ function renderLine(message: ChatMessage, toolNames: ReadonlyMap<string, string>
 
 /**
  * The first sentences of a text that fit in GIST_CHARS, whitespace collapsed;
- * the whole text when it fits, else cut at a word and marked with "…".
+ * the whole text when it fits, else cut at a word and marked with "…". A
+ * sentence ends at a run of ".", "!" or "?" followed by whitespace. Only the
+ * first GIST_CHARS + 1 collapsed characters decide the result, so only they
+ * are collected.
  */
-function gist(text: string): string {
-  const flat = collapse(text);
+async function gist(text: string, slicer: Slicer): Promise<string> {
+  const flat = await collapse(text, GIST_CHARS + 1, slicer);
   if (flat.length <= GIST_CHARS) return flat;
   const budget = GIST_CHARS - ELLIPSIS.length;
+  // Collapsed text holds no whitespace but single spaces.
   let sentencesEnd = 0;
-  for (const end of flat.matchAll(/[.!?]+(?=\s)/g)) {
-    const endIndex = end.index + end[0].length;
-    if (endIndex > budget) break;
-    sentencesEnd = endIndex;
+  for (let end = 1; end <= budget; end++) {
+    if (flat.charCodeAt(end) === SPACE && isSentenceMark(flat.charCodeAt(end - 1))) {
+      sentencesEnd = end;
+    }
   }
   if (sentencesEnd > 0) return `${flat.slice(0, sentencesEnd)} ${ELLIPSIS}`;
   return clip(flat, GIST_CHARS);
@@ -141,21 +209,76 @@ function omittedMarker(count: number): string {
   return `[${count} earlier ${count === 1 ? "line" : "lines"} omitted]`;
 }
 
-function collapse(text: string): string {
-  return text.replace(/\s+/g, " ").trim();
+const SPACE = 0x20;
+
+/**
+ * The text with every run of whitespace made one space and the ends
+ * trimmed (what `text.replace(/\s+/g, " ").trim()` gives), cut to its first
+ * `limit` code units. One left-to-right scan that stops once `limit` units
+ * are out, so a huge text costs what its first words and any whitespace
+ * before them cost, and yields between slices of the scan.
+ */
+async function collapse(text: string, limit: number, slicer: Slicer): Promise<string> {
+  let out = "";
+  let gap = false;
+  for (let from = 0; from < text.length && out.length < limit; ) {
+    const to = Math.min(text.length, from + SLICE_UNITS);
+    let i = from;
+    while (i < to && out.length < limit) {
+      if (isWhitespace(text.charCodeAt(i))) {
+        gap = out.length > 0;
+        i += 1;
+        continue;
+      }
+      if (gap) {
+        out += " ";
+        gap = false;
+        if (out.length >= limit) break;
+      }
+      const wordEnd = Math.min(to, i + limit - out.length);
+      let j = i + 1;
+      while (j < wordEnd && !isWhitespace(text.charCodeAt(j))) j += 1;
+      out += text.slice(i, j);
+      i = j;
+    }
+    await slicer.spend(i - from);
+    from = i;
+  }
+  return out;
+}
+
+/** Exactly the characters of the regular expression class `\s` (and of String.prototype.trim). */
+function isWhitespace(c: number): boolean {
+  if (c <= 0x20) return c === 0x20 || (c >= 0x09 && c <= 0x0d);
+  if (c < 0xa0) return false;
+  return (
+    c === 0xa0 ||
+    c === 0x1680 ||
+    (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x202f ||
+    c === 0x205f ||
+    c === 0x3000 ||
+    c === 0xfeff
+  );
+}
+
+function isSentenceMark(c: number): boolean {
+  return c === 0x2e || c === 0x21 || c === 0x3f; // . ! ?
 }
 
 /**
  * Cuts a text to at most `max` UTF-16 code units, ending in "…" when cut, at a
  * word boundary when one is near, and never between the halves of a surrogate
- * pair.
+ * pair. Only the first `max` + 1 code units of `text` matter.
  */
 function clip(text: string, max: number): string {
   if (text.length <= max) return text;
   if (max < ELLIPSIS.length + 1) return safeSlice(text, max);
   let cut = safeSlice(text, max - ELLIPSIS.length);
   const space = cut.lastIndexOf(" ");
-  const endsOnWord = /\s/.test(text.charAt(cut.length));
+  const endsOnWord = isWhitespace(text.charCodeAt(cut.length));
   if (!endsOnWord && space >= cut.length * 0.6) cut = cut.slice(0, space);
   return `${cut.trimEnd()}${ELLIPSIS}`;
 }

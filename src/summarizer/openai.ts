@@ -344,7 +344,10 @@ function completionsUrl(baseUrl: string, name: string): string {
   if (parsed.username !== "" || parsed.password !== "") {
     throw new Error(`summarizer "${name}": baseUrl must not contain credentials; use apiKey`);
   }
-  return `${baseUrl.replace(/\/+$/, "")}/chat/completions`;
+  // A loop, not /\/+$/: that pattern rescans a run of slashes from each of them.
+  let end = baseUrl.length;
+  while (end > 0 && baseUrl[end - 1] === "/") end -= 1;
+  return `${baseUrl.slice(0, end)}/chat/completions`;
 }
 
 function requireInteger(name: string, option: string, value: number, min: number): void {

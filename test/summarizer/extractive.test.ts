@@ -228,3 +228,255 @@ describe("extractive summarizer: cancellation", () => {
     ).rejects.toBe(reason);
   });
 });
+
+/**
+ * The summariser as it was before it scanned text in linear time, kept as the
+ * oracle that the rewrite gives the same summary for every input small
+ * enough for its quadratic sentence split.
+ */
+function referenceSummary(input: SummarizeInput, maxChars: number): string {
+  const ELLIPSIS = "…";
+  const collapse = (t: string) => t.replace(/\s+/g, " ").trim();
+  const safeSlice = (t: string, end: number) => {
+    const last = t.charCodeAt(end - 1);
+    return t.slice(0, last >= 0xd800 && last <= 0xdbff ? end - 1 : end);
+  };
+  const clip = (t: string, max: number) => {
+    if (t.length <= max) return t;
+    if (max < ELLIPSIS.length + 1) return safeSlice(t, max);
+    let cut = safeSlice(t, max - ELLIPSIS.length);
+    const space = cut.lastIndexOf(" ");
+    const endsOnWord = /\s/.test(t.charAt(cut.length));
+    if (!endsOnWord && space >= cut.length * 0.6) cut = cut.slice(0, space);
+    return `${cut.trimEnd()}${ELLIPSIS}`;
+  };
+  const gist = (t: string) => {
+    const flat = collapse(t);
+    if (flat.length <= 160) return flat;
+    let sentencesEnd = 0;
+    for (const end of flat.matchAll(/[.!?]+(?=\s)/g)) {
+      const endIndex = end.index + end[0].length;
+      if (endIndex > 160 - ELLIPSIS.length) break;
+      sentencesEnd = endIndex;
+    }
+    if (sentencesEnd > 0) return `${flat.slice(0, sentencesEnd)} ${ELLIPSIS}`;
+    return clip(flat, 160);
+  };
+  const marker = (n: number) => `[${n} earlier ${n === 1 ? "line" : "lines"} omitted]`;
+  const lines = input.previousSummary
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .filter((l) => l !== "");
+  let already = 0;
+  const m = lines[0]?.match(/^\[(\d+) earlier lines? omitted\]$/);
+  if (m?.[1] !== undefined) {
+    already = Number(m[1]);
+    lines.shift();
+  }
+  const toolNames = new Map<string, string>();
+  for (const msg of input.messages) {
+    for (const call of msg.toolCalls ?? []) toolNames.set(call.id, call.name);
+  }
+  for (const msg of input.messages) {
+    const content = gist(msg.content);
+    let line: string;
+    if (msg.role === "tool") {
+      const tool =
+        msg.name || (msg.toolCallId === undefined ? undefined : toolNames.get(msg.toolCallId));
+      line = `tool${tool ? ` ${collapse(tool)}` : ""} -> ${content || "(empty)"}`;
+    } else {
+      const speaker = msg.name ? `${msg.role} (${collapse(msg.name)})` : msg.role;
+      const calls = (msg.toolCalls ?? []).map(
+        (c) => `${collapse(c.name)}(${clip(collapse(c.arguments), 60)})`,
+      );
+      if (calls.length === 0) line = `${speaker}: ${content || "(empty)"}`;
+      else if (content === "") line = `${speaker} called ${calls.join(", ")}`;
+      else line = `${speaker}: ${content}; called ${calls.join(", ")}`;
+    }
+    lines.push(clip(line, 240));
+  }
+  for (let start = 0; start < lines.length; start++) {
+    const omitted = already + start;
+    const head = omitted > 0 ? marker(omitted) : "";
+    const body = lines.slice(start).join("\n");
+    if (head.length + (head && body ? 1 : 0) + body.length <= maxChars) {
+      return [head, ...lines.slice(start)].filter((l) => l !== "").join("\n");
+    }
+  }
+  const newest = lines.at(-1);
+  const omitted = already + Math.max(lines.length - 1, 0);
+  const head = omitted > 0 ? marker(omitted) : "";
+  if (newest === undefined) return clip(head, maxChars);
+  const room = maxChars - head.length - 1;
+  if (head !== "" && room >= 24) return `${head}\n${clip(newest, room)}`;
+  return clip(newest, maxChars);
+}
+
+describe("extractive summarizer: same summaries as the reference", () => {
+  // Sentence marks, every kind of whitespace, a surrogate pair and plain letters, densely mixed.
+  const tricky = fc
+    .array(
+      fc.constantFrom(
+        ".",
+        "!",
+        "?",
+        "...",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\u00a0",
+        "\u2028",
+        "\u3000",
+        "\ufeff",
+        "😀",
+        "a",
+        "word",
+        "Sentence.",
+        "x".repeat(30),
+      ),
+      { maxLength: 120 },
+    )
+    .map((parts) => parts.join(""));
+  const text = fc.oneof(
+    tricky,
+    fc.string({ unit: "binary", maxLength: 400 }),
+    fc.lorem({ maxCount: 40, mode: "sentences" }),
+  );
+  const message: fc.Arbitrary<ChatMessage> = fc.record(
+    {
+      role: fc.constantFrom("system", "user", "assistant", "tool") as fc.Arbitrary<
+        ChatMessage["role"]
+      >,
+      content: text,
+      name: fc.oneof(fc.string({ maxLength: 20 }), tricky),
+      toolCalls: fc.array(
+        fc.record({ id: fc.string({ maxLength: 2 }), name: tricky, arguments: text }),
+        { maxLength: 12 },
+      ),
+      toolCallId: fc.string({ maxLength: 2 }),
+    },
+    { requiredKeys: ["role", "content"] },
+  );
+
+  it("for any messages, names, tool calls and budget", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.record({
+          previousSummary: fc.oneof(
+            text,
+            fc.nat({ max: 100 }).map((n) => `[${n} earlier lines omitted]\nuser: earlier`),
+          ),
+          messages: fc.array(message, { maxLength: 20 }),
+        }),
+        fc.integer({ min: 1, max: 3000 }),
+        async (input, maxChars) => {
+          expect(await summarize(input, maxChars)).toBe(referenceSummary(input, maxChars));
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  it("treats exactly the characters of \\s as whitespace, for every UTF-16 code unit", async () => {
+    const messages: ChatMessage[] = [];
+    for (let c = 0; c <= 0xffff; c++) {
+      const ch = String.fromCharCode(c);
+      messages.push({ role: "user", content: `${ch}a${ch}${ch}b${ch}` });
+    }
+    const input = { previousSummary: "", messages };
+    expect(await summarize(input, 10_000_000)).toBe(referenceSummary(input, 10_000_000));
+  });
+});
+
+describe("extractive summarizer: bounded work on hostile input", () => {
+  const MiB = 1024 * 1024;
+  // Runs that made the old sentence split quadratic, or that must be scanned to the end.
+  const attacks: [string, (n: number) => string][] = [
+    ["dots", (n) => ".".repeat(n)],
+    ["mixed marks", (n) => "!?.".repeat(n / 3)],
+    ["marks then a space", (n) => `${".".repeat(n - 1)} `],
+    ["whitespace", (n) => " \t\n\u3000".repeat(n / 4)],
+    ["whitespace then a word", (n) => `${" ".repeat(n - 4)}word`],
+    ["one long word", (n) => "x".repeat(n)],
+    ["words and marks", (n) => "a. !? ".repeat(n / 6)],
+  ];
+
+  /** The fastest of a few runs: the least disturbed by other work on the machine. */
+  async function fastestMs(input: SummarizeInput): Promise<number> {
+    let best = Number.POSITIVE_INFINITY;
+    for (let i = 0; i < 3; i++) {
+      const started = performance.now();
+      await summarize(input);
+      best = Math.min(best, performance.now() - started);
+    }
+    return best;
+  }
+
+  for (const [name, make] of attacks) {
+    it(`summarises 4 MiB of ${name} in linear time`, async () => {
+      const asMessage = (content: string): SummarizeInput => ({
+        previousSummary: "",
+        messages: [{ role: "user", content, name: content, toolCalls: [] }],
+      });
+      // The old sentence split already took seconds on 64 KiB of dots.
+      const smallMs = await fastestMs(asMessage(make(64 * 1024)));
+      expect(smallMs).toBeLessThan(2000);
+      const big = asMessage(make(4 * MiB));
+      expect((await summarize(big)).length).toBeLessThanOrEqual(2000);
+      const bigMs = await fastestMs(big);
+      expect(bigMs).toBeLessThan(2000);
+      // 64 times the input: linear work grows 64x, quadratic 4096x. The floor
+      // keeps timer noise on tiny timings out of the ratio.
+      expect(bigMs).toBeLessThan(Math.max(smallMs, 1) * 400);
+    });
+  }
+
+  it("renders a message with 100,000 tool calls and 4 MiB names in bounded time", async () => {
+    const toolCalls = Array.from({ length: 100_000 }, (_, i) => ({
+      id: `c${i}`,
+      name: "f",
+      arguments: "{}",
+    }));
+    const huge = " ".repeat(4 * MiB);
+    const started = performance.now();
+    const summary = await summarize({
+      previousSummary: "",
+      messages: [
+        { role: "assistant", content: "", toolCalls },
+        { role: "user", content: "hi", name: `${huge}ada${huge}` },
+        { role: "tool", content: "ok", name: `${huge}lookup` },
+      ],
+    });
+    expect(performance.now() - started).toBeLessThan(2000);
+    const lines = summary.split("\n");
+    expect(lines[0]).toMatch(/^assistant called f\(\{\}\), f\(\{\}\), .*…$/);
+    expect(lines[0]?.length).toBeLessThanOrEqual(240);
+    expect(lines.slice(1)).toEqual(["user (ada): hi", "tool lookup -> ok"]);
+  });
+
+  it("yields to the event loop while it folds a huge message, and stops when aborted", async () => {
+    const input: SummarizeInput = {
+      previousSummary: "",
+      messages: [{ role: "user", content: " ".repeat(4 * MiB) }],
+    };
+    let turns = 0;
+    let ticking = true;
+    const tick = () => {
+      turns += 1;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    expect(await summarize(input)).toBe("user: (empty)");
+    ticking = false;
+    // Scanning 4 MiB takes several slices; other callbacks ran between them.
+    expect(turns).toBeGreaterThanOrEqual(4);
+
+    const controller = new AbortController();
+    const reason = new Error("deadline");
+    const folding = createExtractiveSummarizer().summarize(input, controller.signal);
+    setImmediate(() => controller.abort(reason));
+    await expect(folding).rejects.toBe(reason);
+  });
+});
