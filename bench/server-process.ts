@@ -15,6 +15,8 @@ export interface ServerProcess {
   readonly httpPort: number | undefined;
   /** User + system CPU time the process has used so far, in microseconds; undefined without /proc. */
   cpuMicros(): number | undefined;
+  /** The last few KB the process wrote to stderr (e.g. the inspector's URL). */
+  stderrText(): string;
   /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
   stop(graceMs?: number): Promise<void>;
 }
@@ -108,6 +110,7 @@ export function startServerProcess(options: StartServerProcessOptions): Promise<
           HTTP_LISTENING.exec(stdout),
         ),
         cpuMicros: () => processCpuMicros(pid),
+        stderrText: () => stderrTail,
         stop,
       });
     };
