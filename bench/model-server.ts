@@ -10,6 +10,8 @@ import type { AddressInfo, Socket } from "node:net";
 export interface ModelServer {
   /** "http://127.0.0.1:PORT/v1", as the server's --openai-base-url. */
   readonly baseUrl: string;
+  /** Completion requests received so far. */
+  readonly requested: number;
   /** Completions answered so far. */
   readonly answered: number;
   close(): Promise<void>;
@@ -18,6 +20,7 @@ export interface ModelServer {
 const MAX_BODY_BYTES = 8 * 1024 * 1024;
 
 export async function startModelServer(delayMs: number): Promise<ModelServer> {
+  let requested = 0;
   let answered = 0;
   const sockets = new Set<Socket>();
   const timers = new Set<NodeJS.Timeout>();
@@ -33,6 +36,7 @@ export async function startModelServer(delayMs: number): Promise<ModelServer> {
       if (bytes > MAX_BODY_BYTES) req.destroy();
     });
     req.on("end", () => {
+      requested++;
       const timer = setTimeout(() => {
         timers.delete(timer);
         answered++;
@@ -67,6 +71,9 @@ export async function startModelServer(delayMs: number): Promise<ModelServer> {
   const { port } = server.address() as AddressInfo;
   return {
     baseUrl: `http://127.0.0.1:${port}/v1`,
+    get requested() {
+      return requested;
+    },
     get answered() {
       return answered;
     },

@@ -46,7 +46,7 @@ export const SIZE_FLAGS = {
     quick: 1,
     min: 0.2,
     max: 600,
-    help: "thread-length, peer: length of one timed run",
+    help: "thread-length: length of one timed run",
   },
   rounds: {
     full: 3,

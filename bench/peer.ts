@@ -426,7 +426,9 @@ async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
     const ratio = (op: string, pick: (p: Phase) => number): string => {
       const a = find("agent-memory-server", op);
       const b = find("windlass", op);
-      if (a === undefined || b === undefined || a.ops === 0 || b.ops === 0) return "n/a";
+      if (a === undefined || b === undefined || a.ops === 0 || b.ops === 0 || pick(b) === 0) {
+        return "n/a (no CPU tick measured)";
+      }
       return (pick(a) / a.ops / (pick(b) / b.ops)).toFixed(1);
     };
     const lines = [
@@ -437,7 +439,7 @@ async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
         "REST API; it has no append, so an append is GET of the whole session plus PUT of the whole session " +
         `with the message added (a read is GET ?recent_messages_limit=${WINDOW}). The sessions grow by the appends ` +
         `(${Math.round(o.size("peer-ops") / sessions)} each). CPU is the server process's (user+system), and ` +
-        "redis-server's, over each timed phase.",
+        "redis-server's, over each timed phase, read from /proc in 10 ms ticks.",
       "",
       "| server | op | ops | p50 ms | p99 ms | server CPU us/op | redis CPU us/op | errors |",
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",

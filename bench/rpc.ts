@@ -161,6 +161,8 @@ export function openWatch(
   const resume = (onMessage?: (message: Buffer, atMs: number) => void): void => {
     handler = onMessage;
     stream.on("data", onData);
+    // A 'data' listener alone does not restart a stream paused on purpose.
+    stream.resume();
   };
   stream.end(frame);
   if (!options.paused) resume(options.onMessage);
