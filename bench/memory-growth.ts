@@ -1,5 +1,6 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import {
+  type AddRequest,
   AddRequestSchema,
   ChatMessageSchema,
   GetRequestSchema,
@@ -61,11 +62,7 @@ interface StoreResult {
   readonly fillSeconds: number;
 }
 
-function addRequest(
-  thread: number,
-  from: number,
-  count: number,
-): ReturnType<typeof create<typeof AddRequestSchema>> {
+function addRequest(thread: number, from: number, count: number): AddRequest {
   return create(AddRequestSchema, {
     threadId: `bench-mem-${String(thread).padStart(5, "0")}`,
     strategy: create(StrategySchema, {

@@ -88,9 +88,18 @@ export function commandOf(options: BenchOptions, scenario: ScenarioName): string
       if (arg === "--results") i++;
       continue;
     }
-    flags.push(arg);
+    // Quoted as a shell would need it, so the line can be pasted.
+    flags.push(/[\s"'$]/.test(arg) ? `'${arg.replaceAll("'", "'\\''")}'` : arg);
   }
-  return [env, `npm run bench -- ${flags.join(" ")}`].filter((p) => p !== "").join(" ");
+  // As it was started: through npm (which builds first), or node on the built file.
+  const projectNode = process.execPath.startsWith(
+    `${fileURLToPath(new URL("../../", import.meta.url))}.node/`,
+  );
+  const launcher =
+    process.env.npm_lifecycle_event === "bench"
+      ? "npm run bench --"
+      : `${projectNode ? "node" : process.execPath} dist/bench/run.js`;
+  return [env, `${launcher} ${flags.join(" ")}`].filter((p) => p !== "").join(" ");
 }
 
 async function main(argv: readonly string[]): Promise<number> {

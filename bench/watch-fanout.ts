@@ -2,6 +2,7 @@ import type * as http2 from "node:http2";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
+  type AddRequest,
   AddRequestSchema,
   ChatMessageSchema,
   EventType,
@@ -83,7 +84,7 @@ function startServer(ctx: ScenarioContext, inspect: boolean): Promise<ServerProc
   });
 }
 
-function sixMessages(from: number): ReturnType<typeof create<typeof AddRequestSchema>> {
+function sixMessages(from: number): AddRequest {
   return create(AddRequestSchema, {
     threadId: FANOUT_THREAD,
     strategy: create(StrategySchema, {
