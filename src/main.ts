@@ -52,7 +52,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     return 1;
   }
   // Handlers go in before the listening line: a supervisor may signal as soon as it sees it.
-  // They stay until the stop has finished: a signal sent to the process group
+  // They stay until the process exits: a signal sent to the process group
   // reaches this process twice when `npm start` forwards its copy, and the
   // second one must not kill a shutdown in progress (Node's default action).
   let requestStop: () => void = () => {};
@@ -84,7 +84,9 @@ export async function main(argv: readonly string[]): Promise<number> {
     logger.warn("flushing traces failed", { err });
   });
   logger.info("stopped", {});
-  process.off("SIGTERM", onSignal);
-  process.off("SIGINT", onSignal);
+  // The handlers stay until the process has exited (they do not keep it
+  // alive): `npm start` may forward its copy of a group signal late, and
+  // without a handler that copy would kill the process by the signal, which
+  // npm then re-raises on itself instead of exiting 0.
   return 0;
 }
