@@ -246,7 +246,7 @@ describe.each(scans)("initial-state Watch over %i threads, %i at once", (threads
   });
 
   it("leaves the server responsive and sends every summary", async () => {
-    const store = createMemoryStore();
+    const store = createMemoryStore({ maxThreadsPerNamespace: 0 });
     await fill(store, threads);
     server = await serve(store);
     const port = server.servers.grpcPort;
@@ -314,7 +314,7 @@ describe("service-side loops yield and stop when cancelled", () => {
 
   it("an initial-state Watch stops scanning when its call is cancelled", async () => {
     const reads = { count: 0 };
-    const store = createMemoryStore();
+    const store = createMemoryStore({ maxThreadsPerNamespace: 0 });
     await fill(store, 20_000);
     // The real store, with its reads counted.
     const counted: Store = Object.assign(Object.create(store) as Store, {
@@ -355,7 +355,7 @@ describe("service-side loops yield and stop when cancelled", () => {
   });
 
   it("a Watch resumed behind a long backlog yields between batches of it", async () => {
-    const store = createMemoryStore();
+    const store = createMemoryStore({ maxThreadsPerNamespace: 0 });
     const service = createMemoryService({
       store,
       summarizers: createSummarizerRegistry([createExtractiveSummarizer()], "extractive"),
@@ -397,7 +397,7 @@ describe("service-side loops yield and stop when cancelled", () => {
   });
 
   it("Clear all yields between pages of thread ids", async () => {
-    const store = createMemoryStore();
+    const store = createMemoryStore({ maxThreadsPerNamespace: 0 });
     await fill(store, 5_000);
     const service = createMemoryService({
       store,
