@@ -4,6 +4,7 @@ import { silentLogger } from "../../src/logger.js";
 import {
   FoldScheduler,
   type FoldSchedulerOptions,
+  foldDeadlineMs,
   retryDelayMs,
 } from "../../src/service/fold-scheduler.js";
 import { DEFAULT_SERVICE_LIMITS } from "../../src/service/memory-service.js";
@@ -14,6 +15,7 @@ import { createOpenAiSummarizer } from "../../src/summarizer/openai.js";
 import { createSummarizerRegistry } from "../../src/summarizer/registry.js";
 import type { Summarizer } from "../../src/summarizer/summarizer.js";
 import { type FakeLlm, startFakeLlm } from "../support/fake-llm.js";
+import { watchTimersOf } from "../support/held-timers.js";
 import { waitUntil, windowDefault } from "../support/service-harness.js";
 
 /**
@@ -138,29 +140,39 @@ describe("fold retries", () => {
 });
 
 describe("fold deadline", () => {
-  const activeTimers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
-
   it("arms a held timer for each fold and clears it when the fold ends", async () => {
-    let armed: (timers: number) => void = () => {};
-    const called = new Promise<number>((resolve) => {
-      armed = resolve;
-    });
-    const watched: Summarizer = {
-      name: "watched",
-      summarize: async () => {
-        armed(activeTimers());
-        return "done";
-      },
-    };
-    const s = await start({ extra: [watched] });
-    await append(s.store, "t", "watched", 4);
-    // No timer of the test's own runs while the fold does.
-    const baseline = activeTimers();
-    s.scheduler.kick("", "t");
-    expect(await called).toBe(baseline + 1);
-    await waitUntil(() => !s.scheduler.isRunning("", "t"));
-    expect((await s.store.getThread("", "t"))?.summary).toBe("done");
-    expect(activeTimers()).toBe(baseline);
+    // The fold's own timer is told from every other timer of the process by
+    // its delay: the deadline under the default lease.
+    const deadlineMs = foldDeadlineMs(DEFAULT_SERVICE_LIMITS.foldLeaseMs);
+    const timers = watchTimersOf(deadlineMs);
+    try {
+      let armedDuringCall: unknown[] = [];
+      let calledResolve: () => void = () => {};
+      const called = new Promise<void>((resolve) => {
+        calledResolve = resolve;
+      });
+      const watched: Summarizer = {
+        name: "watched",
+        summarize: async () => {
+          armedDuringCall = [...timers.armed];
+          calledResolve();
+          return "done";
+        },
+      };
+      const s = await start({ extra: [watched] });
+      await append(s.store, "t", "watched", 4);
+      s.scheduler.kick("", "t");
+      await called;
+      // Armed while the model call runs: a timer the code holds, so it fires.
+      expect(armedDuringCall).toHaveLength(1);
+      await waitUntil(() => !s.scheduler.isRunning("", "t"));
+      expect((await s.store.getThread("", "t"))?.summary).toBe("done");
+      // ...and cleared once the fold is over.
+      expect(timers.armed).toHaveLength(1);
+      expect(timers.cleared.has(timers.armed[0])).toBe(true);
+    } finally {
+      timers.restore();
+    }
   });
 
   it("gives the slot back at the deadline even when a summariser ignores its signal", async () => {

@@ -43,8 +43,10 @@ describe("memory store", () => {
       costs.large = Math.min(costs.large, await pageCost(large));
     }
     // O(log n + page): measured about 2x (1.7x the comparisons, plus cache
-    // misses); sorting every id per page, as before, is orders of magnitude.
-    expect(costs.large / costs.small).toBeLessThan(4);
+    // misses), up to 4.7x on a machine under full CPU load. Anything linear
+    // in the namespace is about 100x at these sizes, and sorting every id per
+    // page, as before, is orders of magnitude: 10x tells them apart with room.
+    expect(costs.large / costs.small).toBeLessThan(10);
     await small.store.close();
     await large.store.close();
   }, 120_000);

@@ -7,6 +7,7 @@ import {
   SummarizerError,
 } from "../../src/summarizer/openai.js";
 import { type FakeLlm, type FakeStep, startFakeLlm } from "../support/fake-llm.js";
+import { watchTimersOf } from "../support/held-timers.js";
 
 const API_KEY = "sk-test-0123456789-secret";
 const SECRET_TEXT = "my card number is 4111 1111 1111 1111";
@@ -288,30 +289,33 @@ describe("openai summarizer: timeouts and cancellation", () => {
 });
 
 describe("openai summarizer: the attempt timer", () => {
-  const activeTimers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
-
   it("clears its timer and its listener on the caller's signal however an attempt ends", async () => {
     const { llm, summarize } = await setup([], { timeoutMs: 60_000, maxRetries: 0 });
     // One long-lived caller signal, as a server's shutdown signal would be.
     const caller = new AbortController();
-    const baseline = activeTimers();
-    const during: number[] = [];
-    llm.setFallback({
-      route: () => {
-        during.push(activeTimers());
-        return { reply: "ok" };
-      },
-    });
-    expect(await summarize(caller.signal)).toBe("ok");
-    llm.setFallback({ status: 400 });
-    await failure(summarize(caller.signal));
-    llm.setFallback({ malformed: true });
-    await failure(summarize(caller.signal));
-    // While an attempt runs its timer is armed (held, so it fires); after,
-    // nothing of it is left (other timers of the process may end meanwhile).
-    expect(during).toEqual([baseline + 1]);
-    expect(activeTimers()).toBeLessThanOrEqual(baseline);
-    expect(getEventListeners(caller.signal, "abort")).toHaveLength(0);
+    const timers = watchTimersOf(60_000);
+    try {
+      const during: number[] = [];
+      llm.setFallback({
+        route: () => {
+          during.push(timers.pending());
+          return { reply: "ok" };
+        },
+      });
+      expect(await summarize(caller.signal)).toBe("ok");
+      llm.setFallback({ status: 400 });
+      await failure(summarize(caller.signal));
+      llm.setFallback({ malformed: true });
+      await failure(summarize(caller.signal));
+      // While an attempt runs its timer is armed (held, so it fires); after,
+      // every attempt's timer has been cleared.
+      expect(during).toEqual([1]);
+      expect(timers.armed).toHaveLength(3);
+      for (const timer of timers.armed) expect(timers.cleared.has(timer)).toBe(true);
+      expect(getEventListeners(caller.signal, "abort")).toHaveLength(0);
+    } finally {
+      timers.restore();
+    }
   });
 });
 
