@@ -73,15 +73,30 @@ export function trimCount(
   messages: readonly { seq: number; role: Role }[],
   summarizedThroughSeq: number,
 ): number {
-  const excess = messages.length - strategy.maxStored;
+  return trimCountOf(strategy, messages.length, (i) => messages[i], summarizedThroughSeq);
+}
+
+/**
+ * trimCount over a thread of `length` messages whose i-th oldest is `at(i)`,
+ * asked for in order from 0 and only as far as the answer needs (the excess
+ * plus the tool results after it), so a store can trim a long thread without
+ * reading or copying all of it.
+ */
+export function trimCountOf(
+  strategy: Strategy,
+  length: number,
+  at: (i: number) => { seq: number; role: Role } | undefined,
+  summarizedThroughSeq: number,
+): number {
+  const excess = length - strategy.maxStored;
   if (excess <= 0) return 0;
   // Summary threads may only lose what the summary already holds.
   const mayDrop = (i: number): boolean =>
-    strategy.kind !== "summary" || (messages[i]?.seq ?? Infinity) <= summarizedThroughSeq;
+    strategy.kind !== "summary" || (at(i)?.seq ?? Infinity) <= summarizedThroughSeq;
   let n = 0;
   while (n < excess && mayDrop(n)) n++;
   if (n === 0) return 0;
-  while (n < messages.length && messages[n]?.role === "tool" && mayDrop(n)) n++;
+  while (n < length && at(n)?.role === "tool" && mayDrop(n)) n++;
   return n;
 }
 

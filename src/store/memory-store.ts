@@ -4,14 +4,16 @@ import {
   keepsSummary,
   newThreadState,
   requestIdReusedError,
-  trimCount,
+  trimCountOf,
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
+import { recallSize } from "../core/recall.js";
 import type {
   ChatMessage,
   EventBody,
   MemoryEvent,
   StoredMessage,
+  Strategy,
   ThreadState,
 } from "../core/types.js";
 import { SortedIds } from "./memory/sorted-ids.js";
@@ -23,6 +25,8 @@ import {
   CLEAR_BATCH,
   type CommitSummaryCommand,
   type FoldFailureCommand,
+  READ_SLACK,
+  type ReadView,
   type Store,
   type StoreLimits,
   type ThreadSnapshot,
@@ -46,7 +50,13 @@ interface IdempotencyRecord {
 
 interface ThreadRecord {
   state: ThreadState;
-  messages: StoredMessage[];
+  /**
+   * The stored messages, oldest first, are messages[head..]: a trim moves
+   * `head` instead of shifting a long array, and the dropped front is cut off
+   * once it is as long as the rest (amortised O(1) per dropped message).
+   */
+  messages: (StoredMessage | undefined)[];
+  head: number;
   /** request_id -> first result; Map keeps insertion order, so the oldest go first. */
   requests: Map<string, IdempotencyRecord>;
   /** Sum of quota.ts messageBytes over `messages`. */
@@ -146,10 +156,10 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 
   /** Trims the thread to its strategy's max_stored and gives the room back. */
   function trim(s: NamespaceState, rec: ThreadRecord): void {
-    const n = trimCount(rec.state.strategy, rec.messages, rec.state.summarizedThroughSeq);
+    const n = dropCount(rec, rec.state.strategy, rec.state.summarizedThroughSeq);
     if (n === 0) return;
-    const bytes = sumBytes(rec.messages, 0, n);
-    rec.messages.splice(0, n);
+    const bytes = sumBytes(rec.messages, rec.head, rec.head + n);
+    dropOldest(rec, n);
     rec.bytes -= bytes;
     s.usage.messages -= n;
     s.usage.bytes -= bytes;
@@ -158,7 +168,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   /** Takes a thread out of the namespace's ids and usage (it is deleted by the caller). */
   function forget(s: NamespaceState, rec: ThreadRecord): void {
     s.usage.threads -= 1;
-    s.usage.messages -= rec.messages.length;
+    s.usage.messages -= storedCount(rec);
     s.usage.bytes -= rec.bytes;
   }
 
@@ -185,14 +195,21 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         (m, i): StoredMessage =>
           Object.freeze({ ...m, seq: lastSeqBefore + i + 1, createTime: cmd.now }),
       );
-      const list = existing?.messages ?? [];
+      const rec: ThreadRecord = existing ?? {
+        state: newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now),
+        messages: [],
+        head: 0,
+        requests: new Map(),
+        bytes: 0,
+      };
+      const list = rec.messages;
       const before = list.length;
       for (const m of added) list.push(m);
-      const dropped = trimCount(strategy, list, through);
+      const dropped = dropCount(rec, strategy, through);
       const delta: NamespaceUsage = {
         threads: existing === undefined ? 1 : 0,
         messages: added.length - dropped,
-        bytes: sumBytes(added, 0, added.length) - sumBytes(list, 0, dropped),
+        bytes: sumBytes(added, 0, added.length) - sumBytes(list, rec.head, rec.head + dropped),
       };
       try {
         checkQuotas(lim, s.usage, delta);
@@ -201,12 +218,6 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         throw err;
       }
 
-      const rec: ThreadRecord = existing ?? {
-        state: newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now),
-        messages: [],
-        requests: new Map(),
-        bytes: 0,
-      };
       if (existing === undefined) {
         s.threads.set(cmd.threadId, rec);
         s.ids.add(cmd.threadId);
@@ -217,8 +228,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         rec.state.summarizedThroughSeq = 0;
       }
       rec.state.strategy = strategy;
-      if (dropped > 0) list.splice(0, dropped);
-      rec.messages = list;
+      if (dropped > 0) dropOldest(rec, dropped);
       rec.bytes += delta.bytes;
       s.usage.threads += delta.threads;
       s.usage.messages += delta.messages;
@@ -245,11 +255,17 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       return { ...result, thread: copyThread(rec.state) };
     },
 
-    async read(namespace: string, threadId: string): Promise<ThreadSnapshot | undefined> {
+    async read(
+      namespace: string,
+      threadId: string,
+      view?: ReadView,
+    ): Promise<ThreadSnapshot | undefined> {
       const rec = namespaces.get(namespace)?.threads.get(threadId);
       if (rec === undefined) return undefined;
-      // The messages are in memory already: a view would save nothing.
-      return { thread: copyThread(rec.state), messages: rec.messages.slice(), complete: true };
+      // Only what the view needs is copied, so a Get costs its window, not the thread.
+      const start = view === undefined ? 0 : viewStart(rec, view);
+      const messages = rec.messages.slice(rec.head + start) as StoredMessage[];
+      return { thread: copyThread(rec.state), messages, complete: start === 0 };
     },
 
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
@@ -392,10 +408,69 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   };
 }
 
-function sumBytes(messages: readonly ChatMessage[], from: number, to: number): number {
+function sumBytes(
+  messages: readonly (ChatMessage | undefined)[],
+  from: number,
+  to: number,
+): number {
   let n = 0;
   for (let i = from; i < to; i++) n += messageBytes(messages[i] as ChatMessage);
   return n;
+}
+
+function storedCount(rec: ThreadRecord): number {
+  return rec.messages.length - rec.head;
+}
+
+/** core/append.ts trimCount over the thread's stored messages, reading only the front it drops. */
+function dropCount(rec: ThreadRecord, strategy: Strategy, summarizedThroughSeq: number): number {
+  const { messages, head } = rec;
+  return trimCountOf(
+    strategy,
+    messages.length - head,
+    (i) => messages[head + i],
+    summarizedThroughSeq,
+  );
+}
+
+/** Drops the `n` oldest stored messages in O(n) amortised, whatever the thread's length. */
+function dropOldest(rec: ThreadRecord, n: number): void {
+  const end = rec.head + n;
+  // Released now, so a dropped message is not kept alive until the next cut.
+  for (let i = rec.head; i < end; i++) rec.messages[i] = undefined;
+  rec.head = end;
+  if (rec.head >= 1024 && rec.head * 2 >= rec.messages.length) {
+    rec.messages = rec.messages.slice(rec.head);
+    rec.head = 0;
+  }
+}
+
+/**
+ * Index (among the stored messages) of the oldest one a read with `view`
+ * returns: the newest recallSize + READ_SLACK, and for the summary strategy
+ * every message after summarized_through_seq too (store.ts Store.read).
+ */
+function viewStart(rec: ThreadRecord, view: ReadView): number {
+  const count = storedCount(rec);
+  const size = recallSize(rec.state.strategy, view.limit);
+  if (size <= 0) return 0;
+  let start = Math.max(0, count - size - READ_SLACK);
+  if (rec.state.strategy.kind === "summary") {
+    start = Math.min(start, firstAfter(rec, rec.state.summarizedThroughSeq));
+  }
+  return start;
+}
+
+/** Index of the oldest stored message with a seq above `seq` (binary search: seqs ascend). */
+function firstAfter(rec: ThreadRecord, seq: number): number {
+  let lo = 0;
+  let hi = storedCount(rec);
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if ((rec.messages[rec.head + mid]?.seq ?? Infinity) <= seq) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 function leaseKey(namespace: string, threadId: string): string {

@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
 import Database from "better-sqlite3";
-import { decideAppend, keepsSummary, newThreadState, trimCount } from "../core/append.js";
+import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
+import { recallSize } from "../core/recall.js";
 import type {
   ChatMessage,
   EventBody,
@@ -21,6 +22,8 @@ import {
   CLEAR_BATCH,
   type CommitSummaryCommand,
   type FoldFailureCommand,
+  READ_SLACK,
+  type ReadView,
   type Store,
   type StoreLimits,
   type ThreadSnapshot,
@@ -42,6 +45,19 @@ export interface SqliteStoreOptions {
    */
   cacheSize?: number;
 }
+
+/**
+ * The queries that let a Get and a trim cost what they return or drop, not
+ * the thread's length: each is one search of the messages table's primary key
+ * (thread, seq) (test/store/sqlite-store.test.ts checks their plans).
+ */
+export const MESSAGE_QUERIES = {
+  /** A thread's messages from a seq on, oldest first: a windowed read, a trim's front. */
+  from: `SELECT seq, role, create_time, content, extra FROM messages
+    WHERE thread = ? AND seq >= ? ORDER BY seq LIMIT ?`,
+  oldestSeq: "SELECT min(seq) FROM messages WHERE thread = ?",
+  deleteThrough: "DELETE FROM messages WHERE thread = ? AND seq <= ?",
+} as const;
 
 /** The event log's tables (schema 2 on). */
 const EVENTS_SCHEMA = `
@@ -180,10 +196,21 @@ interface Committed<T> {
   value: T;
   /** To publish. */
   events: MemoryEvent[];
-  /** The thread's messages after the transaction, when they are known: to cache. */
-  messages?: { incarnation: string; list: readonly StoredMessage[] };
+  /** How the thread's messages changed: to bring its cached tail up to date. */
+  messages?: MessagesChange;
   /** Incarnations that ended: to drop from the cache. */
   ended?: string[];
+}
+
+/** What one commit did to a thread's messages (see MessageCache.update). */
+interface MessagesChange {
+  incarnation: string;
+  /** The thread was created by this commit: its messages are all known. */
+  created: boolean;
+  lastSeqBefore: number;
+  added: StoredMessage[];
+  /** Every message up to this seq was trimmed; 0 when none. */
+  droppedThrough: number;
 }
 
 /**
@@ -217,10 +244,13 @@ interface Committed<T> {
  * runs, no other process can open the file, the sqlite3 shell included:
  * inspect or copy it with the server stopped.
  *
- * Because this process is the file's only user, it also keeps the messages of
- * recently used threads in memory (MessageCache), replaced after each commit
- * that changes them: a Get then costs what it costs on the memory store,
- * instead of about a microsecond per stored message.
+ * A Get reads only what it can return (Store.read's view): the newest
+ * messages, and a summary thread's unfolded ones, by one range search on the
+ * messages table's primary key (thread, seq). Because this process is the
+ * file's only user, it also keeps the newest messages of recently used
+ * threads in memory (MessageCache), updated by each commit that changes them,
+ * so a Get usually reads no message rows at all. Neither a Get nor an Add
+ * costs more on a long thread: trimming reads only the messages it drops.
  *
  * Cursors (resume-token.ts) carry the random id of the database file, the
  * event's seq in its namespace and a MAC under a secret kept in `meta`, so a
@@ -284,15 +314,12 @@ export function createSqliteStore(
         "SELECT seq, role, create_time, content, extra FROM messages WHERE thread = ? ORDER BY seq",
       )
       .raw(),
+    messagesFrom: db.prepare<[number, number, number], MessageRow>(MESSAGE_QUERIES.from).raw(),
     insertMessage: db.prepare<[number, number, string, number, string, string | null]>(
       "INSERT INTO messages (thread, seq, role, create_time, content, extra) VALUES (?, ?, ?, ?, ?, ?)",
     ),
-    oldestSeq: db
-      .prepare<[number], number | null>("SELECT min(seq) FROM messages WHERE thread = ?")
-      .pluck(),
-    deleteMessagesThrough: db.prepare<[number, number]>(
-      "DELETE FROM messages WHERE thread = ? AND seq <= ?",
-    ),
+    oldestSeq: db.prepare<[number], number | null>(MESSAGE_QUERIES.oldestSeq).pluck(),
+    deleteMessagesThrough: db.prepare<[number, number]>(MESSAGE_QUERIES.deleteThrough),
     request: db.prepare<[number, string], RequestRow>(
       "SELECT hash, result, time FROM requests WHERE thread = ? AND request_id = ?",
     ),
@@ -381,37 +408,82 @@ export function createSqliteStore(
     for (const listener of set) listener(events);
   }
 
-  function loadMessages(key: number): readonly StoredMessage[] {
+  function loadMessages(key: number): StoredMessage[] {
     return sql.messages.all(key).map(toMessage);
+  }
+
+  /** The thread's messages from seq `from` on (at most `limit`), oldest first. */
+  function loadMessagesFrom(key: number, from: number, limit = -1): StoredMessage[] {
+    return sql.messagesFrom.all(key, from, limit).map(toMessage);
   }
 
   /**
    * Trims the thread, inside the caller's transaction, to its strategy's
-   * max_stored. `known` is the thread's messages if the caller knows them;
-   * returns them after the trim, when known, and what was dropped.
+   * max_stored. Returns what was dropped: how many, their bytes and the
+   * newest dropped seq (0: none).
    */
   function trim(
     key: number,
     state: ThreadState,
-    known: readonly StoredMessage[] | undefined,
-  ): { after: readonly StoredMessage[] | undefined; count: number; bytes: number } {
+  ): { count: number; bytes: number; through: number } {
     // Stored seqs are contiguous (appends add at the end, trims cut at the
-    // front), so counting needs no scan, and the messages are read only to trim.
+    // front), so counting needs no scan, and only the front that goes is read.
     const oldest = sql.oldestSeq.get(key) ?? null;
     const count = oldest === null ? 0 : state.lastSeq - oldest + 1;
-    if (count <= state.strategy.maxStored) return { after: known, count: 0, bytes: 0 };
-    // Should the cache ever disagree with the file, the file wins.
-    const all =
-      known !== undefined && known.length === count && known[0]?.seq === oldest
-        ? known
-        : loadMessages(key);
-    const n = trimCount(state.strategy, all, state.summarizedThroughSeq);
-    const through = all[n - 1];
-    if (through === undefined) return { after: all, count: 0, bytes: 0 };
+    const excess = count - state.strategy.maxStored;
+    if (oldest === null || excess <= 0) return { count: 0, bytes: 0, through: 0 };
+    const front: StoredMessage[] = [];
+    const at = (i: number): StoredMessage | undefined => {
+      while (i >= front.length && front.length < count) {
+        // Pages of the excess and a few more (tool results after the cut), then doubling.
+        const page = Math.max(excess + 8, front.length);
+        const rows = loadMessagesFrom(key, oldest + front.length, page);
+        if (rows.length === 0) break;
+        for (const m of rows) front.push(m);
+      }
+      return front[i];
+    };
+    const n = trimCountOf(state.strategy, count, at, state.summarizedThroughSeq);
+    const through = front[n - 1];
+    if (through === undefined) return { count: 0, bytes: 0, through: 0 };
     sql.deleteMessagesThrough.run(key, through.seq);
     let bytes = 0;
-    for (let i = 0; i < n; i++) bytes += messageBytes(all[i] as StoredMessage);
-    return { after: all.slice(n), count: n, bytes };
+    for (let i = 0; i < n; i++) bytes += messageBytes(front[i] as StoredMessage);
+    return { count: n, bytes, through: through.seq };
+  }
+
+  /**
+   * The oldest seq a read with `view` returns: the newest recallSize +
+   * READ_SLACK messages, and a summary thread's unfolded ones (Store.read).
+   * 0 or less: every message.
+   */
+  function viewFrom(row: ThreadRow, strategy: Strategy, view: ReadView): number {
+    const size = recallSize(strategy, view.limit);
+    if (size <= 0) return 0;
+    const from = row.last_seq - size - READ_SLACK + 1;
+    return strategy.kind === "summary" ? Math.min(from, row.summarized_through_seq + 1) : from;
+  }
+
+  /** The thread's messages from seq `from` on, from the cache or the file; and whether that is all. */
+  function readFrom(
+    key: number,
+    row: ThreadRow,
+    from: number,
+  ): { messages: StoredMessage[]; complete: boolean } {
+    const cached = cache.get(row.incarnation);
+    if (cached !== undefined && cached.lastSeq === row.last_seq) {
+      const first = cached.messages[0]?.seq ?? row.last_seq + 1;
+      if (cached.whole || first <= from) {
+        // Seqs are consecutive, so the index of `from` is found without a search.
+        const start = Math.max(0, from - first);
+        return { messages: cached.messages.slice(start), complete: cached.whole && start === 0 };
+      }
+    }
+    const messages = loadMessagesFrom(key, from);
+    const oldest = sql.oldestSeq.get(key) ?? null;
+    const complete = oldest === null || from <= oldest;
+    cache.set(row.incarnation, messages, complete, row.last_seq);
+    return { messages, complete };
   }
 
   /** Adds `delta` to the namespace's usage (and the thread's bytes, when `key` is given). */
@@ -489,6 +561,7 @@ export function createSqliteStore(
       state.summarizedThroughSeq = 0;
     }
     state.strategy = strategy;
+    const lastSeqBefore = state.lastSeq;
     const firstSeq = cmd.messages.length > 0 ? state.lastSeq + 1 : 0;
     const added: StoredMessage[] = [];
     let addedBytes = 0;
@@ -501,10 +574,7 @@ export function createSqliteStore(
     }
     const lastSeq = cmd.messages.length > 0 ? state.lastSeq : 0;
     if (cmd.messages.length > 0) state.updateTime = cmd.now;
-    // A new thread's messages are all known; an existing one's if cached.
-    const before = existing === undefined ? [] : cache.get(state.incarnation);
-    const trimmed = trim(key, state, before === undefined ? undefined : [...before, ...added]);
-    const after = trimmed.after;
+    const trimmed = trim(key, state);
     // Checked once the Add and its trim are written: a refusal rolls it all back.
     const delta: NamespaceUsage = {
       threads: row === undefined ? 1 : 0,
@@ -532,7 +602,13 @@ export function createSqliteStore(
     return {
       value: { ...result, thread: { ...state }, replayed: false },
       events,
-      ...(after === undefined ? {} : { messages: { incarnation: state.incarnation, list: after } }),
+      messages: {
+        incarnation: state.incarnation,
+        created: row === undefined,
+        lastSeqBefore,
+        added,
+        droppedThrough: trimmed.through,
+      },
     };
   });
 
@@ -555,7 +631,7 @@ export function createSqliteStore(
       state.summaryTime = cmd.now;
       state.summarizedThroughSeq = cmd.throughSeq;
       state.updateTime = cmd.now;
-      const { after, count, bytes } = trim(row.id, state, cache.get(state.incarnation));
+      const { count, bytes, through } = trim(row.id, state);
       use(cmd.namespace, { threads: 0, messages: -count, bytes: -bytes }, row.id);
       saveThread(row.id, state);
       const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
@@ -567,9 +643,13 @@ export function createSqliteStore(
       return {
         value: state,
         events: [event],
-        ...(after === undefined
-          ? {}
-          : { messages: { incarnation: state.incarnation, list: after } }),
+        messages: {
+          incarnation: state.incarnation,
+          created: false,
+          lastSeqBefore: state.lastSeq,
+          added: [],
+          droppedThrough: through,
+        },
       };
     },
   );
@@ -640,7 +720,17 @@ export function createSqliteStore(
   function commit<T>(namespace: string, run: () => Committed<T>): T {
     assertOpen();
     const { value, events, messages, ended } = run();
-    if (messages !== undefined) cache.set(messages.incarnation, messages.list);
+    if (messages !== undefined) {
+      // A new thread's messages are all known; an existing one's entry, if
+      // any, is brought up to date (or dropped), never left stale.
+      if (messages.created) cache.set(messages.incarnation, [], true, 0);
+      cache.update(
+        messages.incarnation,
+        messages.lastSeqBefore,
+        messages.added,
+        messages.droppedThrough,
+      );
+    }
     for (const incarnation of ended ?? []) cache.delete(incarnation);
     publish(namespace, events);
     return value;
@@ -651,17 +741,21 @@ export function createSqliteStore(
       return commit(cmd.namespace, () => appendTx.immediate(cmd));
     },
 
-    async read(namespace: string, threadId: string): Promise<ThreadSnapshot | undefined> {
+    async read(
+      namespace: string,
+      threadId: string,
+      view?: ReadView,
+    ): Promise<ThreadSnapshot | undefined> {
       assertOpen();
       const row = sql.thread.get(namespace, threadId);
       if (row === undefined) return undefined;
-      let messages = cache.get(row.incarnation);
-      if (messages === undefined) {
-        messages = loadMessages(row.id);
-        cache.set(row.incarnation, messages);
+      const thread = toThread(row);
+      if (view === undefined) {
+        const messages = loadMessages(row.id);
+        cache.set(row.incarnation, messages, true, row.last_seq);
+        return { thread, messages, complete: true };
       }
-      // Recent threads' messages are served from the cache: a view would save little.
-      return { thread: toThread(row), messages: messages.slice(), complete: true };
+      return { thread, ...readFrom(row.id, row, viewFrom(row, thread.strategy, view)) };
     },
 
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {

@@ -1,7 +1,14 @@
+import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { ClearRequestSchema, Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { createMemoryStore } from "../../src/store/memory-store.js";
 import { createRedisStore } from "../../src/store/redis-store.js";
-import { READ_SLACK } from "../../src/store/store.js";
+import { createSqliteStore } from "../../src/store/sqlite-store.js";
+import { READ_SLACK, type Store } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import {
   addReq,
@@ -14,26 +21,35 @@ import {
   windowStrategy,
 } from "../support/service-harness.js";
 
+let redis: RedisServer;
+const dir = mkdtempSync(join(tmpdir(), "windlass-windowed-"));
+beforeAll(async () => {
+  redis = await startRedisServer();
+});
+afterAll(async () => {
+  await redis?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const stores: [string, () => Promise<Store>][] = [
+  ["memory", async () => createMemoryStore()],
+  ["sqlite", async () => createSqliteStore(join(dir, `${randomUUID()}.db`))],
+  [
+    "sqlite, no cache",
+    async () => createSqliteStore(join(dir, `${randomUUID()}.db`), {}, { cacheSize: 0 }),
+  ],
+  ["redis", async () => createRedisStore(redis.url, {}, { keyPrefix: `wr-${randomUUID()}` })],
+];
+
 /**
- * Get over a store that reads only the newest messages (Redis): the result
- * must be what a read of the whole thread gives, also when the window widens
- * past the messages read or system messages are left out.
+ * Get over a store that reads only the newest messages (every store does):
+ * the result must be what a read of the whole thread gives, also when the
+ * window widens past the messages read or system messages are left out.
  */
-describe("Get over a windowed read (redis store)", () => {
-  let redis: RedisServer;
+describe.each(stores)("Get over a windowed read (%s store)", (_name, makeStore) => {
   let h: Harness;
-  beforeAll(async () => {
-    redis = await startRedisServer();
-  });
-  afterAll(async () => redis.stop());
   beforeEach(async () => {
-    h = await startHarness({
-      store: await createRedisStore(
-        redis.url,
-        {},
-        { keyPrefix: `wr${Date.now()}${Math.random()}` },
-      ),
-    });
+    h = await startHarness({ store: await makeStore() });
   });
   afterEach(async () => h.close());
 
@@ -78,5 +94,14 @@ describe("Get over a windowed read (redis store)", () => {
     expect(snap?.complete).toBe(false);
     expect(snap?.messages.length).toBe(20 + READ_SLACK);
     expect(contents(await h.service.get(getReq(), h.ctx()))).toEqual(many.slice(-20));
+  });
+
+  it("answers a Get after Clear and a new Add with the new thread only", async () => {
+    const old = Array.from({ length: 80 }, (_, i) => `old${i}`);
+    await h.service.add(addReq({ strategy: windowStrategy(20), messages: users(...old) }), h.ctx());
+    expect(contents(await h.service.get(getReq(), h.ctx()))).toEqual(old.slice(-20));
+    await h.service.clear(create(ClearRequestSchema, { threadId: "default" }), h.ctx());
+    await h.service.add(addReq({ messages: users("new1", "new2") }), h.ctx());
+    expect(contents(await h.service.get(getReq(), h.ctx()))).toEqual(["new1", "new2"]);
   });
 });

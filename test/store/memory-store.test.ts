@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { createMemoryStore } from "../../src/store/memory-store.js";
-import type { Store } from "../../src/store/store.js";
+import { READ_SLACK, type Store } from "../../src/store/store.js";
 import { appendCommands, window20 } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
 
@@ -50,4 +50,32 @@ describe("memory store", () => {
     await small.store.close();
     await large.store.close();
   }, 120_000);
+});
+
+describe("memory store trimming", () => {
+  it("keeps the newest max_stored messages, in order, across many trims of a long thread", async () => {
+    const store = createMemoryStore();
+    const strategy = { ...window20, maxStored: 1500 };
+    const many = (n: number, from: number) =>
+      Array.from({ length: n }, (_, i) => ({ role: "user" as const, content: `m${from + i}` }));
+    await store.append(cmd({ strategy, messages: many(1000, 1) }));
+    await store.append(cmd({ messages: many(500, 1001) }));
+    let last = 1500;
+    // Past several cuts of the dropped front (each once it is as long as the rest).
+    for (let round = 0; round < 400; round++) {
+      const n = 1 + (round % 13);
+      await store.append(cmd({ messages: many(n, last + 1) }));
+      last += n;
+      if (round % 50 !== 49) continue;
+      const full = await store.read("ns", "t");
+      expect(full?.messages.map((m) => m.seq)).toEqual(
+        Array.from({ length: 1500 }, (_, i) => last - 1499 + i),
+      );
+      expect(full?.messages.every((m) => m.content === `m${m.seq}`)).toBe(true);
+      const windowed = await store.read("ns", "t", { limit: undefined });
+      expect(windowed?.complete).toBe(false);
+      expect(windowed?.messages).toEqual(full?.messages.slice(-(20 + READ_SLACK)));
+    }
+    await store.close();
+  });
 });

@@ -8,8 +8,12 @@ import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, Strategy } from "../../src/core/types.js";
 import { compareBytes, createMemoryStore } from "../../src/store/memory-store.js";
 import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
-import { createSqliteStore, SQLITE_SCHEMA_VERSION } from "../../src/store/sqlite-store.js";
-import type { Store, StoreLimits } from "../../src/store/store.js";
+import {
+  createSqliteStore,
+  MESSAGE_QUERIES,
+  SQLITE_SCHEMA_VERSION,
+} from "../../src/store/sqlite-store.js";
+import { READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
 import { appendCommands, buffer, summary, user } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
 
@@ -411,6 +415,51 @@ describe("SQLite store", () => {
       }
     } finally {
       db.close();
+    }
+  });
+
+  it("reads a window and trims a front by one primary-key range search, never a scan or a sort", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await s.append(cmd());
+    await s.close();
+    const db = new Database(path, { readonly: true });
+    try {
+      for (const [query, params] of [
+        [MESSAGE_QUERIES.from, [1, 5, 10]],
+        [MESSAGE_QUERIES.oldestSeq, [1]],
+        [MESSAGE_QUERIES.deleteThrough, [1, 5]],
+      ] as const) {
+        const plan = db
+          .prepare(`EXPLAIN QUERY PLAN ${query}`)
+          .all(...params)
+          .map((row) => String((row as { detail: string }).detail))
+          .join("\n");
+        expect(plan).toMatch(/SEARCH messages USING PRIMARY KEY \(thread=\?/);
+        expect(plan).not.toMatch(/TEMP B-TREE|SCAN/);
+      }
+    } finally {
+      db.close();
+    }
+  });
+
+  it("reads only the window of a long thread, from the file and from its cache", async () => {
+    const long = Array.from({ length: 3000 }, (_, i) => user(`m${i}`));
+    const window5: Strategy = { kind: "window", window: 5, excludeSystem: false, maxStored: 2000 };
+    for (const cacheSize of [0, undefined]) {
+      const s = createSqliteStore(freshPath(), {}, cacheSize === undefined ? {} : { cacheSize });
+      open.push(s);
+      for (let i = 0; i < long.length; i += 1000) {
+        await s.append(cmd({ strategy: window5, messages: long.slice(i, i + 1000) }));
+      }
+      for (let round = 0; round < 2; round++) {
+        const snap = await s.read("ns", "t", { limit: undefined });
+        expect(snap?.complete).toBe(false);
+        expect(snap?.messages.map((m) => m.seq)).toEqual(
+          Array.from({ length: 5 + READ_SLACK }, (_, i) => 3000 - 5 - READ_SLACK + 1 + i),
+        );
+      }
+      expect((await s.read("ns", "t"))?.messages).toHaveLength(2000);
     }
   });
 

@@ -1,5 +1,7 @@
+import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
+import { recall, recallSize, visibleMessages } from "../../src/core/recall.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
 import { tokenParts } from "../../src/store/resume-token.js";
 import { CLEAR_BATCH, READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
@@ -83,6 +85,119 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       const s = await store.read("ns", "s", { limit: 1 });
       const unfolded = s?.messages.filter((m) => m.seq > 5).map((m) => m.seq);
       expect(unfolded).toEqual(Array.from({ length: 35 }, (_, i) => i + 6));
+    });
+
+    it("answers every Get from a windowed read exactly as from a full read (property)", async () => {
+      let run = 0;
+      await fc.assert(
+        fc.asyncProperty(windowedCaseArb, async (c) => {
+          run += 1;
+          const threadId = `p${run}`;
+          const strategy = c.strategy;
+          const add = (messages: ChatMessage[]) =>
+            store.append(cmd({ threadId, strategy, messages, now: run }));
+          for (const batch of c.batches) await add(batch);
+          const folded = await foldThrough(store, threadId, c.foldFraction);
+          if (folded) await add(c.after);
+
+          // Twice: a store with a cache fills it on the first and serves the second from it.
+          const first = await store.read("ns", threadId, { limit: c.limit });
+          const again = await store.read("ns", threadId, { limit: c.limit });
+          const full = await store.read("ns", threadId);
+          if (first === undefined || again === undefined || full === undefined) {
+            throw new Error("thread missing");
+          }
+          expect(again).toEqual(first);
+          expect(first.thread).toEqual(full.thread);
+          const all = full.messages;
+          const win = first.messages;
+          // The newest messages, in order, and `complete` exactly when none is left out.
+          expect(win).toEqual(all.slice(all.length - win.length));
+          expect(first.complete).toBe(win.length === all.length);
+          const size = recallSize(strategy, c.limit);
+          if (size <= 0) expect(first.complete).toBe(true);
+          else expect(win.length).toBeGreaterThanOrEqual(Math.min(all.length, size + READ_SLACK));
+          const through = full.thread.summarizedThroughSeq;
+          if (strategy.kind === "summary") {
+            expect(win.filter((m) => m.seq > through)).toEqual(all.filter((m) => m.seq > through));
+          }
+          // Recall over the windowed read is the full read's whenever the
+          // service keeps it (memory-service.ts readForGet): the read was
+          // complete, the thread is a summary one, or the recalled messages
+          // do not start at the oldest visible message read.
+          const state = {
+            summary: full.thread.summary,
+            summarizedThroughSeq: through,
+            summaryTime: full.thread.summaryTime,
+          };
+          const fromWindow = recall(strategy, state, win, { limit: c.limit });
+          const fromAll = recall(strategy, state, all, { limit: c.limit });
+          const kept =
+            first.complete ||
+            strategy.kind === "summary" ||
+            fromWindow.messages[0] !== visibleMessages(strategy, win)[0];
+          if (kept) expect(fromWindow).toEqual(fromAll);
+          else expect(visibleMessages(strategy, win).length).toBeLessThan(all.length);
+        }),
+        { numRuns: 40 },
+      );
+    }, 120_000);
+
+    it("never serves a cleared, trimmed or folded thread's old messages from a windowed read", async () => {
+      const view = { limit: undefined };
+      const seqsOf = async (threadId: string, v?: { limit: number | undefined }) =>
+        (await store.read("ns", threadId, v))?.messages.map((m) => [m.seq, m.content]);
+      const many = Array.from({ length: 60 }, (_, i) => user(`old${i}`));
+
+      // Clear, then Add again: only the new incarnation's messages.
+      await store.append(cmd({ threadId: "c", messages: many }));
+      expect(await seqsOf("c", view)).toHaveLength(20 + READ_SLACK);
+      await store.clear("ns", "c", 2);
+      expect(await store.read("ns", "c", view)).toBeUndefined();
+      await store.append(cmd({ threadId: "c", messages: [user("x"), user("y")] }));
+      const fresh = await store.read("ns", "c", view);
+      expect(fresh?.complete).toBe(true);
+      expect(fresh?.messages.map((m) => [m.seq, m.content])).toEqual([
+        [1, "x"],
+        [2, "y"],
+      ]);
+
+      // Trims by later Adds.
+      const five: Strategy = { ...window20, maxStored: 5 };
+      await store.append(cmd({ threadId: "t5", strategy: five, messages: many.slice(0, 10) }));
+      expect(await seqsOf("t5", view)).toEqual(await seqsOf("t5"));
+      await store.append(cmd({ threadId: "t5", messages: [user("n1"), user("n2"), user("n3")] }));
+      const trimmed = await store.read("ns", "t5", view);
+      expect(trimmed?.complete).toBe(true);
+      expect(trimmed?.messages.map((m) => m.seq)).toEqual([9, 10, 11, 12, 13]);
+      expect(await seqsOf("t5")).toEqual(trimmed?.messages.map((m) => [m.seq, m.content]));
+
+      // A summary commit, which trims what it folded.
+      const s: Strategy = { ...summary, maxStored: 4 };
+      await store.append(cmd({ threadId: "s", strategy: s, messages: many.slice(0, 10) }));
+      expect(await seqsOf("s", view)).toHaveLength(10);
+      const thread = await store.getThread("ns", "s");
+      const token = await store.acquireFoldLease("ns", "s", 10_000);
+      await store.commitSummary({
+        namespace: "ns",
+        threadId: "s",
+        incarnation: thread?.incarnation ?? "",
+        leaseToken: token ?? 0,
+        fromSeq: 0,
+        throughSeq: 8,
+        summary: "sum",
+        foldedCount: 8,
+        now: 3,
+      });
+      const afterFold = await store.read("ns", "s", view);
+      expect(afterFold?.thread.summarizedThroughSeq).toBe(8);
+      expect(afterFold?.thread.summary).toBe("sum");
+      expect(afterFold?.messages.map((m) => m.seq)).toEqual([7, 8, 9, 10]);
+      expect(await seqsOf("s")).toEqual(afterFold?.messages.map((m) => [m.seq, m.content]));
+      await store.append(cmd({ threadId: "s", messages: [user("after")] }));
+      expect((await store.read("ns", "s", view))?.messages.map((m) => m.seq)).toEqual([
+        8, 9, 10, 11,
+      ]);
     });
 
     it("keeps every message field", async () => {
@@ -604,3 +719,79 @@ async function waitFor(cond: () => boolean, ms = 2000): Promise<void> {
     await new Promise((r) => setTimeout(r, 5));
   }
 }
+
+/** Folds the thread's oldest `fraction` of stored seqs into a summary; whether it did. */
+async function foldThrough(store: Store, threadId: string, fraction: number): Promise<boolean> {
+  const thread = await store.getThread("ns", threadId);
+  if (thread?.strategy.kind !== "summary") return false;
+  const throughSeq = Math.floor(thread.lastSeq * fraction);
+  if (throughSeq <= 0) return false;
+  const token = await store.acquireFoldLease("ns", threadId, 10_000);
+  const after = await store.commitSummary({
+    namespace: "ns",
+    threadId,
+    incarnation: thread.incarnation,
+    leaseToken: token ?? 0,
+    fromSeq: 0,
+    throughSeq,
+    summary: `through ${throughSeq}`,
+    foldedCount: throughSeq,
+    now: 1,
+  });
+  if (token !== undefined) await store.releaseFoldLease("ns", threadId, token);
+  return after !== undefined;
+}
+
+/** Messages of one Add: users, systems, assistants each followed by their 0-3 tool results, orphans. */
+const addArb: fc.Arbitrary<ChatMessage[]> = fc
+  .array(
+    fc.oneof(
+      { arbitrary: fc.constant(-1), weight: 3 },
+      { arbitrary: fc.constant(-2), weight: 1 },
+      { arbitrary: fc.constant(-3), weight: 1 },
+      { arbitrary: fc.integer({ min: 0, max: 3 }), weight: 4 },
+    ),
+    { maxLength: 14 },
+  )
+  .map((units) => {
+    const out: ChatMessage[] = [];
+    for (const [i, u] of units.entries()) {
+      if (u === -1) out.push({ role: "user", content: `u${i}` });
+      else if (u === -2) out.push({ role: "system", content: `s${i}` });
+      else if (u === -3) out.push({ role: "tool", content: `orphan${i}`, toolCallId: `gone${i}` });
+      else {
+        const ids = Array.from({ length: u }, (_, k) => `c${i}-${k}`);
+        const toolCalls = ids.map((id) => ({ id, name: "f", arguments: "{}" }));
+        out.push({ role: "assistant", content: `a${i}`, ...(u > 0 ? { toolCalls } : {}) });
+        for (const id of ids) out.push({ role: "tool", content: `r${id}`, toolCallId: id });
+      }
+    }
+    return out;
+  });
+
+const strategyArb: fc.Arbitrary<Strategy> = fc
+  .record({
+    kind: fc.constantFrom("buffer", "window", "summary"),
+    size: fc.integer({ min: 0, max: 8 }),
+    excludeSystem: fc.boolean(),
+    maxStored: fc.integer({ min: 4, max: 80 }),
+  })
+  .map(({ kind, size, excludeSystem, maxStored }): Strategy => {
+    switch (kind) {
+      case "buffer":
+        return { kind, maxMessages: size, excludeSystem, maxStored };
+      case "window":
+        return { kind, window: Math.max(1, size), excludeSystem, maxStored };
+      default:
+        return { ...summary, window: size, excludeSystem, maxStored };
+    }
+  });
+
+/** A thread to build (Adds, maybe a fold, more Adds) and the limit of the Get to read it for. */
+const windowedCaseArb = fc.record({
+  strategy: strategyArb,
+  batches: fc.array(addArb, { minLength: 1, maxLength: 6 }),
+  foldFraction: fc.double({ min: 0, max: 1, noNaN: true }),
+  after: addArb,
+  limit: fc.option(fc.integer({ min: 0, max: 10 }), { nil: undefined }),
+});

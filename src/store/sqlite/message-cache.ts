@@ -1,49 +1,118 @@
 import type { StoredMessage } from "../../core/types.js";
 
+/** The most messages one thread's entry holds; beyond it the oldest half goes. */
+export const CACHED_TAIL_MAX = 1024;
+
+/** A thread's newest stored messages, as the cache holds them. */
+export interface CachedTail {
+  /** Consecutive seqs, oldest first, ending at `lastSeq` (empty when the thread is). */
+  readonly messages: readonly StoredMessage[];
+  /** Whether `messages` starts at the thread's oldest stored message. */
+  readonly whole: boolean;
+  /** The thread's last_seq when the entry was last brought up to date. */
+  readonly lastSeq: number;
+}
+
+interface Entry {
+  messages: StoredMessage[];
+  whole: boolean;
+  lastSeq: number;
+  size: number;
+}
+
 /**
- * The stored messages of recently used threads, least recently used dropped
- * first once their approximate size passes a budget. The SQLite store keeps
- * it because reading a thread row by row costs about a microsecond per
- * message, every Get reads the whole thread, and trimming needs the oldest
- * messages' roles; the store may cache at all only because its process is the
- * file's sole writer (one process per file).
+ * The newest messages of recently used threads (at most CACHED_TAIL_MAX
+ * each), least recently used dropped first once their approximate size passes
+ * a budget. A windowed read (a Get) is served from here when the entry reaches
+ * back far enough, so it costs its window, not the thread; every commit that
+ * changes a thread's messages updates its entry in O(messages added or
+ * dropped), never by copying the thread. The store may cache at all only
+ * because its process is the file's sole writer (one process per file).
  *
  * Entries are keyed by incarnation, which is never reused, so an entry can
- * never be mistaken for a later incarnation of its thread. Messages are
- * frozen: callers receive them shared.
+ * never be mistaken for a later incarnation of its thread; the store drops the
+ * entry of an ended incarnation (Clear) and checks `lastSeq` against the
+ * thread row before using one. Messages are frozen: callers receive them shared.
  */
 export class MessageCache {
-  private readonly entries = new Map<
-    string,
-    { messages: readonly StoredMessage[]; size: number }
-  >();
+  private readonly entries = new Map<string, Entry>();
   private size = 0;
 
   /** @param budget approximate size in characters; 0 disables the cache. */
   constructor(private readonly budget: number) {}
 
-  get(incarnation: string): readonly StoredMessage[] | undefined {
+  get(incarnation: string): CachedTail | undefined {
     const entry = this.entries.get(incarnation);
     if (entry === undefined) return undefined;
     // Map keeps insertion order: re-inserting marks the entry most recently used.
     this.entries.delete(incarnation);
     this.entries.set(incarnation, entry);
-    return entry.messages;
+    return entry;
   }
 
-  /** Replaces the thread's messages; a thread larger than the whole budget is not kept. */
-  set(incarnation: string, messages: readonly StoredMessage[]): void {
+  /**
+   * Replaces the thread's entry with (the newest CACHED_TAIL_MAX of)
+   * `messages`, which end at `lastSeq`; `whole` when they start at the
+   * thread's oldest stored message. The array is copied, never kept.
+   */
+  set(
+    incarnation: string,
+    messages: readonly StoredMessage[],
+    whole: boolean,
+    lastSeq: number,
+  ): void {
     this.delete(incarnation);
-    let size = 0;
-    for (const m of messages) size += messageSize(m);
-    if (size > this.budget) return;
-    this.entries.set(incarnation, { messages, size });
-    this.size += size;
-    for (const [key, entry] of this.entries) {
-      if (this.size <= this.budget) break;
-      this.entries.delete(key);
-      this.size -= entry.size;
+    if (this.budget <= 0) return;
+    const kept = messages.slice(-CACHED_TAIL_MAX);
+    const entry: Entry = {
+      messages: kept,
+      whole: whole && kept.length === messages.length,
+      lastSeq,
+      size: 0,
+    };
+    for (const m of kept) entry.size += messageSize(m);
+    this.entries.set(incarnation, entry);
+    this.size += entry.size;
+    this.evict();
+  }
+
+  /**
+   * Brings the entry, if any, up to date with a commit that appended `added`
+   * (seqs after `lastSeqBefore`) and then dropped every message up to
+   * `droppedThrough` (0: none). An entry that does not end at `lastSeqBefore`
+   * is dropped instead: it can never be served stale.
+   */
+  update(
+    incarnation: string,
+    lastSeqBefore: number,
+    added: readonly StoredMessage[],
+    droppedThrough: number,
+  ): void {
+    const entry = this.entries.get(incarnation);
+    if (entry === undefined) return;
+    if (entry.lastSeq !== lastSeqBefore) {
+      this.delete(incarnation);
+      return;
     }
+    const sizeBefore = entry.size;
+    for (const m of added) {
+      entry.messages.push(m);
+      entry.size += messageSize(m);
+    }
+    entry.lastSeq = lastSeqBefore + added.length;
+    let cut = 0;
+    while (cut < entry.messages.length && (entry.messages[cut]?.seq ?? 0) <= droppedThrough) cut++;
+    // The oldest half goes at once, so the copy costs O(1) per added message amortised.
+    if (entry.messages.length - cut > CACHED_TAIL_MAX) {
+      cut = entry.messages.length - CACHED_TAIL_MAX / 2;
+      entry.whole = false;
+    }
+    if (cut > 0) {
+      for (let i = 0; i < cut; i++) entry.size -= messageSize(entry.messages[i] as StoredMessage);
+      entry.messages = entry.messages.slice(cut);
+    }
+    this.size += entry.size - sizeBefore;
+    this.evict();
   }
 
   delete(incarnation: string): void {
@@ -56,6 +125,14 @@ export class MessageCache {
   clear(): void {
     this.entries.clear();
     this.size = 0;
+  }
+
+  private evict(): void {
+    for (const [key, entry] of this.entries) {
+      if (this.size <= this.budget) break;
+      this.entries.delete(key);
+      this.size -= entry.size;
+    }
   }
 }
 
