@@ -120,7 +120,19 @@ export function strictConnectAdapter(options: StrictAdapterOptions): StrictConne
       res.end();
       return;
     }
-    handler(universalRequestFromNodeRequest(req, res, undefined, options.contextValues?.(req)))
+    let uReq: UniversalServerRequest;
+    try {
+      uReq = universalRequestFromNodeRequest(req, res, undefined, options.contextValues?.(req));
+    } catch (err) {
+      // connect-node throws here, outside any promise, on a request whose
+      // authority it cannot make a URL of (HTTP/1.0 without Host, `Host: [`):
+      // uncaught, that would end the process for every caller.
+      res.statusCode = 400;
+      res.setHeader("content-type", "text/plain; charset=utf-8");
+      res.end(`bad request: ${err instanceof Error ? err.message : "unreadable request"}\n`);
+      return;
+    }
+    handler(uReq)
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
       .catch((err: unknown) => {
         // As connectNodeAdapter: a client that went away (Aborted) is no news.

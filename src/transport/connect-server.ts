@@ -79,14 +79,25 @@ export async function startConnectServer(options: ServerOptions): Promise<Connec
   const limits = options.connectionLimits;
   const connections = new HttpConnections({ maxConnectionIdleMs: limits.maxConnectionIdleMs });
   const metricsEndpoint = options.metricsEndpoint;
-  const handler: HttpRequestHandler = (req, res) => {
-    connections.trackRequest(req, res);
+  const route: HttpRequestHandler = (req, res) => {
     if (metricsEndpoint !== undefined && req.url === "/metrics") {
       metricsEndpoint(req, res);
       return;
     }
     if (front.handle(req, res)) return;
     adapter(req, res);
+  };
+  const handler: HttpRequestHandler = (req, res) => {
+    connections.trackRequest(req, res);
+    try {
+      route(req, res);
+    } catch (err) {
+      // Nothing one request does may end the process: a throw here would be
+      // uncaught (it runs in the server's 'request' listener).
+      options.logger.error("request handler failed", { err });
+      if (!res.headersSent) res.statusCode = 500;
+      res.end();
+    }
   };
   const listener =
     options.tls === undefined
