@@ -51,6 +51,56 @@ async function waitFor(cond: () => boolean | Promise<boolean>, ms = 5000): Promi
 }
 
 /** A plain client for looking at what the store did. */
+/**
+ * Writes a thread as a version before quotas did: no counted/bytes fields,
+ * entries "<seq> <json>".
+ */
+async function writeLegacyThread(
+  c: Awaited<ReturnType<typeof inspector>>,
+  base: string,
+  threadId: string,
+  entries: string[],
+): Promise<void> {
+  await c.sendCommand([
+    "HSET",
+    `${base}t:${threadId}`,
+    "thread_id",
+    threadId,
+    "incarnation",
+    `i-${threadId}`,
+    "last_seq",
+    String(entries.length),
+    "summarized_through_seq",
+    "0",
+    "summary",
+    "",
+    "summary_time",
+    "0",
+    "create_time",
+    "1",
+    "update_time",
+    "1",
+    "strategy",
+    JSON.stringify(window20),
+    "strategy_key",
+    "window=20",
+    "kind",
+    "window",
+    "max_stored",
+    "1000",
+    "exclude_system",
+    "0",
+  ]);
+  await c.sendCommand(["ZADD", `${base}threads`, "0", threadId]);
+  if (entries.length > 0) {
+    await c.sendCommand([
+      "RPUSH",
+      `${base}m:${threadId}`,
+      ...entries.map((json, i) => `${i + 1} ${json}`),
+    ]);
+  }
+}
+
 async function inspector() {
   const c = createClient({ url: redis.url, RESP: 2 });
   c.on("error", () => {});
@@ -338,45 +388,9 @@ describe("redis store", () => {
     const store = await track(open({ maxMessagesPerNamespace: 6 }, prefix));
     const c = await inspector();
     try {
-      // As an earlier version wrote it: no counted/bytes fields, entries "<seq> <json>".
       const base = `${prefix}:{ns-bnM}:`;
-      await c.sendCommand([
-        "HSET",
-        `${base}t:old`,
-        "thread_id",
-        "old",
-        "incarnation",
-        "i1",
-        "last_seq",
-        "3",
-        "summarized_through_seq",
-        "0",
-        "summary",
-        "",
-        "summary_time",
-        "0",
-        "create_time",
-        "1",
-        "update_time",
-        "1",
-        "strategy",
-        JSON.stringify(window20),
-        "strategy_key",
-        "window=20",
-        "kind",
-        "window",
-        "max_stored",
-        "1000",
-        "exclude_system",
-        "0",
-      ]);
-      await c.sendCommand(["ZADD", `${base}threads`, "0", "old"]);
       const legacy = [1, 2, 3].map((i) => `{"role":"user","content":"m${i}","createTime":1}`);
-      await c.sendCommand([
-        "RPUSH",
-        `${base}m:old`,
-        ...legacy.map((json, i) => `${i + 1} ${json}`),
-      ]);
+      await writeLegacyThread(c, base, "old", legacy);
       expect((await store.read("ns", "old"))?.messages.map((m) => m.content)).toEqual([
         "m1",
         "m2",
@@ -401,6 +415,39 @@ describe("redis store", () => {
       expect(
         await c.sendCommand(["HMGET", `${base}usage`, "threads", "messages", "bytes"]),
       ).toEqual(["0", "0", "0"]);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it("clears a thread from before quotas whose first counted Add weighed nothing", async () => {
+    // Earlier versions created a thread on an empty Add; its next Add here
+    // (an empty message: 0 bytes) counts it. Clear and Clear(all) must still
+    // find its byte count: a Lua error halfway would leave keys deleted and
+    // the usage and the thread list wrong for good.
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, prefix));
+    const c = await inspector();
+    try {
+      const base = `${prefix}:{ns-bnM}:`;
+      await writeLegacyThread(c, base, "one", []);
+      await writeLegacyThread(c, base, "two", []);
+      for (const threadId of ["one", "two"]) {
+        await store.append(cmd({ threadId, messages: [user("")] }));
+      }
+      expect(await store.clear("ns", "one", 2)).toBe(true);
+      expect(await store.listThreads("ns", "", 10)).toEqual(["two"]);
+      expect(await store.clearAll("ns", 3)).toBe(1);
+      expect(await store.listThreads("ns", "", 10)).toEqual([]);
+      // A field never incremented is absent: nothing used.
+      const usage = (await c.sendCommand([
+        "HMGET",
+        `${base}usage`,
+        "threads",
+        "messages",
+        "bytes",
+      ])) as (string | null)[];
+      expect(usage.map((v) => v ?? "0")).toEqual(["0", "0", "0"]);
     } finally {
       await c.close();
     }

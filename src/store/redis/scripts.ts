@@ -259,7 +259,9 @@ if count > 0 then
   redis.call('HSET', KEYS[1], 'last_seq', str(last_seq), 'update_time', ARGV[2])
 end
 if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
-if adopt then redis.call('HSET', KEYS[1], 'counted', '1') end
+-- bytes starts at 0 so that use() below leaves the thread's own count set,
+-- even when this Add changed no byte (HINCRBY is skipped for 0).
+if adopt then redis.call('HSET', KEYS[1], 'counted', '1', 'bytes', '0') end
 use(KEYS[7], KEYS[1], delta[1], delta[2], delta[3])
 
 local added_last = 0
@@ -398,7 +400,7 @@ local t = redis.call('HMGET', KEYS[1], 'counted', 'bytes')
 local len = redis.call('LLEN', KEYS[2])
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-if t[1] == '1' then use(KEYS[7], false, -1, -len, -tonumber(t[2])) end
+if t[1] == '1' then use(KEYS[7], false, -1, -len, -(tonumber(t[2]) or 0)) end
 redis.call('ZREM', KEYS[5], ARGV[1])
 log_event(KEYS[6], ARGV[3], ARGV[1], ARGV[2], 'thread_cleared')
 return 1
@@ -422,7 +424,7 @@ for _, id in ipairs(ids) do
   if t[1] == '1' then
     threads = threads + 1
     messages = messages + redis.call('LLEN', ARGV[1] .. 'm:' .. id)
-    bytes = bytes + tonumber(t[2])
+    bytes = bytes + (tonumber(t[2]) or 0)
   end
   redis.call('DEL', ARGV[1] .. 't:' .. id, ARGV[1] .. 'm:' .. id,
     ARGV[1] .. 'r:' .. id, ARGV[1] .. 'ri:' .. id)
