@@ -64,6 +64,13 @@ export type StoreConfig =
   | { kind: "sqlite"; path: string }
   | { kind: "redis"; url: string };
 
+/**
+ * The longest delay a timer can have: Node runs a longer setTimeout after
+ * 1 ms, so "a very long timeout" would become the shortest. Every setting in
+ * milliseconds is capped here (about 24.8 days).
+ */
+const MAX_TIMER_MS = 2_147_483_647;
+
 export class ConfigError extends Error {
   override readonly name = "ConfigError";
 }
@@ -378,7 +385,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
             baseUrl,
             model: str("openaiModel"),
             apiKey: raw("openaiApiKey") ?? "",
-            timeoutMs: int("openaiTimeoutMs", 1),
+            timeoutMs: int("openaiTimeoutMs", 1, MAX_TIMER_MS),
             maxRetries: int("openaiMaxRetries", 0, 10),
           },
     defaultStrategy: oneOf("defaultStrategy", ["buffer", "window", "summary"] as const),
@@ -386,8 +393,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     maxMessagesPerAdd: int("maxMessagesPerAdd", 1, 1_000_000),
     jsonIgnoreUnknownFields:
       oneOf("jsonIgnoreUnknownFields", ["true", "false"] as const) === "true",
-    getFoldWaitMs: int("getFoldWaitMs", 0),
-    progressIntervalMs: int("progressIntervalMs", 10),
+    getFoldWaitMs: int("getFoldWaitMs", 0, MAX_TIMER_MS),
+    progressIntervalMs: int("progressIntervalMs", 10, MAX_TIMER_MS),
     watchBuffer: int("watchBuffer", 1),
     eventRetention: int("eventRetention", 1),
     maxThreadsPerNamespace: int("maxThreadsPerNamespace", 0),
@@ -396,16 +403,16 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     maxConcurrentFolds: int("maxConcurrentFolds", 1, 10_000),
     // At least 2 s: the model call gets the lease less a second.
     foldLeaseMs: int("foldLeaseMs", 2000, 3_600_000),
-    shutdownGraceMs: int("shutdownGraceMs", 0),
+    shutdownGraceMs: int("shutdownGraceMs", 0, MAX_TIMER_MS),
     limits: {
       rateLimitRps: int("rateLimitRps", 0, 1_000_000),
       rateLimitBurst: int("rateLimitBurst", 1, 10_000_000),
       maxConnections: int("maxConnections", 1, 1_000_000),
-      firstByteTimeoutMs: int("firstByteTimeoutMs", 1),
-      maxConnectionIdleMs: int("maxConnectionIdleMs", 1),
-      keepaliveTimeMs: int("keepaliveTimeMs", 1),
-      keepaliveTimeoutMs: int("keepaliveTimeoutMs", 1),
-      watchStallTimeoutMs: int("watchStallTimeoutMs", 1),
+      firstByteTimeoutMs: int("firstByteTimeoutMs", 1, MAX_TIMER_MS),
+      maxConnectionIdleMs: int("maxConnectionIdleMs", 1, MAX_TIMER_MS),
+      keepaliveTimeMs: int("keepaliveTimeMs", 1, MAX_TIMER_MS),
+      keepaliveTimeoutMs: int("keepaliveTimeoutMs", 1, MAX_TIMER_MS),
+      watchStallTimeoutMs: int("watchStallTimeoutMs", 1, MAX_TIMER_MS),
     },
     metricsPort: raw("metricsPort") === undefined ? undefined : int("metricsPort", 0, 65535),
     metricsToken: parseMetricsToken(raw("metricsToken")),

@@ -137,4 +137,25 @@ describe("limits per caller and per connection", () => {
       /WINDLASS_METRICS_TOKEN/,
     );
   });
+
+  it("caps every setting in milliseconds at the longest delay a timer can have", () => {
+    // Node would run a longer setTimeout after 1 ms: "never" must not become "at once".
+    const flags = [
+      "--openai-timeout-ms",
+      "--get-fold-wait-ms",
+      "--progress-interval-ms",
+      "--shutdown-grace-ms",
+      "--first-byte-timeout-ms",
+      "--max-connection-idle-ms",
+      "--keepalive-time-ms",
+      "--keepalive-timeout-ms",
+      "--watch-stall-timeout-ms",
+    ];
+    // The OpenAI settings are read only with an endpoint configured.
+    const endpoint = ["--openai-base-url", "http://127.0.0.1:9/v1"];
+    for (const flag of flags) {
+      expect(() => loadConfig([...endpoint, flag, "2147483648"], {}), flag).toThrow(flag);
+      expect(() => loadConfig([...endpoint, flag, "2147483647"], {}), flag).not.toThrow();
+    }
+  });
 });
