@@ -120,6 +120,9 @@ export async function startConnectServer(options: ServerOptions): Promise<Connec
       return closing;
     },
     forceClose() {
+      // Also stops listening: on a failed start nothing else would, and the
+      // open listener would keep the process alive.
+      listener.close();
       connections.destroyAll();
     },
   };

@@ -1,5 +1,6 @@
 import { type ChildProcess, execFile, spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
+import * as net from "node:net";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 
@@ -141,6 +142,30 @@ describe("the windlass-memory command", () => {
     expect(r.stderr).toContain(text);
     expect(r.stderr).not.toContain("sk-secret");
   });
+
+  it.each([["--port"], ["--http-port"], ["--metrics-port"]])(
+    "exits 1 when %s is taken, leaving nothing listening",
+    async (flag) => {
+      const taken = net.createServer();
+      await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
+      const port = String((taken.address() as net.AddressInfo).port);
+      try {
+        const args = ["serve", "--port", "0", "--http-port", "0", flag, port];
+        // execFile's timeout kills a process that hangs instead of exiting.
+        const r = await run(process.execPath, [BIN, ...args], {
+          env: { PATH: process.env.PATH ?? "" },
+          timeout: 20_000,
+        }).then(
+          () => ({ code: 0 as number | null, signal: null as string | null, stderr: "" }),
+          (e: { code: number | null; signal: string | null; stderr: string }) => e,
+        );
+        expect({ code: r.code, signal: r.signal }).toEqual({ code: 1, signal: null });
+        expect(r.stderr).toContain("could not start");
+      } finally {
+        taken.close();
+      }
+    },
+  );
 
   it("prints its flags with --help", async () => {
     const r = await run(process.execPath, [BIN, "--help"]);
