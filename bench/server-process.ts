@@ -34,7 +34,7 @@ export interface StartServerProcessOptions {
 // Both servers print a line holding "gRPC <host>:<port>" once bound.
 /**
  * The bench measures the server's capacity, not the limits that protect a
- * shared node: no per-namespace rate limit or quotas (README "Security model").
+ * shared node: no per-namespace rate limit, quotas or watcher cap (README "Security model").
  */
 export const UNLIMITED_SERVE_FLAGS: readonly string[] = [
   "--rate-limit-rps",
@@ -44,6 +44,8 @@ export const UNLIMITED_SERVE_FLAGS: readonly string[] = [
   "--max-messages-per-namespace",
   "0",
   "--max-bytes-per-namespace",
+  "0",
+  "--max-watchers-per-namespace",
   "0",
 ];
 

@@ -56,6 +56,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       getFoldWaitMs: config.getFoldWaitMs,
       progressIntervalMs: config.progressIntervalMs,
       watchBuffer: config.watchBuffer,
+      maxWatchersPerNamespace: config.maxWatchersPerNamespace,
       maxConcurrentFolds: config.maxConcurrentFolds,
       foldLeaseMs: config.foldLeaseMs,
     },

@@ -24,6 +24,8 @@ export interface Config {
   getFoldWaitMs: number;
   progressIntervalMs: number;
   watchBuffer: number;
+  /** Open Watch streams a namespace may have; 0: unlimited. */
+  maxWatchersPerNamespace: number;
   eventRetention: number;
   /** Namespace quotas (src/store/store.ts StoreLimits); 0: unlimited. */
   maxThreadsPerNamespace: number;
@@ -182,6 +184,12 @@ export const SETTINGS = {
     env: "WINDLASS_WATCH_BUFFER",
     default: "1000",
     help: "events a watcher may fall behind before RESOURCE_EXHAUSTED",
+  },
+  maxWatchersPerNamespace: {
+    flag: "max-watchers-per-namespace",
+    env: "WINDLASS_MAX_WATCHERS_PER_NAMESPACE",
+    default: "1000",
+    help: "open Watch streams a namespace may have (RESOURCE_EXHAUSTED beyond); 0: unlimited",
   },
   eventRetention: {
     flag: "event-retention",
@@ -396,6 +404,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     getFoldWaitMs: int("getFoldWaitMs", 0, MAX_TIMER_MS),
     progressIntervalMs: int("progressIntervalMs", 10, MAX_TIMER_MS),
     watchBuffer: int("watchBuffer", 1),
+    maxWatchersPerNamespace: int("maxWatchersPerNamespace", 0),
     eventRetention: int("eventRetention", 1),
     maxThreadsPerNamespace: int("maxThreadsPerNamespace", 0),
     maxMessagesPerNamespace: int("maxMessagesPerNamespace", 0),

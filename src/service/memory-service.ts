@@ -52,6 +52,13 @@ export interface ServiceLimits {
   watchBuffer: number;
   /** Idle streams get a Progress event this often. */
   progressIntervalMs: number;
+  /**
+   * Open Watch streams per namespace; 0: unlimited. Every watcher of a
+   * namespace wakes on each of its events (on Redis, with a read of its own),
+   * so without a cap one tenant's streams would multiply the cost of its
+   * writes for everybody.
+   */
+  maxWatchersPerNamespace: number;
   maxConcurrentFolds: number;
   maxPendingFolds: number;
   foldLeaseMs: number;
@@ -65,6 +72,7 @@ export const DEFAULT_SERVICE_LIMITS: ServiceLimits = {
   getFoldWaitMs: 5000,
   watchBuffer: 1000,
   progressIntervalMs: 30_000,
+  maxWatchersPerNamespace: 1000,
   maxConcurrentFolds: 8,
   maxPendingFolds: 10_000,
   foldLeaseMs: 60_000,
@@ -384,9 +392,12 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     });
   }
 
+  /** Open Watch streams per namespace, for maxWatchersPerNamespace. */
+  const watchersByNamespace = new Map<string, number>();
+
   function watch(req: WatchRequest, ctx: CallContext): AsyncIterable<WatchResponse> {
     assertOpen();
-    return watchEvents(req, ctx, {
+    const events = watchEvents(req, ctx, {
       ...(opts.metrics === undefined ? {} : { watchers: opts.metrics.watchers }),
       store,
       hub,
@@ -395,6 +406,34 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       progressIntervalMs: limits.progressIntervalMs,
       now,
     });
+    return counted(ctx.namespace, events);
+  }
+
+  /**
+   * The stream, counted against maxWatchersPerNamespace from its first step
+   * (checked and taken in one synchronous step, so concurrent opens cannot
+   * pass the cap together) until it ends however it ends.
+   */
+  async function* counted(
+    namespace: string,
+    events: AsyncIterable<WatchResponse>,
+  ): AsyncGenerator<WatchResponse> {
+    const cap = limits.maxWatchersPerNamespace;
+    const open = watchersByNamespace.get(namespace) ?? 0;
+    if (cap > 0 && open >= cap) {
+      throw new MemoryError(
+        "resource_exhausted",
+        `namespace limit max_watchers_per_namespace (${cap}) reached: end a Watch before opening another`,
+      );
+    }
+    watchersByNamespace.set(namespace, open + 1);
+    try {
+      yield* events;
+    } finally {
+      const left = (watchersByNamespace.get(namespace) ?? 1) - 1;
+      if (left <= 0) watchersByNamespace.delete(namespace);
+      else watchersByNamespace.set(namespace, left);
+    }
   }
 
   return {

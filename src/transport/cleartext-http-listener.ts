@@ -2,6 +2,7 @@ import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { HttpConnections } from "./http-connections.js";
+import { MAX_CONCURRENT_STREAMS } from "./limits.js";
 
 /** A request over HTTP/1.1 or HTTP/2. */
 export type HttpRequest = http.IncomingMessage | http2.Http2ServerRequest;
@@ -43,7 +44,10 @@ export function createCleartextHttpListener(
   // with a checker that starts on 'listening'. This server never listens (it
   // is handed sockets), so the checker is started here.
   http1Server.emit("listening");
-  const http2Server = http2.createServer(handler);
+  const http2Server = http2.createServer(
+    { settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS } },
+    handler,
+  );
   http2Server.on("session", (session) => connections.acceptSession(session));
   const firstBytesTimeoutMs = options.firstBytesTimeoutMs ?? 10_000;
   const listener = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {

@@ -25,7 +25,7 @@ import { strictConnectAdapter } from "./connect-decoding.js";
 import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
 import { HttpConnections } from "./http-connections.js";
 import { createHttpFront } from "./http-front.js";
-import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import { DEFAULT_MAX_MESSAGE_BYTES, MAX_CONCURRENT_STREAMS } from "./limits.js";
 import { recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
@@ -356,6 +356,7 @@ function createTlsListener(
     {
       allowHTTP1: true,
       handshakeTimeout: handshakeTimeoutMs,
+      settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS },
       cert: pemBuffer(tls.cert),
       key: pemBuffer(tls.key),
       ...(clientCa === undefined

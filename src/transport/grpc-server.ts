@@ -34,7 +34,7 @@ import { grpcAuthGate } from "./grpc-auth-gate.js";
 import { type GrpcListener, listenForGrpc } from "./grpc-listener.js";
 import { createReflectionService } from "./grpc-reflection.js";
 import { grpcServerDefinition } from "./grpc-service-definition.js";
-import { DEFAULT_MAX_MESSAGE_BYTES } from "./limits.js";
+import { DEFAULT_MAX_MESSAGE_BYTES, MAX_CONCURRENT_STREAMS } from "./limits.js";
 import { decodeBinaryRequest } from "./request-decoding.js";
 import { recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
@@ -74,6 +74,8 @@ export async function startGrpcServer(options: ServerOptions): Promise<GrpcServe
     "grpc.max_send_message_length": maxMessageBytes,
     // channelz (grpc-js's call tracing) is not served here and costs CPU on every call.
     "grpc.enable_channelz": 0,
+    // Streams at once per connection (HTTP/2 SETTINGS); the Connect port sets the same.
+    "grpc.max_concurrent_streams": MAX_CONCURRENT_STREAMS,
     // GOAWAY to a connection without calls; pings find peers that are gone.
     "grpc.max_connection_idle_ms": limits.maxConnectionIdleMs,
     "grpc.keepalive_time_ms": limits.keepaliveTimeMs,

@@ -54,6 +54,28 @@ describe("MemoryService.Watch", () => {
   let h: Harness;
   afterEach(async () => h.close());
 
+  it("caps open streams per namespace, gives the room back as they end, and leaves other namespaces alone", async () => {
+    h = await startHarness({ limits: { progressIntervalMs: 20, maxWatchersPerNamespace: 2 } });
+    const a1 = open(h, {}, h.ctx({ namespace: "a" }));
+    const a2 = open(h, {}, h.ctx({ namespace: "a" }));
+    // Each is counted once it has started: its first Progress says so.
+    await a1.next();
+    await a2.next();
+    const a3 = open(h, {}, h.ctx({ namespace: "a" }));
+    await expect(a3.next()).rejects.toSatisfy(
+      (e: unknown) =>
+        e instanceof MemoryError &&
+        e.code === "resource_exhausted" &&
+        e.message.includes("max_watchers_per_namespace (2)"),
+    );
+    const b = open(h, {}, h.ctx({ namespace: "b" }));
+    expect((await b.next()).event.case).toBe("progress");
+    await a1.close();
+    const a4 = open(h, {}, h.ctx({ namespace: "a" }));
+    expect((await a4.next()).event.case).toBe("progress");
+    await Promise.all([a2.close(), a4.close(), b.close()]);
+  });
+
   it("streams events of the namespace in order, from now on", async () => {
     h = await startHarness({ limits: { progressIntervalMs: 50 } });
     await h.service.add(addReq({ threadId: "before", messages: users("x") }), h.ctx());
