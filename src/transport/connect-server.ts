@@ -200,6 +200,8 @@ async function* serverStreaming<O>(
     resetStalledRequest(hctx.values.get(rawRequestKey));
     release();
     active.end();
+    // The finally below may never run (see above): the span ends here.
+    endRpcSpan(span, "resource_exhausted");
   };
   // connect-node may also end the generator with return(): no code seen, the client left.
   let code = "cancelled";
@@ -237,7 +239,7 @@ async function* serverStreaming<O>(
     code = clientError.code;
     throw toConnectError(clientError);
   } finally {
-    endRpcSpan(span, code);
+    if (!stalled) endRpcSpan(span, code);
     active.end();
     release();
   }
