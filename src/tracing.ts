@@ -209,9 +209,17 @@ export function inFoldSpan<T>(
  */
 export function withTraceHeaders(headers: Record<string, string>): Record<string, string> {
   if (tracer === undefined) return headers;
-  const out = { ...headers };
-  propagation.inject(context.active(), out);
-  return out;
+  const span = trace.getSpanContext(context.active());
+  if (span === undefined || !trace.isSpanContextValid(span)) return headers;
+  // W3C trace context only, written here rather than by the configured
+  // propagators: those carry `baggage` too, which callers set, and a
+  // caller's data must not travel on to a third-party model endpoint.
+  const out = {
+    ...headers,
+    traceparent: `00-${span.traceId}-${span.spanId}-${(span.traceFlags & 0xff).toString(16).padStart(2, "0")}`,
+  };
+  const state = span.traceState?.serialize();
+  return state === undefined || state === "" ? out : { ...out, tracestate: state };
 }
 
 /**

@@ -180,6 +180,8 @@ describe("OpenTelemetry traces", () => {
     const callerSpan = hex(2, 16);
     const metadata = new Metadata();
     metadata.set("traceparent", `00-${traceId}-${callerSpan}-01`);
+    // Caller-set baggage stays here: it must not reach the model endpoint.
+    metadata.set("baggage", "user.secret=do-not-forward");
     await grpc.add(
       {
         threadId: "secret-thread-grpc",
@@ -228,6 +230,7 @@ describe("OpenTelemetry traces", () => {
     // The model endpoint got the same trace, with the model call span as parent.
     expect(llm.requests).toHaveLength(1);
     expect(llm.requests[0]?.headers.traceparent).toBe(`00-${traceId}-${model.spanId}-01`);
+    expect(llm.requests[0]?.headers.baggage).toBeUndefined();
   });
 
   it("continues the caller's trace over Connect", async () => {
