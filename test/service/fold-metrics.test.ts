@@ -54,7 +54,9 @@ function startService(maxConcurrentFolds = 8): void {
           name,
           baseUrl: llm.baseUrl,
           model: `${name}-model`,
-          timeoutMs: 300,
+          // Only the stalling model is meant to time out: a healthy reply
+          // may be slow on a loaded machine.
+          timeoutMs: name === "stalling" ? 300 : 30_000,
           maxRetries: 0,
         }),
       ),
@@ -113,12 +115,18 @@ describe("fold metrics", () => {
 
   it("counts a fold discarded because the thread was cleared while it ran", async () => {
     startService();
-    llm.setFallback({ reply: "old incarnation", delayMs: 200 });
+    // The reply is held until the Clear is done: the fold is surely running.
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    llm.setFallback({ reply: "old incarnation", until: held });
     await addDue("t");
     await waitUntil(() => llm.requests.length === 1);
     await service.clear(create(ClearRequestSchema, { threadId: "t" }), ctx);
     expect(await series(metrics, DISCARDED)).toBe(0);
-    await waitUntil(async () => (await series(metrics, DISCARDED)) === 1);
+    release();
+    await waitUntil(async () => (await series(metrics, DISCARDED)) === 1, 10_000);
     expect(await series(metrics, COMMITTED)).toBe(0);
     expect(await store.getThread("", "t")).toBeUndefined();
   });

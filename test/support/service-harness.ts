@@ -133,7 +133,11 @@ export function bufferStrategy(maxMessages?: number) {
 
 export const contents = (r: { messages: ChatMessage[] }) => r.messages.map((m) => m.content);
 
-export async function waitUntil(cond: () => boolean | Promise<boolean>, ms = 3000): Promise<void> {
+/** Waits for `cond`; the bound only fails a truly stuck run (generous for a loaded machine). */
+export async function waitUntil(
+  cond: () => boolean | Promise<boolean>,
+  ms = 15_000,
+): Promise<void> {
   const until = Date.now() + ms;
   while (!(await cond())) {
     if (Date.now() > until) throw new Error("condition not met in time");
