@@ -4,7 +4,7 @@ import { ADD_PATH, addRequests, GET_PATH, getRequest, getSeedRequests } from "./
 import { startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
 
 /**
- * grpc-js or connect-node for gRPC? DESIGN.md chose grpc-js for the gRPC port
+ * grpc-js or connect-node for gRPC? The project chose grpc-js for the gRPC port
  * from a measurement on a trivial echo; this measures it on this service: one
  * server process (memory store), the same gRPC calls over the same minimal
  * HTTP/2 client to its gRPC port (grpc-js) and to its Connect port

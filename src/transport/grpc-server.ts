@@ -44,7 +44,7 @@ import { pemBuffer, type TlsOptions } from "./tls.js";
  * The gRPC server: @grpc/grpc-js serving MemoryService over the
  * transport-free core, plus grpc.health.v1.Health and server reflection.
  * grpc-js is the hot path (about 5x less CPU per call than connect-node for
- * gRPC, DESIGN.md section 6), so gRPC clients come here and the Connect
+ * gRPC; README "Transports and operations"), so gRPC clients come here and the Connect
  * server covers Connect, gRPC-Web and JSON.
  */
 

@@ -1,4 +1,4 @@
-/** Strategy resolution (defaults, validation) and identity (DESIGN.md 2, 3.2, 3.9). */
+/** Strategy resolution (defaults, validation) and identity (README: Semantics, Errors). */
 import { describe, expect, it } from "vitest";
 import { isMemoryError, type MemoryError } from "../../src/core/errors.js";
 import {

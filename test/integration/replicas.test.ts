@@ -8,8 +8,8 @@ import { type Driver, grpcDriver } from "./drivers.js";
 
 /**
  * Two replicas of the compiled command over one real redis-server, with one
- * scripted model server: what DESIGN.md promises of the Redis store (sections
- * 3.1, 3.4, 3.7, 5) checked through real gRPC clients, across processes.
+ * scripted model server: what the README promises of the Redis store (seqs,
+ * folds, Watch resume, replicas) checked through real gRPC clients, across processes.
  */
 let redis: RedisServer;
 let llm: FakeLlm;

@@ -15,7 +15,7 @@ import {
 import { createGrpcClient, type MemoryGrpcClient } from "../transport/clients.js";
 
 /**
- * Acknowledged writes survive kill -9 (DESIGN.md section 5): the compiled
+ * Acknowledged writes survive kill -9 (README, Stores): the compiled
  * server on a SQLite file is killed in the middle of concurrent Adds, cycle
  * after cycle; after each kill the file must pass integrity_check, and after
  * each restart every acknowledged message must be there, at its seq, once.

@@ -52,7 +52,7 @@ def test_summary_memory_example(model_server: Server, fake_model: FakeModel) -> 
         recalled = m.get()
         assert recalled[0].role.value == "system"
         assert recalled[0].content == "Summary of the earlier conversation:\nUser greeted twice."
-        # DESIGN.md 3.3: with this example the result is the original's: the
+        # README, Semantics (deliberate difference): with this example the result is the original's: the
         # summary, then messages 4 and 5.
         assert [msg.content for msg in recalled[1:]] == ["msg 4", "msg 5"]
         assert m.summary() == "User greeted twice."
