@@ -189,6 +189,19 @@ function fieldOf(desc: DescMessage, no: number): DescField | undefined {
   return map.get(no);
 }
 
+/** A message-typed value (a field, a list element, a map value) one level down. */
+function walkNested(
+  message: DescMessage,
+  r: WireReader,
+  wire: number,
+  path: string,
+  end: number,
+  depth: number,
+): void {
+  expectWire(wire, WIRE_LEN, "a message", path);
+  walkMessage(message, r, r.length(path, end), path, depth + 1);
+}
+
 function walkMessage(
   desc: DescMessage,
   r: WireReader,
@@ -218,9 +231,7 @@ function walkMessage(
         readScalar(r, ScalarType.INT32, wire, fpath, end);
         break;
       case "message": {
-        expectWire(wire, WIRE_LEN, "a message", fpath);
-        const childEnd = r.length(fpath, end);
-        walkMessage(field.message, r, childEnd, fpath, depth + 1);
+        walkNested(field.message, r, wire, fpath, end, depth);
         break;
       }
       case "list": {
@@ -228,9 +239,7 @@ function walkMessage(
         let index = counts.get(no) ?? 0;
         if (field.listKind === "message") {
           const ipath = `${fpath}[${index}]`;
-          expectWire(wire, WIRE_LEN, "a message", ipath);
-          const childEnd = r.length(ipath, end);
-          walkMessage(field.message, r, childEnd, ipath, depth + 1);
+          walkNested(field.message, r, wire, ipath, end, depth);
           index++;
         } else {
           const scalar = field.listKind === "enum" ? ScalarType.INT32 : field.scalar;
@@ -321,9 +330,7 @@ function walkMapEntry(
           readScalar(r, ScalarType.INT32, wire, vpath, end);
           break;
         case "message": {
-          expectWire(wire, WIRE_LEN, "a message", vpath);
-          const childEnd = r.length(vpath, end);
-          walkMessage(field.message, r, childEnd, vpath, depth + 1);
+          walkNested(field.message, r, wire, vpath, end, depth);
           break;
         }
       }
