@@ -279,7 +279,7 @@ function beginConnectCall(calls: CallRegistry, kind: CallKind, hctx: HandlerCont
   const onAbort = (): void => {
     const reason: unknown = hctx.signal.reason;
     const timedOut = reason instanceof ConnectError && reason.code === Code.DeadlineExceeded;
-    active.abort(timedOut ? deadlineExceeded() : clientStopReason(active.deadline));
+    active.abort(timedOut ? deadlineExceeded() : clientStopReason(active.deadline, active.begunAt));
   };
   if (hctx.signal.aborted) onAbort();
   else hctx.signal.addEventListener("abort", onAbort, { once: true });
@@ -288,6 +288,7 @@ function beginConnectCall(calls: CallRegistry, kind: CallKind, hctx: HandlerCont
       return active.signal;
     },
     deadline: active.deadline,
+    begunAt: active.begunAt,
     abort: active.abort,
     end() {
       hctx.signal.removeEventListener("abort", onAbort);

@@ -317,7 +317,7 @@ type SurfaceCall = Pick<
  */
 function beginGrpcCall(calls: CallRegistry, kind: CallKind, call: SurfaceCall): ActiveCall {
   const active = calls.begin(kind, deadlineOf(call));
-  const onCancelled = (): void => active.abort(clientStopReason(active.deadline));
+  const onCancelled = (): void => active.abort(clientStopReason(active.deadline, active.begunAt));
   call.on("cancelled", onCancelled);
   if (call.cancelled) onCancelled();
   return {
@@ -325,6 +325,7 @@ function beginGrpcCall(calls: CallRegistry, kind: CallKind, call: SurfaceCall): 
       return active.signal;
     },
     deadline: active.deadline,
+    begunAt: active.begunAt,
     abort: active.abort,
     end() {
       call.off("cancelled", onCancelled);

@@ -160,7 +160,7 @@ describe.each(clientKinds)("Connect server with $kind", ({ options }) => {
       },
     });
     const client = connectClient(servers.httpUrl, options);
-    const err = await connectErrorOf(client.get({}, { timeoutMs: 200 }));
+    const err = await connectErrorOf(client.get({}, { timeoutMs: 1_000 }));
     expect(err.code).toBe(Code.DeadlineExceeded);
     const { ctx } = await core.callOf("get");
     await aborted(ctx.signal);

@@ -166,13 +166,13 @@ describe("gRPC server (grpc-js)", () => {
       },
     });
     const started = Date.now();
-    await expect(client.get({}, { deadline: started + 200 })).rejects.toMatchObject({
+    await expect(client.get({}, { deadline: started + 1_000 })).rejects.toMatchObject({
       code: status.DEADLINE_EXCEEDED,
     });
     const { ctx } = await core.callOf("get");
     await aborted(ctx.signal);
     expect(ctx.signal.reason).toMatchObject({ code: "deadline_exceeded" });
-    expect(Date.now() - started).toBeLessThan(2_000);
+    expect(Date.now() - started).toBeLessThan(10_000);
   });
 
   it("aborts the core's signal and releases its iterator when the client cancels a Watch", async () => {
