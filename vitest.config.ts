@@ -3,6 +3,8 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
+    // Runs last, after the client libraries are built: vitest.readme.config.ts.
+    exclude: ["test/readme/readme-examples.test.ts", "**/node_modules/**"],
     testTimeout: 20_000,
     hookTimeout: 30_000,
     // Integration tests start servers on free ports; two workers fit 2 cores.
