@@ -78,7 +78,8 @@ afterEach(async () => {
 describe("timeouts fire while the garbage collector runs", () => {
   it("ends every attempt of the openai summariser at timeoutMs", async () => {
     llm = await startFakeLlm({ fallback: { hang: true } });
-    const timeoutMs = 300;
+    // Long enough for the fake to read a request body on a loaded machine.
+    const timeoutMs = 1_000;
     const summarizer = createOpenAiSummarizer({
       baseUrl: llm.baseUrl,
       model: "stall",

@@ -24,7 +24,7 @@ beforeAll(async () => {
   );
   target = await new Promise<string>((resolve, reject) => {
     let out = "";
-    const timer = setTimeout(() => reject(new Error("server did not start")), 10_000);
+    const timer = setTimeout(() => reject(new Error("server did not start")), 60_000);
     server.stdout?.on("data", (d: Buffer) => {
       out += d.toString();
       const m = /gRPC ([\d.]+:\d+)/.exec(out);

@@ -116,7 +116,7 @@ describe.each([
       await servers.shutdown(2_000);
     });
 
-    await vi.waitFor(() => expect(produced).toBeGreaterThan(0));
+    await vi.waitFor(() => expect(produced).toBeGreaterThan(0), { timeout: 15_000 });
     // Stalled: nothing produced between two polls 500 ms apart (the core
     // produces at every turn of the event loop while it is pulled). Socket
     // buffers on loopback keep growing for a while, so wait for it.
@@ -134,6 +134,6 @@ describe.each([
     expect(stalledAt * EVENT_BYTES).toBeLessThan(boundBytes);
 
     watch.resume();
-    await vi.waitFor(() => expect(produced).toBeGreaterThan(stalledAt + 100));
+    await vi.waitFor(() => expect(produced).toBeGreaterThan(stalledAt + 100), { timeout: 15_000 });
   });
 });
