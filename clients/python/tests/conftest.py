@@ -49,17 +49,19 @@ class Server:
         self.process.stdout.close()
 
 
-def start_server(log_path: Path, *args: str, env: dict[str, str] | None = None) -> Server:
-    """Starts the server on free ports and waits for its "listening" line."""
+def start_server(
+    log_path: Path, *args: str, env: dict[str, str] | None = None, port: int = 0
+) -> Server:
+    """Starts the server (gRPC on ``port``, 0: a free one) and waits for its "listening" line."""
     if not (REPO_ROOT / "dist").is_dir():
         pytest.fail("the server is not built: run `npm run build` at the repository root")
     # The server reads WINDLASS_* settings from the environment: start from
     # none of the caller's, so the tests see the defaults plus what they pass.
     environment = {k: v for k, v in os.environ.items() if not k.startswith("WINDLASS_")}
     environment.update(env or {})
-    log = log_path.open("w")
+    log = log_path.open("a")  # a restarted server appends to the same log
     process = subprocess.Popen(
-        ["node", str(COMMAND), "serve", "--port", "0", "--http-port", "0", *args],
+        ["node", str(COMMAND), "serve", "--port", str(port), "--http-port", "0", *args],
         cwd=REPO_ROOT,
         env=environment,
         stdout=subprocess.PIPE,

@@ -10,11 +10,17 @@ parameters and methods, with threads kept in the service::
     [msg.content for msg in m.get()]  # ['two', 'three']
 """
 
-from ._errors import MemoryServiceError
+from ._errors import MemoryServiceError, ResyncRequired
 from ._memory import DEFAULT_TARGET, DEFAULT_THREAD, BufferMemory, SummaryMemory, WindowMemory
 from ._types import Message, MessageLike, Role, ToolCall
+from ._watch import AsyncWatchStream, Backoff, WatchEvent, WatchStream
 
 __all__ = [
+    "AsyncWatchStream",
+    "Backoff",
+    "ResyncRequired",
+    "WatchEvent",
+    "WatchStream",
     "DEFAULT_TARGET",
     "DEFAULT_THREAD",
     "BufferMemory",
