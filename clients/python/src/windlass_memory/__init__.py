@@ -11,6 +11,7 @@ parameters and methods, with threads kept in the service::
 """
 
 from ._errors import MemoryServiceError, ResyncRequired
+from ._formats import from_anthropic, from_openai, to_anthropic, to_openai
 from ._memory import DEFAULT_TARGET, DEFAULT_THREAD, BufferMemory, SummaryMemory, WindowMemory
 from ._types import Message, MessageLike, Role, ToolCall
 from ._watch import AsyncWatchStream, Backoff, WatchEvent, WatchStream
@@ -31,4 +32,8 @@ __all__ = [
     "SummaryMemory",
     "ToolCall",
     "WindowMemory",
+    "from_anthropic",
+    "from_openai",
+    "to_anthropic",
+    "to_openai",
 ]
