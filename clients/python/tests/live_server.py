@@ -16,6 +16,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -149,3 +150,39 @@ def model_handler(model: FakeModel) -> type[BaseHTTPRequestHandler]:
             pass  # keep pytest's output to the tests'
 
     return Handler
+
+
+def python_blocks(markdown: Path) -> list[str]:
+    """The ```python code blocks of a Markdown file, in order."""
+    blocks: list[str] = []
+    current: list[str] | None = None
+    for line in markdown.read_text().splitlines():
+        if current is None:
+            if line.strip() == "```python":
+                current = []
+        elif line.strip() == "```":
+            blocks.append("\n".join(current) + "\n")
+            current = None
+        else:
+            current.append(line)
+    assert current is None, f"{markdown}: a code block is not closed"
+    return blocks
+
+
+def run_snippet(code: str, target: str, cwd: Path, timeout_s: float = 120.0) -> str:
+    """Runs a snippet as a reader would (``python file.py``) against ``target``; returns stdout."""
+    script = cwd / "snippet.py"
+    script.write_text(code)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("WINDLASS_")}
+    environment["WINDLASS_MEMORY_TARGET"] = target
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"the snippet failed ({done.returncode}):\n{code}\n--- stderr:\n{done.stderr}")
+    return done.stdout
