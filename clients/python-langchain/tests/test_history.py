@@ -1,4 +1,4 @@
-"""WindlassChatMessageHistory with LangChain's own RunnableWithMessageHistory, against a live server.
+"""WindlassChatMessageHistory under LangChain's RunnableWithMessageHistory, against a live server.
 
 The model is langchain_core's FakeMessagesListChatModel (scripted replies,
 tool calls included); the history is the real service. Each test reads the
@@ -26,8 +26,8 @@ from langchain_core.messages import (
 )
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
-from live_server import Server
 
+from live_server import Server
 from windlass_memory import BufferMemory, Message, Role, ToolCall, WindowMemory
 from windlass_memory_langchain import WindlassChatMessageHistory, from_langchain, to_langchain
 
@@ -38,7 +38,9 @@ class Prompts(BaseCallbackHandler):
     def __init__(self) -> None:
         self.calls: list[list[BaseMessage]] = []
 
-    def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **_: Any) -> None:
+    def on_chat_model_start(
+        self, serialized: Any, messages: list[list[BaseMessage]], **_: Any
+    ) -> None:
         self.calls.extend(messages)
 
 
@@ -119,7 +121,9 @@ def test_a_prompt_chain_with_a_history_key_and_a_window(server: Server) -> None:
     prompt = ChatPromptTemplate.from_messages(
         [("system", "Be brief."), MessagesPlaceholder("history"), ("human", "{question}")]
     )
-    model = FakeMessagesListChatModel(responses=[AIMessage("one"), AIMessage("two"), AIMessage("three")])
+    model = FakeMessagesListChatModel(
+        responses=[AIMessage("one"), AIMessage("two"), AIMessage("three")]
+    )
     prompts = Prompts()
     # A window of 2: the model sees only the newest two stored messages.
     with WindowMemory(window=2, target=server.target) as memory:
@@ -173,7 +177,13 @@ def test_every_message_type_round_trips() -> None:
             "thinking",
             tool_calls=[{"name": "f", "args": {"x": [1, 2]}, "id": "c1", "type": "tool_call"}],
             invalid_tool_calls=[
-                {"name": "g", "args": "{oops", "id": "c2", "error": "bad JSON", "type": "invalid_tool_call"}
+                {
+                    "name": "g",
+                    "args": "{oops",
+                    "id": "c2",
+                    "error": "bad JSON",
+                    "type": "invalid_tool_call",
+                }
             ],
         ),
         ToolMessage("failed", tool_call_id="c1", status="error"),
@@ -199,7 +209,9 @@ def test_tool_arguments_that_are_not_an_object_become_invalid_tool_calls() -> No
 def test_bad_input_names_the_message(server: Server) -> None:
     with BufferMemory(target=server.target) as memory:
         history = WindlassChatMessageHistory(session(), memory=memory)
-        with pytest.raises(TypeError, match=r"messages\[1\]: expected a langchain_core BaseMessage"):
+        with pytest.raises(
+            TypeError, match=r"messages\[1\]: expected a langchain_core BaseMessage"
+        ):
             history.add_messages([HumanMessage("ok"), {"role": "user"}])  # type: ignore[list-item]
         with pytest.raises(ValueError, match=r"messages\[0\]: FunctionMessage"):
             history.add_messages([FunctionMessage("x", name="f")])

@@ -1,4 +1,4 @@
-"""WindlassChatStore under LlamaIndex's own SimpleChatEngine and ChatMemoryBuffer, against a live server.
+"""WindlassChatStore under LlamaIndex's SimpleChatEngine and ChatMemoryBuffer, with a live server.
 
 The LLM is llama_index's MockLLMWithChatMemoryOfLastCall (it echoes its
 prompt and records the messages it was given); the chat store is the real
@@ -12,7 +12,6 @@ import asyncio
 import uuid
 
 import pytest
-from live_server import Server
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ImageBlock,
@@ -24,6 +23,7 @@ from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.llms.mock import MockLLMWithChatMemoryOfLastCall
 from llama_index.core.memory import ChatMemoryBuffer
 
+from live_server import Server
 from windlass_memory import BufferMemory, Message, Role, SummaryMemory, ToolCall, WindowMemory
 from windlass_memory_llamaindex import WindlassChatStore, from_llamaindex, to_llamaindex
 
@@ -78,7 +78,9 @@ def test_tool_calls_and_results_survive_in_both_shapes(server: Server) -> None:
     user = key()
     messages = [
         ChatMessage(role=MessageRole.SYSTEM, content="Use tools."),
-        ChatMessage(role=MessageRole.USER, content="Weather in Oslo?", additional_kwargs={"id": "m1"}),
+        ChatMessage(
+            role=MessageRole.USER, content="Weather in Oslo?", additional_kwargs={"id": "m1"}
+        ),
         # The OpenAI integration's shape: tool calls in additional_kwargs.
         ChatMessage(
             role=MessageRole.ASSISTANT,
@@ -106,7 +108,9 @@ def test_tool_calls_and_results_survive_in_both_shapes(server: Server) -> None:
                 ToolCallBlock(tool_call_id="call_2", tool_name="time", tool_kwargs={"tz": "CET"}),
             ],
         ),
-        ChatMessage(role=MessageRole.TOOL, content="12:00", additional_kwargs={"tool_call_id": "call_2"}),
+        ChatMessage(
+            role=MessageRole.TOOL, content="12:00", additional_kwargs={"tool_call_id": "call_2"}
+        ),
         ChatMessage(role=MessageRole.CHATBOT, content="3 degrees at noon."),
     ]
     with BufferMemory(target=server.target) as client:
@@ -155,7 +159,10 @@ def test_async_chat_engine(server: Server) -> None:
         with BufferMemory(target=server.target) as client:
             store = WindlassChatStore(memory=client)
             engine = SimpleChatEngine.from_defaults(
-                llm=llm, memory=ChatMemoryBuffer.from_defaults(chat_store=store, chat_store_key=user, llm=llm)
+                llm=llm,
+                memory=ChatMemoryBuffer.from_defaults(
+                    chat_store=store, chat_store_key=user, llm=llm
+                ),
             )
             await engine.achat("one")
             await engine.achat("two")
@@ -180,14 +187,18 @@ def test_bad_input_names_the_field(server: Server) -> None:
         with pytest.raises(ValueError, match=r"message.blocks\[1\]: ImageBlock"):
             store.add_message(
                 user,
-                ChatMessage(role="user", blocks=[TextBlock(text="see"), ImageBlock(url="http://x/y.png")]),
+                ChatMessage(
+                    role="user", blocks=[TextBlock(text="see"), ImageBlock(url="http://x/y.png")]
+                ),
             )
         with pytest.raises(TypeError, match="message: expected a llama_index ChatMessage"):
             store.add_message(user, {"role": "user", "content": "x"})  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=r"messages\[0\]: expected a llama_index ChatMessage"):
             store.set_messages(user, ["x"])  # type: ignore[list-item]
         with pytest.raises(TypeError, match="additional_kwargs: values must be JSON"):
-            store.add_message(user, ChatMessage(role="user", content="x", additional_kwargs={"o": object()}))
+            store.add_message(
+                user, ChatMessage(role="user", content="x", additional_kwargs={"o": object()})
+            )
         with pytest.raises(NotImplementedError, match="idx"):
             store.add_message(user, ChatMessage(role="user", content="x"), idx=0)
         assert store.get_messages(user) == []  # nothing was stored
@@ -201,6 +212,9 @@ def test_round_trip_without_a_server() -> None:
     assert wire == Message(
         Role.SYSTEM,
         "rules",
-        metadata={"llamaindex.role": "developer", "llamaindex.additional_kwargs": '{"id": "d1", "tags": [1, 2]}'},
+        metadata={
+            "llamaindex.role": "developer",
+            "llamaindex.additional_kwargs": '{"id": "d1", "tags": [1, 2]}',
+        },
     )
     assert to_llamaindex(wire) == message

@@ -72,7 +72,12 @@ ANTHROPIC = {
             "content": [
                 {"type": "text", "text": "Checking."},
                 {"type": "tool_use", "id": "call_1", "name": "weather", "input": {"city": "Oslo"}},
-                {"type": "tool_use", "id": "call_2", "name": "time", "input": {"tz": "Europe/Oslo"}},
+                {
+                    "type": "tool_use",
+                    "id": "call_2",
+                    "name": "time",
+                    "input": {"tz": "Europe/Oslo"},
+                },
             ],
         },
         {
@@ -109,12 +114,20 @@ def test_openai_edge_cases() -> None:
     messages = from_openai(
         [
             {"role": "developer", "content": "rules"},
-            {"role": "user", "name": "ana", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {
+                "role": "user",
+                "name": "ana",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            },
             {
                 "role": "assistant",
                 "content": None,
                 "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": {"x": 1}},
+                    }
                 ],
             },
             {"role": "tool", "tool_call_id": "c1", "content": ""},
@@ -146,11 +159,20 @@ def test_openai_edge_cases() -> None:
             r"messages\[0\].content\[0\].type: 'image_url'",
         ),
         (
-            [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": 3}}]}],
+            [
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": 3}}],
+                }
+            ],
             TypeError,
             r"messages\[0\].tool_calls\[0\].function.arguments",
         ),
-        ([{"role": "assistant", "tool_calls": [{"id": "c"}]}], TypeError, r"tool_calls\[0\].function"),
+        (
+            [{"role": "assistant", "tool_calls": [{"id": "c"}]}],
+            TypeError,
+            r"tool_calls\[0\].function",
+        ),
         ([["user", "hi"]], TypeError, r"messages\[0\]: expected a dict"),
     ],
 )
@@ -163,7 +185,10 @@ def test_anthropic_edge_cases() -> None:
     messages = from_anthropic(
         [
             {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+            },
             {
                 "role": "user",
                 "content": [
@@ -191,11 +216,19 @@ def test_anthropic_edge_cases() -> None:
         "system": "sys prompt",
         "messages": [
             {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+            },
             {
                 "role": "user",
                 "content": [
-                    {"type": "tool_result", "tool_use_id": "t1", "content": "boom", "is_error": True},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": "boom",
+                        "is_error": True,
+                    },
                     {"type": "text", "text": "and now?"},
                 ],
             },
@@ -223,24 +256,42 @@ def test_anthropic_has_no_system_role_or_names() -> None:
     ("call", "error", "match"),
     [
         (lambda: from_anthropic({"role": "user", "content": "x"}), TypeError, "expected a list"),  # type: ignore[arg-type]
-        (lambda: from_anthropic([{"role": "system", "content": "x"}]), ValueError, r"messages\[0\].role"),
         (
-            lambda: from_anthropic([{"role": "assistant", "content": [{"type": "thinking", "thinking": "."}]}]),
+            lambda: from_anthropic([{"role": "system", "content": "x"}]),
+            ValueError,
+            r"messages\[0\].role",
+        ),
+        (
+            lambda: from_anthropic(
+                [{"role": "assistant", "content": [{"type": "thinking", "thinking": "."}]}]
+            ),
             ValueError,
             r"messages\[0\].content\[0\].type: 'thinking'",
         ),
         (
-            lambda: from_anthropic([{"role": "user", "content": [{"type": "image", "source": {}}]}]),
+            lambda: from_anthropic(
+                [{"role": "user", "content": [{"type": "image", "source": {}}]}]
+            ),
             ValueError,
             r"messages\[0\].content\[0\].type: 'image'",
         ),
-        (lambda: from_anthropic([{"role": "user", "content": 3}]), TypeError, r"messages\[0\].content"),
         (
-            lambda: to_anthropic([Message.assistant("", tool_calls=[ToolCall("c", "f", "not json")])]),
+            lambda: from_anthropic([{"role": "user", "content": 3}]),
+            TypeError,
+            r"messages\[0\].content",
+        ),
+        (
+            lambda: to_anthropic(
+                [Message.assistant("", tool_calls=[ToolCall("c", "f", "not json")])]
+            ),
             ValueError,
             r"messages\[0\].tool_calls\[0\].arguments: not JSON",
         ),
-        (lambda: to_anthropic([{"role": "user", "content": "x"}]), TypeError, r"messages\[0\]: expected a windlass_memory.Message"),  # type: ignore[list-item]
+        (
+            lambda: to_anthropic([{"role": "user", "content": "x"}]),
+            TypeError,
+            r"messages\[0\]: expected a windlass_memory.Message",
+        ),  # type: ignore[list-item]
         (lambda: to_openai(["x"]), TypeError, r"messages\[0\]"),  # type: ignore[list-item]
     ],
 )
@@ -282,7 +333,9 @@ def test_anthropic_history_round_trips_through_the_service(server: Server) -> No
     ],
 )
 def test_wrong_argument_types_are_type_errors_naming_the_argument(
-    server: Server, call, match: str  # type: ignore[no-untyped-def]
+    server: Server,
+    call,
+    match: str,  # type: ignore[no-untyped-def]
 ) -> None:
     with BufferMemory(target=server.target) as memory:
         before = memory.get()

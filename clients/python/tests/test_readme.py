@@ -29,7 +29,7 @@ EXPECTED = [
 def test_every_readme_example_runs_in_order(fresh_server: Server, tmp_path: Path) -> None:
     blocks = python_blocks(README)
     assert len(blocks) == len(EXPECTED), "a README example was added or removed: update EXPECTED"
-    for code, expected in zip(blocks, EXPECTED):
+    for code, expected in zip(blocks, EXPECTED, strict=True):
         output = run_snippet(code, fresh_server.target, tmp_path)
         for part in expected:
             assert part in output, f"{part!r} not printed by:\n{code}\n--- it printed:\n{output}"

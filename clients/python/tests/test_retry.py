@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from windlass.memory.v1 import memory_pb2
 
 from conftest import Server
-from windlass.memory.v1 import memory_pb2
 from windlass_memory import BufferMemory, Message, SummaryMemory, WindowMemory
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

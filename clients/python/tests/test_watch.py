@@ -280,7 +280,9 @@ def test_give_up_after_raises_the_last_error() -> None:
     assert failing.calls >= 2
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED])
+@pytest.mark.parametrize(
+    "code", [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED]
+)
 def test_errors_a_retry_cannot_fix_are_raised_at_once(code: grpc.StatusCode) -> None:
     failing = FailingWatchServer(code)
     try:
@@ -292,9 +294,7 @@ def test_errors_a_retry_cannot_fix_are_raised_at_once(code: grpc.StatusCode) -> 
     assert failing.calls == 1
 
 
-def test_a_token_older_than_the_history_raises_resync_required(
-    tmp_path: Path, thread: str
-) -> None:
+def test_a_token_older_than_the_history_raises_resync_required(tmp_path: Path, thread: str) -> None:
     small = start_server(tmp_path / "server.log", "--event-retention", "10", *PROGRESS)
     try:
         with BufferMemory(target=small.target) as memory:

@@ -22,6 +22,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+
 from windlass_memory import Message, Role, ToolCall
 
 ID_KEY = "langchain.id"
@@ -55,7 +56,9 @@ def _text(content: Any, where: str) -> str:
                     f"{where}.content[{i}]: {kind!r} content is not supported (only text is stored)"
                 )
         return "".join(parts)
-    raise TypeError(f"{where}.content: expected str or a list of blocks, not {type(content).__name__}")
+    raise TypeError(
+        f"{where}.content: expected str or a list of blocks, not {type(content).__name__}"
+    )
 
 
 def from_langchain(message: BaseMessage, where: str = "message") -> Message:

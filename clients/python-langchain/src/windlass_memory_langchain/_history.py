@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
+
 from windlass_memory import BufferMemory
 
 from ._convert import from_langchain_all, to_langchain

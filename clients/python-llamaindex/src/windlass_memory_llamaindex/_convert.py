@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
+
 from windlass_memory import Message, Role, ToolCall
 
 ROLE_KEY = "llamaindex.role"
@@ -101,14 +102,14 @@ def from_llamaindex(message: ChatMessage, where: str = "message") -> Message:
     name = kwargs.pop("name", None)
     for key, value in (("tool_call_id", tool_call_id), ("name", name)):
         if value is not None and not isinstance(value, str):
-            raise TypeError(f"{where}.additional_kwargs.{key}: expected str, not {type(value).__name__}")
+            raise TypeError(
+                f"{where}.additional_kwargs.{key}: expected str, not {type(value).__name__}"
+            )
     if kwargs:
         try:
             metadata[KWARGS_KEY] = json.dumps(kwargs, sort_keys=True)
         except TypeError as error:
-            raise TypeError(
-                f"{where}.additional_kwargs: values must be JSON ({error})"
-            ) from None
+            raise TypeError(f"{where}.additional_kwargs: values must be JSON ({error})") from None
     return Message(
         role,
         "\n".join(texts),

@@ -7,6 +7,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.storage.chat_store.base import BaseChatStore
 from pydantic import PrivateAttr
+
 from windlass_memory import BufferMemory, SummaryMemory
 
 from ._convert import from_llamaindex, to_llamaindex
@@ -138,12 +139,12 @@ class WindlassChatStore(BaseChatStore):
 
 def _convert_all(messages: Any) -> list[Any]:
     if isinstance(messages, ChatMessage) or not isinstance(messages, (list, tuple)):
-        raise TypeError(
-            f"messages: expected a list of ChatMessage, not {type(messages).__name__}"
-        )
+        raise TypeError(f"messages: expected a list of ChatMessage, not {type(messages).__name__}")
     return [from_llamaindex(m, f"messages[{i}]") for i, m in enumerate(messages)]
 
 
 def _no_insert(idx: int | None) -> None:
     if idx is not None:
-        raise NotImplementedError("idx: the service appends; inserting at a position is not supported")
+        raise NotImplementedError(
+            "idx: the service appends; inserting at a position is not supported"
+        )

@@ -62,7 +62,9 @@ def _text_of(content: Any, where: str) -> str:
                 )
             texts.append(_expect_str(part.get("text"), f"{where}[{i}].text"))
         return "".join(texts)
-    raise TypeError(f"{where}: expected str, None or a list of text parts, not {_type_name(content)}")
+    raise TypeError(
+        f"{where}: expected str, None or a list of text parts, not {_type_name(content)}"
+    )
 
 
 # ---- OpenAI Chat Completions ----
@@ -83,7 +85,11 @@ def message_from_openai(message: Any, where: str = "message") -> Message:
     if role_name not in _OPENAI_ROLES:
         raise ValueError(
             f"{where}.role: {role_name!r} is not one of: {', '.join(_OPENAI_ROLES)}"
-            + (" (the legacy 'function' role has no call id: use 'tool')" if role_name == "function" else "")
+            + (
+                " (the legacy 'function' role has no call id: use 'tool')"
+                if role_name == "function"
+                else ""
+            )
         )
     calls = []
     raw_calls = message.get("tool_calls") or ()
@@ -115,7 +121,9 @@ def message_from_openai(message: Any, where: str = "message") -> Message:
         _text_of(message.get("content"), f"{where}.content"),
         name=_expect_str(message.get("name"), f"{where}.name", optional=True) or None,
         tool_calls=calls,
-        tool_call_id=_expect_str(message.get("tool_call_id"), f"{where}.tool_call_id", optional=True)
+        tool_call_id=_expect_str(
+            message.get("tool_call_id"), f"{where}.tool_call_id", optional=True
+        )
         or None,
         metadata=metadata,
     )
@@ -142,7 +150,9 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         if not isinstance(message, Message):
-            raise TypeError(f"messages[{i}]: expected a windlass_memory.Message, not {_type_name(message)}")
+            raise TypeError(
+                f"messages[{i}]: expected a windlass_memory.Message, not {_type_name(message)}"
+            )
         entry: dict[str, Any] = {"role": message.role.value, "content": message.content}
         if message.name:
             entry["name"] = message.name
@@ -192,7 +202,9 @@ def from_anthropic(
             out.append(Message(role, content))
             continue
         if not isinstance(content, Sequence):
-            raise TypeError(f"{where}.content: expected str or a list of blocks, not {_type_name(content)}")
+            raise TypeError(
+                f"{where}.content: expected str or a list of blocks, not {_type_name(content)}"
+            )
         if role == "assistant":
             texts, calls = [], []
             for j, block in enumerate(content):
@@ -216,19 +228,13 @@ def from_anthropic(
             out.append(Message.assistant("".join(texts), tool_calls=calls))
             continue
         pending_text: list[str] = []
-
-        def flush() -> None:
-            if pending_text:
-                out.append(Message.user("".join(pending_text)))
-                pending_text.clear()
-
         for j, block in enumerate(content):
             block = _expect_mapping(block, f"{where}.content[{j}]")
             kind = block.get("type")
             if kind == "text":
                 pending_text.append(_expect_str(block.get("text"), f"{where}.content[{j}].text"))
             elif kind == "tool_result":
-                flush()
+                _flush_user_text(pending_text, out)
                 is_error = bool(block.get("is_error", False))
                 out.append(
                     Message(
@@ -245,8 +251,15 @@ def from_anthropic(
                     f"{where}.content[{j}].type: {kind!r} blocks are not supported "
                     "in user messages (text and tool_result are)"
                 )
-        flush()
+        _flush_user_text(pending_text, out)
     return out
+
+
+def _flush_user_text(pending_text: list[str], out: list[Message]) -> None:
+    """Text blocks gathered so far become one user message."""
+    if pending_text:
+        out.append(Message.user("".join(pending_text)))
+        pending_text.clear()
 
 
 def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
@@ -266,7 +279,9 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
     open_user: list[dict[str, Any]] | None = None
     for i, message in enumerate(messages):
         if not isinstance(message, Message):
-            raise TypeError(f"messages[{i}]: expected a windlass_memory.Message, not {_type_name(message)}")
+            raise TypeError(
+                f"messages[{i}]: expected a windlass_memory.Message, not {_type_name(message)}"
+            )
         if message.role is Role.SYSTEM:
             system.append(message.content)
             continue
@@ -305,7 +320,9 @@ def to_anthropic(messages: Iterable[Message]) -> dict[str, Any]:
                     f"messages[{i}].tool_calls[{j}].arguments: not JSON, and Anthropic's "
                     "tool_use input must be an object"
                 ) from None
-            blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
+            blocks.append(
+                {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+            )
         out.append({"role": "assistant", "content": blocks})
     result: dict[str, Any] = {"messages": out}
     if system:

@@ -105,8 +105,12 @@ class BufferMemory:
     ) -> None:
         _check_int("max_messages", max_messages, optional=True)
         _check_int("max_stored", max_stored)
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
-            raise TypeError(f"timeout: expected seconds (a number) or None, not {type(timeout).__name__}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+        ):
+            raise TypeError(
+                f"timeout: expected seconds (a number) or None, not {type(timeout).__name__}"
+            )
         if target is not None and not isinstance(target, str):
             raise TypeError(f"target: expected 'host:port' (str), not {type(target).__name__}")
         if max_messages is not None and max_messages < 0:
@@ -168,7 +172,7 @@ class BufferMemory:
             return None  # the original: adding nothing is a no-op
         return memory_pb2.AddRequest(
             thread_id=thread_id,
-            messages=[to_chat_message(item, name) for item, name in zip(items, names)],
+            messages=[to_chat_message(item, name) for item, name in zip(items, names, strict=True)],
             strategy=self._strategy(),
             replace_strategy=self.replace_strategy,
             request_id=uuid.uuid4().hex,

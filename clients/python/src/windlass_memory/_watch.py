@@ -119,7 +119,9 @@ class WatchEvent:
                 folded_count=s.folded_count,
             )
         elif kind == "messages_added":
-            base.update(first_seq=event.messages_added.first_seq, last_seq=event.messages_added.last_seq)
+            base.update(
+                first_seq=event.messages_added.first_seq, last_seq=event.messages_added.last_seq
+            )
         elif kind == "summary_failed":
             base.update(reason=event.summary_failed.reason, attempt=event.summary_failed.attempt)
         return cls(**base)
