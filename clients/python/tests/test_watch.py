@@ -306,6 +306,13 @@ def test_a_token_older_than_the_history_raises_resync_required(tmp_path: Path, t
                 memory.add(Message.user(f"more {i}"), thread_id=thread)
             with pytest.raises(ResyncRequired) as resync:
                 next(memory.watch(thread, resume_token=stale))
+
+            async def first_async_event() -> None:
+                async for _ in memory.awatch(thread, resume_token=stale):
+                    pass
+
+            with pytest.raises(ResyncRequired):
+                asyncio.run(asyncio.wait_for(first_async_event(), WAIT_S))
             # What the caller does next: re-read, then watch from now.
             assert len(memory.get(thread_id=thread)) == 41
     finally:

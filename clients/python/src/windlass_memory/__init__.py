@@ -8,6 +8,10 @@ parameters and methods, with threads kept in the service::
     m = WindowMemory(window=2, target="127.0.0.1:50051")
     m.add([Message.user("one"), Message.user("two"), Message.user("three")])
     [msg.content for msg in m.get()]  # ['two', 'three']
+
+Also: ``watch()`` / ``awatch()``, Watch streams that resume after a broken
+connection with backoff (:class:`ResyncRequired` when they cannot), and
+``to_openai`` / ``from_openai`` / ``to_anthropic`` / ``from_anthropic``.
 """
 
 from ._errors import MemoryServiceError, ResyncRequired

@@ -319,7 +319,8 @@ class AsyncWatchStream:
         pending = loop.run_in_executor(self._executor, _next_or_none, self._stream)
         try:
             event = await asyncio.shield(pending)
-        except asyncio.CancelledError:
+        except BaseException:
+            # Cancelled, or the stream failed (ResyncRequired …): either way it is over.
             self._close()
             raise
         if event is None:
