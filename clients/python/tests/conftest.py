@@ -1,88 +1,20 @@
 """Fixtures: a live windlass-memory server, and a fake OpenAI-compatible model.
 
-The server is the real command (`node bin/windlass-memory.js serve`) on free
-ports, built beforehand with `npm run build`. The model is a real HTTP server
-speaking the Chat Completions protocol with scripted replies: the original
-module's FakeLLM, over the wire.
+Both are in live_server.py, shared with the framework adapters' tests.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import selectors
-import signal
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-COMMAND = REPO_ROOT / "bin" / "windlass-memory.js"
-READY_PREFIX = "windlass-memory listening: gRPC "
-START_TIMEOUT_S = 30.0
+from live_server import FakeModel, Server, model_handler, start_server
 
-
-@dataclass
-class Server:
-    """A running windlass-memory process."""
-
-    process: subprocess.Popen[str]
-    target: str
-    log_path: Path
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        assert self.process.stdout is not None
-        self.process.stdout.close()
-
-
-def start_server(log_path: Path, *args: str, env: dict[str, str] | None = None) -> Server:
-    """Starts the server on free ports and waits for its "listening" line."""
-    if not (REPO_ROOT / "dist").is_dir():
-        pytest.fail("the server is not built: run `npm run build` at the repository root")
-    # The server reads WINDLASS_* settings from the environment: start from
-    # none of the caller's, so the tests see the defaults plus what they pass.
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("WINDLASS_")}
-    environment.update(env or {})
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        ["node", str(COMMAND), "serve", "--port", "0", "--http-port", "0", *args],
-        cwd=REPO_ROOT,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=log,  # JSON logs: kept for a failing test, never a full pipe
-        text=True,
-    )
-    log.close()
-    assert process.stdout is not None
-    deadline = time.monotonic() + START_TIMEOUT_S
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if not selector.select(timeout=deadline - time.monotonic()):
-                break
-            line = process.stdout.readline()
-            if line == "":
-                break  # exited
-            if line.startswith(READY_PREFIX):
-                target = line[len(READY_PREFIX) :].split(",", 1)[0].strip()
-                return Server(process, target, log_path)
-    process.kill()
-    process.wait()
-    pytest.fail(f"windlass-memory did not start; its log:\n{log_path.read_text()}")
+__all__ = ["FakeModel", "Server", "start_server"]
 
 
 @pytest.fixture(scope="session")
@@ -101,73 +33,11 @@ def fresh_server(tmp_path: Path) -> Iterator[Server]:
     running.stop()
 
 
-@dataclass
-class FakeModel:
-    """A scripted OpenAI-compatible Chat Completions endpoint.
-
-    Replies are taken in order; the last one repeats. A reply that is an int
-    is sent as that HTTP status with an error body.
-    """
-
-    replies: list[str | int]
-    base_url: str = ""
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def next_reply(self, request: dict[str, Any]) -> str | int:
-        with self._lock:
-            self.requests.append(request)
-            return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
-
-
-def _handler(model: FakeModel) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            if self.path != "/v1/chat/completions":
-                self._send(404, {"error": {"message": "not found"}})
-                return
-            request = json.loads(body)
-            reply = model.next_reply(request)
-            if isinstance(reply, int):
-                self._send(reply, {"error": {"message": "scripted failure"}})
-                return
-            self._send(
-                200,
-                {
-                    "id": f"chatcmpl-{len(model.requests)}",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": request.get("model", ""),
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": reply},
-                            "finish_reason": "stop",
-                        }
-                    ],
-                },
-            )
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # keep pytest's output to the tests'
-
-    return Handler
-
-
 @pytest.fixture
 def fake_model() -> Iterator[FakeModel]:
     """A fake model; set ``replies`` before the server calls it."""
     model = FakeModel(replies=["(no reply scripted)"])
-    http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
+    http = ThreadingHTTPServer(("127.0.0.1", 0), model_handler(model))
     model.base_url = f"http://127.0.0.1:{http.server_address[1]}/v1"
     thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from windlass.memory.v1 import memory_pb2
 
 from conftest import Server
-from windlass.memory.v1 import memory_pb2
 from windlass_memory import BufferMemory, Message, SummaryMemory, WindowMemory
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -169,13 +169,19 @@ def proxy(fresh_server: Server) -> Iterator[ResponseCuttingProxy]:
     running.close()
 
 
+@pytest.mark.parametrize("call", ["add", "aadd", "openai dict"])
 def test_an_add_retried_after_its_response_was_lost_is_stored_once(
-    fresh_server: Server, proxy: ResponseCuttingProxy
+    fresh_server: Server, proxy: ResponseCuttingProxy, call: str
 ) -> None:
     proxy.cut_responses = 1
     thread = f"retry-{uuid.uuid4().hex}"
     with BufferMemory(target=proxy.address, timeout=20) as through_proxy:
-        through_proxy.add(Message.user("only once"), thread_id=thread)
+        if call == "add":
+            through_proxy.add(Message.user("only once"), thread_id=thread)
+        elif call == "aadd":
+            asyncio.run(through_proxy.aadd(Message.user("only once"), thread_id=thread))
+        else:
+            through_proxy.add({"role": "user", "content": "only once"}, thread_id=thread)
 
     # The first attempt was stored and its answer lost; the client sent it again.
     assert proxy.cut == 1

@@ -8,13 +8,24 @@ parameters and methods, with threads kept in the service::
     m = WindowMemory(window=2, target="127.0.0.1:50051")
     m.add([Message.user("one"), Message.user("two"), Message.user("three")])
     [msg.content for msg in m.get()]  # ['two', 'three']
+
+Also: ``watch()`` / ``awatch()``, Watch streams that resume after a broken
+connection with backoff (:class:`ResyncRequired` when they cannot), and
+``to_openai`` / ``from_openai`` / ``to_anthropic`` / ``from_anthropic``.
 """
 
-from ._errors import MemoryServiceError
+from ._errors import MemoryServiceError, ResyncRequired
+from ._formats import from_anthropic, from_openai, to_anthropic, to_openai
 from ._memory import DEFAULT_TARGET, DEFAULT_THREAD, BufferMemory, SummaryMemory, WindowMemory
 from ._types import Message, MessageLike, Role, ToolCall
+from ._watch import AsyncWatchStream, Backoff, WatchEvent, WatchStream
 
 __all__ = [
+    "AsyncWatchStream",
+    "Backoff",
+    "ResyncRequired",
+    "WatchEvent",
+    "WatchStream",
     "DEFAULT_TARGET",
     "DEFAULT_THREAD",
     "BufferMemory",
@@ -25,4 +36,8 @@ __all__ = [
     "SummaryMemory",
     "ToolCall",
     "WindowMemory",
+    "from_anthropic",
+    "from_openai",
+    "to_anthropic",
+    "to_openai",
 ]

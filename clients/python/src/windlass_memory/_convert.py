@@ -2,8 +2,9 @@
 
 The one place that knows both shapes. Outgoing messages are read by attribute,
 so the original module's ``windlass.core.types.Message`` (or any object with
-``role`` and ``content``) can be added as it is; incoming ones become
-:class:`~windlass_memory.Message`.
+``role`` and ``content``) can be added as it is, and so can an OpenAI Chat
+Completions message dict; anything else is a TypeError naming the argument.
+Incoming ones become :class:`~windlass_memory.Message`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from typing import Any
 
 from windlass.memory.v1 import memory_pb2
 
+from ._formats import message_from_openai
 from ._types import Message, MessageLike, Role, ToolCall
+
+ACCEPTED = (
+    "a windlass_memory.Message, an object with role and content "
+    "(the original module's Message), or an OpenAI-style message dict"
+)
 
 _ROLE_TO_PB = {
     Role.SYSTEM: memory_pb2.ROLE_SYSTEM,
@@ -45,12 +52,24 @@ def _arguments_to_json(arguments: Any) -> str:
     return json.dumps(arguments)
 
 
-def to_chat_message(message: MessageLike) -> memory_pb2.ChatMessage:
-    """Converts a message (ours or any object shaped like it) to a ``ChatMessage``."""
+def to_chat_message(
+    message: MessageLike | Mapping[str, Any], where: str = "message"
+) -> memory_pb2.ChatMessage:
+    """Converts a message (ours, any object shaped like it, or an OpenAI dict) to a ``ChatMessage``.
+
+    ``where`` names the argument in errors (``messages[2]``).
+    """
+    if isinstance(message, Mapping):
+        message = message_from_openai(message, where)
+    elif not (hasattr(message, "role") and hasattr(message, "content")):
+        raise TypeError(f"{where}: expected {ACCEPTED}, not {type(message).__name__}")
+    content = message.content
+    if content is not None and not isinstance(content, str):
+        raise TypeError(f"{where}.content: expected str, not {type(content).__name__}")
     metadata: Mapping[str, Any] = getattr(message, "metadata", None) or {}
     return memory_pb2.ChatMessage(
         role=_role_to_pb(message.role),
-        content=message.content or "",
+        content=content or "",
         name=getattr(message, "name", None) or "",
         tool_calls=[
             memory_pb2.ToolCall(

@@ -26,3 +26,18 @@ class MemoryServiceError(Exception):
         code = getattr(error, "code", lambda: grpc.StatusCode.UNKNOWN)()
         details = getattr(error, "details", lambda: str(error))() or ""
         return cls(code, details)
+
+
+class ResyncRequired(MemoryServiceError):
+    """A Watch cannot resume: the server no longer has the events after its token.
+
+    Raised by the Watch iterators on OUT_OF_RANGE (the token is older than the
+    server's retained history, or from another database: a restarted memory
+    store, another SQLite file). Events may have been missed, so nothing is
+    skipped silently: re-read the threads you follow with ``get`` and call
+    ``watch()`` again without a token. ``resume_token`` is the token refused.
+    """
+
+    def __init__(self, details: str, resume_token: str) -> None:
+        super().__init__(grpc.StatusCode.OUT_OF_RANGE, details)
+        self.resume_token = resume_token

@@ -14,15 +14,16 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
 from windlass.memory.v1 import memory_pb2, memory_pb2_grpc
 
-from ._convert import from_chat_message, to_chat_message
+from ._convert import ACCEPTED, from_chat_message, to_chat_message
 from ._errors import MemoryServiceError
 from ._types import Message, MessageLike
+from ._watch import AsyncWatchStream, Backoff, WatchStream, watch_request
 
 DEFAULT_THREAD = "default"
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -102,6 +103,16 @@ class BufferMemory:
         timeout: float | None = 30.0,
         replace_strategy: bool = False,
     ) -> None:
+        _check_int("max_messages", max_messages, optional=True)
+        _check_int("max_stored", max_stored)
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+        ):
+            raise TypeError(
+                f"timeout: expected seconds (a number) or None, not {type(timeout).__name__}"
+            )
+        if target is not None and not isinstance(target, str):
+            raise TypeError(f"target: expected 'host:port' (str), not {type(target).__name__}")
         if max_messages is not None and max_messages < 0:
             raise ValueError("max_messages must not be negative")
         if max_stored <= 0:
@@ -139,15 +150,29 @@ class BufferMemory:
     def _add_request(
         self, messages: MessageLike | Sequence[MessageLike], thread_id: str
     ) -> memory_pb2.AddRequest | None:
-        # One message (ours, or anything with a role) or a sequence of them.
-        items: list[MessageLike] = (
-            [messages] if not isinstance(messages, Sequence) else list(messages)
-        )
+        _check_thread_id(thread_id)
+        # One message (ours, anything with a role, an OpenAI dict) or a
+        # sequence of them. A str is a sequence too, of characters: refused.
+        if isinstance(messages, (str, bytes)):
+            raise TypeError(
+                f"messages: expected {ACCEPTED} or a list of them, not {type(messages).__name__} "
+                "(wrap text in Message.user(...))"
+            )
+        if isinstance(messages, Mapping) or hasattr(messages, "role"):
+            items: list[Any] = [messages]
+            names = ["messages"]
+        elif isinstance(messages, Iterable):
+            items = list(messages)
+            names = [f"messages[{i}]" for i in range(len(items))]
+        else:
+            raise TypeError(
+                f"messages: expected {ACCEPTED} or a list of them, not {type(messages).__name__}"
+            )
         if not items:
             return None  # the original: adding nothing is a no-op
         return memory_pb2.AddRequest(
             thread_id=thread_id,
-            messages=[to_chat_message(item) for item in items],
+            messages=[to_chat_message(item, name) for item, name in zip(items, names, strict=True)],
             strategy=self._strategy(),
             replace_strategy=self.replace_strategy,
             request_id=uuid.uuid4().hex,
@@ -155,6 +180,11 @@ class BufferMemory:
 
     @staticmethod
     def _get_request(thread_id: str, query: str | None, limit: int | None) -> memory_pb2.GetRequest:
+        _check_thread_id(thread_id)
+        if query is not None and not isinstance(query, str):
+            raise TypeError(f"query: expected str or None, not {type(query).__name__}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"limit: expected int or None, not {type(limit).__name__}")
         request = memory_pb2.GetRequest(thread_id=thread_id, query=query or "")
         if limit is not None:
             # A negative size meant "everything" (window) or "no recent
@@ -178,6 +208,7 @@ class BufferMemory:
     def _clear_request(thread_id: str | None) -> memory_pb2.ClearRequest:
         if thread_id is None:
             return memory_pb2.ClearRequest(all=True)
+        _check_thread_id(thread_id)
         return memory_pb2.ClearRequest(thread_id=thread_id)
 
     def _call(self, method: Callable[..., _T], request: Any) -> _T:
@@ -198,7 +229,13 @@ class BufferMemory:
     def add(
         self, messages: MessageLike | Sequence[MessageLike], *, thread_id: str = DEFAULT_THREAD
     ) -> None:
-        """Append messages to a thread (created with this object's strategy)."""
+        """Append messages to a thread (created with this object's strategy).
+
+        ``messages``: one message or a list: :class:`Message`, the original
+        module's messages (anything with ``role`` and ``content``), or OpenAI
+        Chat Completions dicts (``{"role": "user", "content": "hi"}``, tool
+        calls included). Anything else raises TypeError naming the argument.
+        """
         request = self._add_request(messages, thread_id)
         if request is not None:
             self._call(self._stub.Add, request)
@@ -278,6 +315,67 @@ class BufferMemory:
             if not token:
                 return ids
 
+    # ---- Watch ----
+
+    def watch(
+        self,
+        thread_ids: str | Sequence[str] | None = None,
+        *,
+        event_types: Sequence[str] | None = None,
+        resume_token: str = "",
+        send_initial_state: bool = False,
+        include_progress: bool = False,
+        backoff: Backoff | None = None,
+    ) -> WatchStream:
+        """Stream events of threads (all of the namespace's with ``None``), resuming by itself.
+
+        Iterate the result (a :class:`WatchStream`, also a context manager)::
+
+            with memory.watch("t1", event_types=["summary_updated"]) as events:
+                for event in events:
+                    print(event.summary)
+
+        After UNAVAILABLE, RESOURCE_EXHAUSTED or an end of stream the Watch is
+        opened again with the last event's resume token, after a pause that
+        grows exponentially (``backoff``, default :class:`Backoff`). An empty
+        ``resume_token`` watches from now; ``send_initial_state`` first sends
+        the current summary of each watched thread that has one.
+
+        Raises:
+            ResyncRequired: the server no longer has the events after the
+                token (OUT_OF_RANGE): re-read with ``get``, watch again from now.
+            MemoryServiceError: an error a retry cannot fix.
+        """
+        request = watch_request(thread_ids, event_types, resume_token, send_initial_state)
+
+        def open_watch(req: memory_pb2.WatchRequest) -> Any:
+            # No deadline: a Watch lasts until it is closed.
+            return self._stub.Watch(req, metadata=self._metadata)
+
+        return WatchStream(open_watch, request, backoff or Backoff(), include_progress)
+
+    def awatch(
+        self,
+        thread_ids: str | Sequence[str] | None = None,
+        *,
+        event_types: Sequence[str] | None = None,
+        resume_token: str = "",
+        send_initial_state: bool = False,
+        include_progress: bool = False,
+        backoff: Backoff | None = None,
+    ) -> AsyncWatchStream:
+        """:meth:`watch` for ``async for``; cancelling the awaiting task closes the stream."""
+        return AsyncWatchStream(
+            self.watch(
+                thread_ids,
+                event_types=event_types,
+                resume_token=resume_token,
+                send_initial_state=send_initial_state,
+                include_progress=include_progress,
+                backoff=backoff,
+            )
+        )
+
     # ---- lifetime ----
 
     def close(self) -> None:
@@ -307,6 +405,7 @@ class WindowMemory(BufferMemory):
     """
 
     def __init__(self, *, window: int = 20, **config: Any) -> None:
+        _check_int("window", window)
         if window <= 0:
             raise ValueError("window must be positive")
         config.pop("max_messages", None)
@@ -357,6 +456,8 @@ class SummaryMemory(BufferMemory):
                 "summariser configured on the server (e.g. 'openai' or 'extractive'), "
                 f"or None for the server's default, not {type(llm).__name__}"
             )
+        _check_int("window", window)
+        _check_int("summarize_every", summarize_every)
         if window < 0:
             raise ValueError("window must not be negative")
         config.pop("max_messages", None)
@@ -382,13 +483,28 @@ class SummaryMemory(BufferMemory):
         Waits, like :meth:`get`, for a fold that is due or running, so the
         summary covers every message that should be folded by now.
         """
+        _check_thread_id(thread_id)
         response = self._call(self._stub.Get, memory_pb2.GetRequest(thread_id=thread_id))
         return str(response.summary)
 
     async def asummary(self, thread_id: str = DEFAULT_THREAD) -> str:
         """Return the current summary of a thread, or ``""``."""
+        _check_thread_id(thread_id)
         response = await self._acall(self._stub.Get, memory_pb2.GetRequest(thread_id=thread_id))
         return str(response.summary)
+
+
+def _check_int(name: str, value: Any, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        expected = "int or None" if optional else "int"
+        raise TypeError(f"{name}: expected {expected}, not {type(value).__name__}")
+
+
+def _check_thread_id(thread_id: Any) -> None:
+    if not isinstance(thread_id, str):
+        raise TypeError(f"thread_id: expected str, not {type(thread_id).__name__}")
 
 
 async def _await_call(call: Any) -> Any:
