@@ -92,11 +92,16 @@ function execute(
 const TOOLS_PATH = `${join(ROOT, ".tools/bin")}:${process.env.PATH ?? ""}`;
 
 /** Runs a streaming command until it has printed something, then stops it. */
-function streamUntilOutput(code: string): Promise<Outcome> {
+function streamUntilOutput(
+  cmd: string,
+  args: string[],
+  cwd: string,
+  env: NodeJS.ProcessEnv,
+): Promise<Outcome> {
   return new Promise((resolve, reject) => {
-    const child = spawn("bash", ["-eo", "pipefail", "-c", code], {
-      cwd: ROOT,
-      env: { ...process.env, PATH: TOOLS_PATH },
+    const child = spawn(cmd, args, {
+      cwd,
+      env: { ...process.env, ...env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";
@@ -121,19 +126,32 @@ function streamUntilOutput(code: string): Promise<Outcome> {
   });
 }
 
-/** Runs one example in its language; resolves with what it printed. */
-async function runExample(block: CodeBlock, index: number): Promise<Outcome> {
-  const code = retarget(block.code, grpcAddress, httpAddress);
-  const dir = join(scratch, `example-${index}-line-${block.line}`);
-  mkdirSync(dir, { recursive: true });
-  if (block.action?.kind === "stream") return streamUntilOutput(code);
+interface Command {
+  cmd: string;
+  args: string[];
+  cwd: string;
+  env: NodeJS.ProcessEnv;
+}
+
+/** How a reader runs an example in its language, in a directory of its own. */
+function commandFor(block: CodeBlock, code: string, dir: string): Command {
   switch (block.lang) {
     case "sh":
     case "bash":
-      return execute("bash", ["-eo", "pipefail", "-c", code], ROOT, { PATH: TOOLS_PATH });
+      return {
+        cmd: "bash",
+        args: ["-eo", "pipefail", "-c", code],
+        cwd: ROOT,
+        env: { PATH: TOOLS_PATH },
+      };
     case "python":
       writeFileSync(join(dir, "example.py"), code);
-      return execute(join(ROOT, ".venv/bin/python"), [join(dir, "example.py")], dir);
+      return {
+        cmd: join(ROOT, ".venv/bin/python"),
+        args: [join(dir, "example.py")],
+        cwd: dir,
+        env: {},
+      };
     case "ts":
       // A project of the reader's own that installed the TypeScript client
       // from the repository (linked, as `npm install ./clients/ts` would).
@@ -141,17 +159,28 @@ async function runExample(block: CodeBlock, index: number): Promise<Outcome> {
       mkdirSync(join(dir, "node_modules", "@windlass-memory"), { recursive: true });
       symlinkSync(join(ROOT, "clients/ts"), join(dir, "node_modules/@windlass-memory/client"));
       writeFileSync(join(dir, "example.ts"), code);
-      return execute(process.execPath, [join(dir, "example.ts")], dir);
+      return { cmd: process.execPath, args: [join(dir, "example.ts")], cwd: dir, env: {} };
     case "go":
       // A module of the reader's own that requires the Go client from a
       // checkout (the replace lines its README gives).
       writeFileSync(join(dir, "main.go"), code);
       writeFileSync(join(dir, "go.mod"), goModFor());
       writeFileSync(join(dir, "go.sum"), readFileSync(join(ROOT, "clients/go/go.sum")));
-      return execute("go", ["run", "."], dir, { GOFLAGS: "-mod=mod" });
+      return { cmd: "go", args: ["run", "."], cwd: dir, env: { GOFLAGS: "-mod=mod" } };
     default:
       throw new Error(`no runner for ${block.lang}`);
   }
+}
+
+/** Runs one example in its language; resolves with what it printed. */
+async function runExample(block: CodeBlock, index: number): Promise<Outcome> {
+  const code = retarget(block.code, grpcAddress, httpAddress);
+  const dir = join(scratch, `example-${index}-line-${block.line}`);
+  mkdirSync(dir, { recursive: true });
+  const { cmd, args, cwd, env } = commandFor(block, code, dir);
+  return block.action?.kind === "stream"
+    ? streamUntilOutput(cmd, args, cwd, env)
+    : execute(cmd, args, cwd, env);
 }
 
 function goModFor(): string {
