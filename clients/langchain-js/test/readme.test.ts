@@ -1,0 +1,46 @@
+import { execFile } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { type ServerProcess, startServer } from "./support/server.js";
+
+/**
+ * The README's example, run as written by plain Node (it strips the types)
+ * in a project where @langchain/core and both packages are installed, against
+ * a fresh server; only the default address is replaced by its port.
+ */
+const run = promisify(execFile);
+const PACKAGE_DIR = fileURLToPath(new URL("../", import.meta.url));
+const blocks = [
+  ...readFileSync(join(PACKAGE_DIR, "README.md"), "utf8").matchAll(/```ts\n([\s\S]*?)```/g),
+].map((m) => m[1] as string);
+
+let server: ServerProcess;
+let project: string;
+
+beforeAll(async () => {
+  server = await startServer();
+  project = mkdtempSync(join(tmpdir(), "windlass-langchain-readme-"));
+  writeFileSync(join(project, "package.json"), '{ "type": "module", "private": true }');
+  const modules = join(project, "node_modules");
+  mkdirSync(join(modules, "@windlass-memory"), { recursive: true });
+  symlinkSync(join(PACKAGE_DIR, "node_modules", "@langchain"), join(modules, "@langchain"), "dir");
+  symlinkSync(PACKAGE_DIR, join(modules, "@windlass-memory", "langchain"), "dir");
+  symlinkSync(join(PACKAGE_DIR, "..", "ts"), join(modules, "@windlass-memory", "client"), "dir");
+});
+
+afterAll(async () => {
+  await server?.stop();
+  if (project !== undefined) rmSync(project, { recursive: true, force: true });
+});
+
+it("runs the README example as written", async () => {
+  expect(blocks).toHaveLength(1);
+  const file = join(project, "example.ts");
+  writeFileSync(file, (blocks[0] as string).replaceAll("http://127.0.0.1:50051", server.grpcUrl));
+  const { stdout } = await run(process.execPath, [file], { cwd: project, timeout: 60_000 });
+  expect(stdout).toBe("Your name is Ada.\nhuman Weather in Oslo?\nai \ntool 4 °C, rain\n");
+}, 120_000);

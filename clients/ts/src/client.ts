@@ -1,0 +1,316 @@
+import { randomUUID } from "node:crypto";
+import { Agent as HttpAgent } from "node:http";
+import { Agent as HttpsAgent } from "node:https";
+import {
+  type Client,
+  Code,
+  createClient,
+  type Interceptor,
+  type Transport,
+} from "@connectrpc/connect";
+import {
+  createConnectTransport,
+  createGrpcTransport,
+  Http2SessionManager,
+} from "@connectrpc/connect-node";
+import { type BackoffOptions, backoffDelay, sleep } from "./backoff.js";
+import { ResyncRequiredError, toMemoryError } from "./errors.js";
+import {
+  type AddResponse,
+  type EventType,
+  type GetResponse,
+  MemoryService,
+  type WatchResponse,
+} from "./gen/windlass/memory/v1/memory_pb.js";
+import type { MessageInit, StrategyInit } from "./messages.js";
+
+/** How createMemoryClient connects. */
+export interface MemoryClientOptions {
+  /**
+   * The server, e.g. "http://127.0.0.1:50051": its gRPC port for transport
+   * "grpc", its HTTP port (Connect) for transport "connect"; https:// for TLS.
+   */
+  baseUrl: string;
+  /** "grpc" (HTTP/2, the default) or "connect" (Connect protocol, binary, over HTTP/1.1). */
+  transport?: "grpc" | "connect";
+  /** Bearer token, when the server requires one (it selects your namespace). */
+  token?: string;
+  /** Deadline of each unary call (each attempt of add), in ms. Default 30000. Not applied to watch. */
+  timeoutMs?: number;
+  /** Retries of add after UNAVAILABLE. */
+  retry?: RetryOptions;
+  /** Waits of watch between reconnects. */
+  watchBackoff?: BackoffOptions;
+}
+
+/** Retries of add: the same request_id each time, so the server stores it once. */
+export interface RetryOptions extends BackoffOptions {
+  /** Attempts in all, the first included. Default 5; 1 turns retries off. */
+  maxAttempts?: number;
+}
+
+/** Per-call options of add. */
+export interface AddOptions {
+  /** Strategy of a new thread (an existing thread keeps its own unless replaceStrategy). */
+  strategy?: StrategyInit;
+  /** Replace the existing thread's strategy with `strategy`; messages stay. */
+  replaceStrategy?: boolean;
+  /** Idempotency key. Default: a new random UUID per add() call, reused by its retries. */
+  requestId?: string;
+  /** Fail with ABORTED unless the thread's last_seq equals this (0: the thread must not exist). */
+  expectedLastSeq?: bigint | number;
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+/** Per-call options of get. */
+export interface GetOptions {
+  /** Overrides the strategy's size for this call (0: all, or for summary: the unfolded messages). */
+  limit?: number;
+  /** Summary strategy: do not wait for a fold that is due or running. */
+  allowStale?: boolean;
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+/** Which events watch delivers. */
+export interface WatchFilter {
+  /** Only these threads; empty or unset: every thread of your namespace. */
+  threadIds?: string[];
+  /** Only these event types; empty or unset: all. Progress events always come. */
+  eventTypes?: EventType[];
+  /** First send one summaryUpdated per watched thread that has a summary. */
+  sendInitialState?: boolean;
+}
+
+/** Options of watch. */
+export interface WatchOptions {
+  /** Ends the watch: the loop over it finishes without an error. */
+  signal?: AbortSignal;
+  /** Start after the event that carried this token (saved from `stream.resumeToken`). Default: from now. */
+  resumeToken?: string;
+}
+
+/** A watch: an async iterable of events that resumes by itself. */
+export interface WatchStream extends AsyncIterable<WatchResponse> {
+  /** Token of the last event delivered ("" before the first): keep it to resume later. */
+  readonly resumeToken: string;
+}
+
+export interface MemoryClient {
+  /**
+   * Appends messages to a thread (created on first use), atomically. Retried
+   * after UNAVAILABLE with backoff and the same request_id, so a retry whose
+   * first attempt did reach the server stores nothing twice.
+   */
+  add(threadId: string, messages: MessageInit[], options?: AddOptions): Promise<AddResponse>;
+  /** The thread shaped by its strategy; a missing thread has no messages and no `thread`. */
+  get(threadId: string, options?: GetOptions): Promise<GetResponse>;
+  /** Forgets one thread; resolves to 1 if it existed, else 0. */
+  clear(threadId: string, options?: { signal?: AbortSignal }): Promise<number>;
+  /** Forgets every thread of your namespace; resolves to how many existed. */
+  clearAll(options?: { signal?: AbortSignal }): Promise<number>;
+  /** Your thread ids, sorted, one page (array) at a time. */
+  threads(options?: { pageSize?: number; signal?: AbortSignal }): AsyncIterable<string[]>;
+  /**
+   * Events of your namespace, in order. After UNAVAILABLE, RESOURCE_EXHAUSTED
+   * (a slow reader was cut off) or the end of the stream it reconnects with
+   * exponential backoff and jitter and continues after the last event it
+   * delivered. Throws ResyncRequiredError when the server cannot continue
+   * there (OUT_OF_RANGE), and MemoryError for other failures.
+   */
+  watch(filter?: WatchFilter, options?: WatchOptions): WatchStream;
+  /** The generated Connect client, for anything the calls above do not cover. */
+  readonly raw: Client<typeof MemoryService>;
+  /** Closes this client's connections; calls after close fail. */
+  close(): void;
+}
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+const DEFAULT_MAX_ATTEMPTS = 5;
+
+/** A client of one windlass-memory server. */
+export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const maxAttempts = options.retry?.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
+    throw new RangeError(`retry.maxAttempts must be an integer >= 1, got ${maxAttempts}`);
+  }
+  // Validate the backoff settings now rather than at the first failure.
+  backoffDelay(1, options.retry);
+  backoffDelay(1, options.watchBackoff);
+
+  const interceptors: Interceptor[] = [];
+  if (options.token !== undefined) {
+    const authorization = `Bearer ${options.token}`;
+    interceptors.push((next) => (req) => {
+      req.header.set("authorization", authorization);
+      return next(req);
+    });
+  }
+  // Connections of this client only, so close() can end them.
+  let sessionManager: Http2SessionManager | undefined;
+  let agent: HttpAgent | undefined;
+  let transport: Transport;
+  const kind = options.transport ?? "grpc";
+  if (kind === "grpc") {
+    sessionManager = new Http2SessionManager(options.baseUrl);
+    transport = createGrpcTransport({ baseUrl: options.baseUrl, interceptors, sessionManager });
+  } else if (kind === "connect") {
+    agent = options.baseUrl.startsWith("https:")
+      ? new HttpsAgent({ keepAlive: true })
+      : new HttpAgent({ keepAlive: true });
+    transport = createConnectTransport({
+      baseUrl: options.baseUrl,
+      httpVersion: "1.1",
+      useBinaryFormat: true,
+      interceptors,
+      nodeOptions: { agent },
+    });
+  } else {
+    throw new TypeError(`transport must be "grpc" or "connect", got ${JSON.stringify(kind)}`);
+  }
+  const raw = createClient(MemoryService, transport);
+
+  async function call<T>(run: () => Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+    try {
+      return await run();
+    } catch (err) {
+      throw toMemoryError(err, signal);
+    }
+  }
+
+  return {
+    raw,
+
+    async add(threadId, messages, callOptions = {}) {
+      const request = {
+        threadId,
+        messages,
+        strategy: callOptions.strategy,
+        replaceStrategy: callOptions.replaceStrategy ?? false,
+        requestId: callOptions.requestId ?? randomUUID(),
+        expectedLastSeq:
+          callOptions.expectedLastSeq === undefined
+            ? undefined
+            : BigInt(callOptions.expectedLastSeq),
+      };
+      const signal = callOptions.signal;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await call(
+            () => raw.add(request, { signal, timeoutMs: callOptions.timeoutMs ?? timeoutMs }),
+            signal,
+          );
+        } catch (err) {
+          const error = toMemoryError(err, signal);
+          if (error.code !== Code.Unavailable || attempt >= maxAttempts || signal?.aborted) {
+            throw error;
+          }
+          await sleep(backoffDelay(attempt, options.retry), signal);
+          if (signal?.aborted) throw error;
+        }
+      }
+    },
+
+    get(threadId, callOptions = {}) {
+      return call(
+        () =>
+          raw.get(
+            { threadId, limit: callOptions.limit, allowStale: callOptions.allowStale ?? false },
+            { signal: callOptions.signal, timeoutMs: callOptions.timeoutMs ?? timeoutMs },
+          ),
+        callOptions.signal,
+      );
+    },
+
+    async clear(threadId, callOptions = {}) {
+      if (threadId === "") {
+        throw new TypeError("clear: threadId must not be empty (use clearAll for every thread)");
+      }
+      const response = await call(
+        () => raw.clear({ threadId }, { signal: callOptions.signal, timeoutMs }),
+        callOptions.signal,
+      );
+      return response.clearedThreads;
+    },
+
+    async clearAll(callOptions = {}) {
+      const response = await call(
+        () => raw.clear({ all: true }, { signal: callOptions.signal, timeoutMs }),
+        callOptions.signal,
+      );
+      return response.clearedThreads;
+    },
+
+    threads(callOptions = {}) {
+      return {
+        async *[Symbol.asyncIterator]() {
+          let pageToken = "";
+          do {
+            const page = await call(
+              () =>
+                raw.listThreads(
+                  { pageSize: callOptions.pageSize ?? 0, pageToken },
+                  { signal: callOptions.signal, timeoutMs },
+                ),
+              callOptions.signal,
+            );
+            yield page.threadIds;
+            pageToken = page.nextPageToken;
+          } while (pageToken !== "");
+        },
+      };
+    },
+
+    watch(filter = {}, watchOptions = {}) {
+      let resumeToken = watchOptions.resumeToken ?? "";
+      const signal = watchOptions.signal;
+      async function* events(): AsyncGenerator<WatchResponse> {
+        // Consecutive reconnects that delivered nothing; reset by any event.
+        let failures = 0;
+        while (!signal?.aborted) {
+          try {
+            const stream = raw.watch(
+              {
+                threadIds: filter.threadIds ?? [],
+                eventTypes: filter.eventTypes ?? [],
+                sendInitialState: filter.sendInitialState ?? false,
+                resumeToken,
+              },
+              { signal },
+            );
+            for await (const event of stream) {
+              failures = 0;
+              resumeToken = event.resumeToken;
+              yield event;
+            }
+            // A clean end of the stream (a server going away): resume below.
+          } catch (err) {
+            if (signal?.aborted) return;
+            const error = toMemoryError(err, signal);
+            if (error.code === Code.OutOfRange) {
+              throw new ResyncRequiredError(error.details, resumeToken, { cause: err });
+            }
+            if (error.code !== Code.Unavailable && error.code !== Code.ResourceExhausted) {
+              throw error;
+            }
+          }
+          failures++;
+          await sleep(backoffDelay(failures, options.watchBackoff), signal);
+        }
+      }
+      return {
+        get resumeToken() {
+          return resumeToken;
+        },
+        [Symbol.asyncIterator]: events,
+      };
+    },
+
+    close() {
+      sessionManager?.abort();
+      agent?.destroy();
+    },
+  };
+}
