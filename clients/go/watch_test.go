@@ -248,32 +248,30 @@ func TestWatchResumeTokenContinuesAfterItsEvent(t *testing.T) {
 	}
 }
 
-// resumeTokenNow returns a resume token of an event written now: it adds to
-// a beacon thread until a watcher opened before sees one, so what is added
-// after it returns comes after the token.
+// resumeTokenNow returns the resume token of the stream's start: the token
+// of the initial state of a summary thread made for it, whose events are all
+// written before it is read. What is added afterwards comes after the token.
 func resumeTokenNow(t *testing.T, ctx context.Context, c *memory.Client) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	tokens := make(chan string, 1)
-	go func() {
-		for ev, err := range c.Watch(ctx, memory.WatchFilter{Threads: []string{"beacon"}}) {
-			if err == nil {
-				tokens <- ev.GetResumeToken()
-			}
-			return
-		}
-	}()
-	for {
-		if _, err := c.Add(ctx, "beacon", memory.User("beacon")); err != nil {
+	const thread = "resume-point"
+	var msgs []*memory.Message
+	for i := range 4 {
+		msgs = append(msgs, memory.User(fmt.Sprintf("Fact %d: the sea is salty.", i)))
+	}
+	strategy := memory.WithStrategy(memory.Summary(memory.SummaryWindow(2), memory.SummarizeEvery(2)))
+	if _, err := c.AddWith(ctx, thread, msgs, strategy); err != nil {
+		t.Fatal(err)
+	}
+	// Get waits for the fold, so its event is written before the token is read.
+	if got, err := c.Get(ctx, thread); err != nil || got.GetSummary() == "" {
+		t.Fatalf("no summary to start from: %v, %v", got, err)
+	}
+	for ev, err := range c.Watch(ctx, memory.WatchFilter{Threads: []string{thread}, SendInitialState: true}) {
+		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case token := <-tokens:
-			return token
-		case <-time.After(200 * time.Millisecond):
-		case <-ctx.Done():
-			t.Fatal("no event arrived")
-		}
+		return ev.GetResumeToken()
 	}
+	t.Fatal("the watch ended without its initial state")
+	return ""
 }
