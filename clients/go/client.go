@@ -75,11 +75,11 @@ func WithTimeout(d time.Duration) Option {
 
 // WithRetry sets how Add retries UNAVAILABLE (at most attempts calls in all,
 // 1 turns retries off) and the backoff of Add retries and Watch reconnects:
-// exponential from initial, capped at max, with jitter. Defaults: 5 attempts,
+// exponential from initial, capped at maxDelay, with jitter. Defaults: 5 attempts,
 // 100ms, 5s.
-func WithRetry(attempts int, initial, max time.Duration) Option {
+func WithRetry(attempts int, initial, maxDelay time.Duration) Option {
 	return func(c *config) {
-		c.retry = backoffPolicy{attempts: attempts, initial: initial, max: max}
+		c.retry = backoffPolicy{attempts: attempts, initial: initial, max: maxDelay}
 	}
 }
 

@@ -11,7 +11,7 @@ if ! command -v go >/dev/null; then
   exit 1
 fi
 # shellcheck source=../../scripts/use-node.sh
-source "$root/scripts/use-node.sh" >/dev/null 2>&1
+source "$root/scripts/use-node.sh" >/dev/null
 if [[ ! -f $root/dist/src/main.js ]]; then
   (cd "$root" && npm run build)
 fi
