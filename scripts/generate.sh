@@ -134,6 +134,7 @@ else
 fi
 
 remove_generated gen/ts -name '*_pb.ts'
+remove_generated clients/ts/src/gen -name '*_pb.ts'
 [[ " ${skipped[*]} " == *" go "* ]] || remove_generated gen/go -name '*.pb.go'
 [[ " ${skipped[*]} " == *" python "* ]] ||
   remove_generated gen/python/src -name '*_pb2.py' -o -name '*_pb2.pyi' -o -name '*_pb2_grpc.py'
