@@ -68,7 +68,7 @@ setup_python() {
 
 setup_go() {
   local module
-  for module in gen/go examples/go test/conformance/go; do
+  for module in gen/go clients/go examples/go test/conformance/go; do
     # go mod download is a no-op when the module cache already has them.
     (cd "$module" && go mod download)
   done
