@@ -523,7 +523,11 @@ function random(seed: number): (n: number) => number {
 }
 
 describe("SQLite store against the memory store", () => {
-  it("does what the reference does for random sequences, from its cache and from the file", async () => {
+  // Hundreds of awaited writes, each a round trip to the worker and an fsync:
+  // slow on a loaded machine, which is not what this test is about.
+  it("does what the reference does for random sequences, from its cache and from the file", {
+    timeout: 120_000,
+  }, async () => {
     const strategies: Strategy[] = [
       { ...buffer, maxStored: 4 },
       { ...summary, maxStored: 3 },
