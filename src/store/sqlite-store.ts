@@ -292,7 +292,7 @@ export function createSqliteStore(
     return inFlight.has(`${namespace}\0${threadId}`) || inFlight.has(`${namespace}\0*`);
   }
 
-  /** Posts every write queued in this turn of the event loop as one message. */
+  /** Posts every write queued since the last post as one message. */
   function post(): void {
     const writes = outbox;
     outbox = [];
@@ -319,7 +319,9 @@ export function createSqliteStore(
     if (waiting.size === 0) worker.ref();
     const key = `${namespace}\0${threadId}`;
     hold(key);
-    if (outbox.length === 0) queueMicrotask(post);
+    // After this turn's I/O callbacks: the writes of every call that arrived
+    // together cross to the worker in one message.
+    if (outbox.length === 0) setImmediate(post);
     outbox.push({ id, op });
     return new Promise<Committed<T>>((resolve, reject) => {
       waiting.set(id, {
