@@ -13,7 +13,8 @@ import { openStoreBackends, type StoreKind } from "./stores.js";
  * - Get (window 20 of 200) at GET_CONCURRENCY calls in flight, alone and
  *   while that Add load runs on other connections: p99. Goal on SQLite:
  *   loaded p99 <= 1.5 x alone.
- * Alone and loaded runs take turns, `--rounds` of `--seconds` each.
+ * Both servers run side by side (idle when not measured) and take turns,
+ * round by round, `--rounds` of `--seconds` each.
  */
 
 const ADD_CONCURRENCY = 64;
@@ -38,7 +39,14 @@ interface Measured {
 const rate = (calls: number, ms: number): number => (ms > 0 ? (calls * 1000) / ms : 0);
 const p = (values: number[], q: number): number => quantile(Float64Array.from(values).sort(), q);
 
-async function measure(ctx: ScenarioContext, store: StoreKind, flag: string): Promise<Measured> {
+interface Running {
+  readonly m: Measured;
+  round(round: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** Starts a server on `store`, seeds the Get thread and warms both calls up. */
+async function start(ctx: ScenarioContext, store: StoreKind, flag: string): Promise<Running> {
   const o = ctx.options;
   const server = await startServerProcess({
     label: `windlass (${store} store)`,
@@ -60,6 +68,11 @@ async function measure(ctx: ScenarioContext, store: StoreKind, flag: string): Pr
   const address = `127.0.0.1:${server.grpcPort}`;
   const addConnections = openConnections("h2", address, 4);
   const getConnections = openConnections("h2", address, 1);
+  const stop = async (): Promise<void> => {
+    addConnections.close();
+    getConnections.close();
+    await server.stop();
+  };
   const m: Measured = {
     store,
     addCalls: 0,
@@ -73,27 +86,30 @@ async function measure(ctx: ScenarioContext, store: StoreKind, flag: string): Pr
   const note = (r: LoadResult): void => {
     m.firstError ??= r.firstError;
   };
+  const adds = addRequests(ADD_CONCURRENCY);
+  const gets = [getRequest()];
+  const durationMs = o.size("seconds") * 1000;
+  const load = (
+    target: typeof addConnections,
+    path: string,
+    req: Buffer[],
+    n: number,
+    ms = durationMs,
+  ) =>
+    runLoad(target, path, req, { concurrency: n, durationMs: ms, callTimeoutMs: CALL_TIMEOUT_MS });
   try {
     for (const seed of getSeedRequests()) await callOnce(address, ADD_PATH, seed, CALL_TIMEOUT_MS);
-    const adds = addRequests(ADD_CONCURRENCY);
-    const gets = [getRequest()];
-    const durationMs = o.size("seconds") * 1000;
-    const load = (
-      target: typeof addConnections,
-      path: string,
-      req: Buffer[],
-      n: number,
-      ms = durationMs,
-    ) =>
-      runLoad(target, path, req, {
-        concurrency: n,
-        durationMs: ms,
-        callTimeoutMs: CALL_TIMEOUT_MS,
-      });
     // Warm-up, not timed.
     await load(addConnections, ADD_PATH, adds, ADD_CONCURRENCY, Math.min(500, durationMs));
     await load(getConnections, GET_PATH, gets, GET_CONCURRENCY, Math.min(500, durationMs));
-    for (let round = 0; round < o.size("rounds"); round++) {
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return {
+    m,
+    stop,
+    async round(round: number) {
       const alone = await load(getConnections, GET_PATH, gets, GET_CONCURRENCY);
       note(alone);
       m.getErrors += alone.errors;
@@ -114,29 +130,32 @@ async function measure(ctx: ScenarioContext, store: StoreKind, flag: string): Pr
           `(${ADD_CONCURRENCY} in flight); Get p99 alone ${p([...alone.latenciesMs], 0.99).toFixed(3)} ms, ` +
           `with Adds ${p([...loaded.latenciesMs], 0.99).toFixed(3)} ms\n`,
       );
-    }
-  } finally {
-    addConnections.close();
-    getConnections.close();
-    await server.stop();
-  }
-  return m;
+    },
+  };
 }
 
 async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
   const backends = await openStoreBackends(STORES, ctx.redisServer);
-  const measured: Measured[] = [];
+  const o = ctx.options;
+  const running: Running[] = [];
   try {
-    for (const store of STORES) measured.push(await measure(ctx, store, backends.storeFlag(store)));
+    for (const store of STORES) running.push(await start(ctx, store, backends.storeFlag(store)));
+    // Stores take turns round by round (the order flips each round), so a
+    // change in the machine's load falls on both alike.
+    for (let round = 0; round < o.size("rounds"); round++) {
+      const order = round % 2 === 0 ? running : [...running].reverse();
+      for (const r of order) await r.round(round);
+    }
   } finally {
+    for (const r of running) await r.stop();
     await backends.close();
   }
-  const o = ctx.options;
+  const measured = running.map((r) => r.m);
   const lines = [
     `Add (one ~100-byte message) at ${ADD_CONCURRENCY} calls in flight over 4 h2 connections, ` +
       `${ADD_CONCURRENCY} threads; Get (window 20 of 200) at ${GET_CONCURRENCY} in flight on its own ` +
-      `connection, alone and while the Adds run; ${o.size("rounds")} x ${o.size("seconds")} s each, ` +
-      "taking turns. Client and server share the machine. Goals: SQLite Add >= " +
+      `connection, alone and while the Adds run; ${o.size("rounds")} x ${o.size("seconds")} s each; ` +
+      "the two servers run side by side and take turns round by round. Client and server share the machine. Goals: SQLite Add >= " +
       `${ADD_GOAL} x memory Add; SQLite Get p99 with Adds <= ${GET_GOAL} x alone.`,
     "",
     "| store | Add calls/s | Add errors | Get p50 alone ms | Get p99 alone ms | Get p50 with Adds ms | Get p99 with Adds ms | Get p99 with/alone | Get errors |",
