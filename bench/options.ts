@@ -11,6 +11,7 @@ export const SCENARIO_NAMES = [
   "watch",
   "read-path",
   "peer",
+  "sqlite-writes",
 ] as const;
 export type ScenarioName = (typeof SCENARIO_NAMES)[number];
 

@@ -28,6 +28,7 @@ import { readSettings, runUnary, unaryBudgetMs, unaryEnvPrefix } from "./unary.j
  *   watch          SummaryUpdated fan-out to 1,000 watchers; 100 watchers that never read
  *   read-path      agent loop with a model taking 2 s per fold vs one answering at once
  *   peer           agent-memory-server (working memory API) on the same redis-stack-server
+ *   sqlite-writes  SQLite Add at 64 in flight vs memory; Get p99 with and without that load
  * `--help` lists the flags. Every scenario bounds its calls by count and
  * time, talks to 127.0.0.1 only, and stops the processes it started.
  */
@@ -71,6 +72,8 @@ async function scenarioModule(name: ScenarioName): Promise<ScenarioModule> {
       return (await import("./read-path.js")).readPathScenario;
     case "peer":
       return (await import("./peer.js")).peerScenario;
+    case "sqlite-writes":
+      return (await import("./sqlite-writes.js")).sqliteWritesScenario;
   }
 }
 

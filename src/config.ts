@@ -63,7 +63,7 @@ export interface Config {
 
 export type StoreConfig =
   | { kind: "memory" }
-  | { kind: "sqlite"; path: string }
+  | { kind: "sqlite"; path: string; cacheMb: number }
   | { kind: "redis"; url: string };
 
 /**
@@ -107,6 +107,12 @@ export const SETTINGS = {
     env: "WINDLASS_STORE",
     default: "memory",
     help: "memory | sqlite:PATH | redis://HOST:PORT/DB",
+  },
+  sqliteCacheMb: {
+    flag: "sqlite-cache-mb",
+    env: "WINDLASS_SQLITE_CACHE_MB",
+    default: "256",
+    help: "memory (MiB) the SQLite store's caches may hold: its page caches and recent threads' messages",
   },
   summarizer: {
     flag: "summarizer",
@@ -384,7 +390,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     host: str("host"),
     grpcPort: int("port", 0, 65535),
     httpPort: int("httpPort", 0, 65535),
-    store: parseStore(str("store")),
+    store: parseStore(str("store"), int("sqliteCacheMb", 0, 1024 * 1024)),
     summarizer,
     openai:
       baseUrl === undefined
@@ -467,10 +473,10 @@ function parseFlags(argv: readonly string[]): Map<string, string> {
   return out;
 }
 
-function parseStore(v: string): StoreConfig {
+function parseStore(v: string, sqliteCacheMb: number): StoreConfig {
   if (v === "memory") return { kind: "memory" };
   if (v.startsWith("sqlite:") && v.length > "sqlite:".length) {
-    return { kind: "sqlite", path: v.slice("sqlite:".length) };
+    return { kind: "sqlite", path: v.slice("sqlite:".length), cacheMb: sqliteCacheMb };
   }
   if (/^rediss?:\/\/\S+$/.test(v)) return { kind: "redis", url: v };
   throw new ConfigError(

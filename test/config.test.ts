@@ -42,7 +42,18 @@ describe("configuration", () => {
       model: "llama",
       apiKey: "sk-x",
     });
-    expect(loadConfig([], env).store).toEqual({ kind: "sqlite", path: "/tmp/m.db" });
+    expect(loadConfig([], env).store).toEqual({ kind: "sqlite", path: "/tmp/m.db", cacheMb: 256 });
+  });
+
+  it("bounds the SQLite store's caches by --sqlite-cache-mb, validated", () => {
+    const env = { WINDLASS_STORE: "sqlite:/tmp/m.db", WINDLASS_SQLITE_CACHE_MB: "64" };
+    expect(loadConfig([], env).store).toEqual({ kind: "sqlite", path: "/tmp/m.db", cacheMb: 64 });
+    expect(loadConfig(["--sqlite-cache-mb", "0"], env).store).toMatchObject({ cacheMb: 0 });
+    for (const bad of ["-1", "lots", "1.5", "2000000"]) {
+      expect(() => loadConfig(["--sqlite-cache-mb", bad], env)).toThrow(
+        /--sqlite-cache-mb \/ WINDLASS_SQLITE_CACHE_MB/,
+      );
+    }
   });
 
   it("maps bearer tokens to namespaces from the environment only", () => {

@@ -14,7 +14,9 @@ export async function createStore(
       return createMemoryStore(limits);
     case "sqlite":
       try {
-        return createSqliteStore(config.path, limits);
+        return createSqliteStore(config.path, limits, {
+          cacheSize: config.cacheMb * 1024 * 1024,
+        });
       } catch (err) {
         throw new ConfigError(
           `--store / WINDLASS_STORE: cannot open the SQLite database "${config.path}": ${err instanceof Error ? err.message : String(err)}`,

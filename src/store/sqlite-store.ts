@@ -1,21 +1,32 @@
-import { randomUUID } from "node:crypto";
-import Database from "better-sqlite3";
-import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../core/append.js";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { Worker } from "node:worker_threads";
+import type Database from "better-sqlite3";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import { recallSize } from "../core/recall.js";
-import type {
-  ChatMessage,
-  EventBody,
-  MemoryEvent,
-  Role,
-  StoredMessage,
-  Strategy,
-  ThreadState,
-} from "../core/types.js";
+import type { MemoryEvent, StoredMessage, Strategy, ThreadState } from "../core/types.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
-import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
-import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
+import { ResumeTokens } from "./resume-token.js";
 import { MessageCache } from "./sqlite/message-cache.js";
+import {
+  type EventRow,
+  lockDatabaseFile,
+  MESSAGE_QUERIES,
+  type MessageRow,
+  openDatabase,
+  type ThreadRow,
+  toMessage,
+  toThread,
+} from "./sqlite/schema.js";
+import type { WriteWorkerData } from "./sqlite/write-worker.js";
+import {
+  type Committed,
+  fromWireError,
+  type QueuedWrite,
+  type WireError,
+  type WriteOp,
+  type WriteOutcome,
+} from "./sqlite/writer.js";
 import {
   type AppendCommand,
   type AppendResult,
@@ -29,8 +40,13 @@ import {
   type ThreadSnapshot,
 } from "./store.js";
 
-/** Version of the schema below; stored in `meta` so later releases can migrate. */
-export const SQLITE_SCHEMA_VERSION = 3;
+export { MESSAGE_QUERIES, SQLITE_SCHEMA_VERSION } from "./sqlite/schema.js";
+
+/** Default of --sqlite-cache-mb: suits a 2-core, 4 GiB node. */
+export const DEFAULT_SQLITE_CACHE_BYTES = 256 * 1024 * 1024;
+
+/** Default bound of the write queue: writes posted to the worker and not yet answered. */
+export const DEFAULT_MAX_QUEUED_WRITES = 4096;
 
 /** Options of the SQLite store beyond the limits every store shares. */
 export interface SqliteStoreOptions {
@@ -40,177 +56,52 @@ export interface SqliteStoreOptions {
    */
   busyTimeoutMs?: number;
   /**
-   * Approximate size, in characters, of the messages kept in memory for the
-   * most recently used threads (see MessageCache). Default 64 Mi; 0: none.
+   * Memory the store may use for caches, in bytes (see cacheBudget): SQLite's
+   * page cache of each of its two connections, and the message cache of
+   * recently used threads. Default DEFAULT_SQLITE_CACHE_BYTES; 0 turns the
+   * message cache off (each connection keeps a 1 MiB page cache).
    */
   cacheSize?: number;
+  /**
+   * Writes waiting for the disk beyond which further writes are refused with
+   * UNAVAILABLE. Default DEFAULT_MAX_QUEUED_WRITES.
+   */
+  maxQueuedWrites?: number;
 }
 
 /**
- * The queries that let a Get and a trim cost what they return or drop, not
- * the thread's length: each is one search of the messages table's primary key
- * (thread, seq) (test/store/sqlite-store.test.ts checks their plans).
+ * How the cache budget is split: each of the two connections (the reads on
+ * the event loop, the writes in the worker) gets an eighth as SQLite page
+ * cache (at least 1 MiB), the message cache the rest.
  */
-export const MESSAGE_QUERIES = {
-  /** A thread's messages from a seq on, oldest first: a windowed read, a trim's front. */
-  from: `SELECT seq, role, create_time, content, extra FROM messages
-    WHERE thread = ? AND seq >= ? ORDER BY seq LIMIT ?`,
-  oldestSeq: "SELECT min(seq) FROM messages WHERE thread = ?",
-  deleteThrough: "DELETE FROM messages WHERE thread = ? AND seq <= ?",
-} as const;
-
-/** The event log's tables (schema 2 on). */
-const EVENTS_SCHEMA = `
--- Clustered by (namespace, seq): a resume reads one range.
-CREATE TABLE IF NOT EXISTS events (
-  namespace TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  thread_id TEXT NOT NULL,
-  time INTEGER NOT NULL,
-  type TEXT NOT NULL,
-  body TEXT NOT NULL,
-  PRIMARY KEY (namespace, seq)
-) STRICT, WITHOUT ROWID;
-
--- Per namespace: the newest seq issued (never reused, even after the newest
--- rows go), how many events are retained, and the newest seq dropped.
-CREATE TABLE IF NOT EXISTS event_logs (
-  namespace TEXT PRIMARY KEY,
-  last_seq INTEGER NOT NULL,
-  retained INTEGER NOT NULL,
-  dropped_through INTEGER NOT NULL
-) STRICT, WITHOUT ROWID;
-`;
+export function cacheBudget(bytes: number): { pageCacheBytes: number; messageCacheBytes: number } {
+  const pageCacheBytes = Math.max(1024 * 1024, Math.floor(bytes / 8));
+  return { pageCacheBytes, messageCacheBytes: Math.max(0, bytes - 2 * pageCacheBytes) };
+}
 
 /**
- * The schema. Threads have an integer key that messages and idempotency
- * records hang off (deleted with the thread by cascade); events are numbered
- * per namespace (1, 2, 3 …), so a tenant's resume tokens count only its own
- * events. Files of an older version are brought here by MIGRATIONS.
+ * The worker's compiled file: beside this module when it runs from dist/;
+ * from the sources (vitest runs them as .ts), the build's copy, so tests need
+ * `npm run build` first.
  */
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS meta (
-  key TEXT PRIMARY KEY,
-  value ANY NOT NULL
-) STRICT, WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS threads (
-  id INTEGER PRIMARY KEY,
-  namespace TEXT NOT NULL,
-  thread_id TEXT NOT NULL,
-  incarnation TEXT NOT NULL,
-  strategy TEXT NOT NULL,
-  last_seq INTEGER NOT NULL,
-  summarized_through_seq INTEGER NOT NULL,
-  summary TEXT NOT NULL,
-  summary_time INTEGER NOT NULL,
-  create_time INTEGER NOT NULL,
-  update_time INTEGER NOT NULL,
-  -- Sum of quota.ts messageBytes over the thread's stored messages.
-  bytes INTEGER NOT NULL DEFAULT 0,
-  UNIQUE (namespace, thread_id)
-) STRICT;
-
--- Clustered by (thread, seq): recall reads one thread's messages in one range scan.
-CREATE TABLE IF NOT EXISTS messages (
-  thread INTEGER NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
-  seq INTEGER NOT NULL,
-  role TEXT NOT NULL,
-  create_time INTEGER NOT NULL,
-  content TEXT NOT NULL,
-  extra TEXT,
-  PRIMARY KEY (thread, seq)
-) STRICT, WITHOUT ROWID;
-
--- An index on a rowid table ends with the rowid, so (thread, time) orders a
--- thread's records oldest first, ties in insertion order.
-CREATE TABLE IF NOT EXISTS requests (
-  no INTEGER PRIMARY KEY,
-  thread INTEGER NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
-  request_id TEXT NOT NULL,
-  hash TEXT NOT NULL,
-  result TEXT NOT NULL,
-  time INTEGER NOT NULL,
-  UNIQUE (thread, request_id)
-) STRICT;
-CREATE INDEX IF NOT EXISTS requests_by_age ON requests (thread, time);
-
--- Not tied to threads: the fencing token must keep increasing across Clear.
-CREATE TABLE IF NOT EXISTS fold_leases (
-  namespace TEXT NOT NULL,
-  thread_id TEXT NOT NULL,
-  token INTEGER NOT NULL,
-  expires_at INTEGER NOT NULL,
-  PRIMARY KEY (namespace, thread_id)
-) STRICT, WITHOUT ROWID;
-
-${EVENTS_SCHEMA}
--- What the namespace quotas count, updated in the transaction of each change.
-CREATE TABLE IF NOT EXISTS namespace_usage (
-  namespace TEXT PRIMARY KEY,
-  threads INTEGER NOT NULL,
-  messages INTEGER NOT NULL,
-  bytes INTEGER NOT NULL
-) STRICT, WITHOUT ROWID;
-`;
-
-interface ThreadRow {
-  id: number;
-  thread_id: string;
-  incarnation: string;
-  strategy: string;
-  last_seq: number;
-  summarized_through_seq: number;
-  summary: string;
-  summary_time: number;
-  create_time: number;
-  update_time: number;
-  bytes: number;
+function workerFile(): string {
+  const here = import.meta.url;
+  const url = here.endsWith(".ts")
+    ? new URL("../../dist/src/store/sqlite/write-worker.js", here)
+    : new URL("./sqlite/write-worker.js", here);
+  const file = fileURLToPath(url);
+  if (!existsSync(file)) {
+    throw new Error(`the SQLite write worker ${file} is missing: run npm run build`);
+  }
+  return file;
 }
 
-/** seq, role, create_time, content, extra: read raw, as arrays, which is faster than objects. */
-type MessageRow = [number, Role, number, string, string | null];
-
-/** The optional fields of a message, stored as JSON in `messages.extra`. */
-type MessageExtra = Omit<ChatMessage, "role" | "content">;
-
-interface RequestRow {
-  hash: string;
-  result: string;
-  time: number;
-}
-
-/** What an idempotency record keeps: the first call's result. */
-type RecordedResult = Omit<AppendResult, "replayed">;
-
-interface EventRow {
-  seq: number;
-  thread_id: string;
-  time: number;
-  type: EventBody["type"];
-  body: string;
-}
-
-/** A transaction's outcome, and what to do once it has committed. */
-interface Committed<T> {
-  value: T;
-  /** To publish. */
-  events: MemoryEvent[];
-  /** How the thread's messages changed: to bring its cached tail up to date. */
-  messages?: MessagesChange;
-  /** Incarnations that ended: to drop from the cache. */
-  ended?: string[];
-}
-
-/** What one commit did to a thread's messages (see MessageCache.update). */
-interface MessagesChange {
-  incarnation: string;
-  /** The thread was created by this commit: its messages are all known. */
-  created: boolean;
-  lastSeqBefore: number;
-  added: StoredMessage[];
-  /** Every message up to this seq was trimmed; 0 when none. */
-  droppedThrough: number;
+interface Waiting {
+  resolve: (c: Committed<unknown>) => void;
+  reject: (err: Error) => void;
+  /** The key of `inFlight` this write holds. */
+  key: string;
+  namespace: string;
 }
 
 /**
@@ -218,8 +109,8 @@ interface MessagesChange {
  * (better-sqlite3, WAL journal).
  *
  * Durability. `synchronous = FULL` in WAL mode: every write (Add, Clear,
- * summary commit, lease) is one transaction whose WAL frames are fsynced
- * before the call returns. So:
+ * summary commit, lease) is committed in a transaction whose WAL frames are
+ * fsynced before the call returns. So:
  * - process crash (kill -9, OOM kill, a fatal error): every acknowledged write
  *   survives; a write that was not acknowledged is either wholly there or
  *   wholly absent (one Add's messages are never partly stored);
@@ -227,30 +118,41 @@ interface MessagesChange {
  *   volatile write cache that ignores flushes, or macOS, where fsync does not
  *   flush the drive, can lose the newest acknowledged writes; the file stays
  *   consistent either way).
- * NORMAL would survive a process crash too, and is an order of magnitude
- * faster per commit, but on power loss it rolls back the newest commits: seqs and event
- * ids already acknowledged would then be handed out again for other messages,
- * and a client's resume token could silently skip events. FULL costs one
- * fsync per write (about 0.3 ms on a virtio SSD), which blocks the event loop
- * for that long: better-sqlite3 is synchronous, which is also what makes each
- * method atomic.
+ * NORMAL would survive a process crash too, but on power loss it rolls back
+ * the newest commits: seqs and event ids already acknowledged would then be
+ * handed out again for other messages, and a client's resume token could
+ * silently skip events.
+ *
+ * Writes off the event loop, committed in groups. A worker thread
+ * (sqlite/write-worker.ts) owns the write connection. Writes that reach it
+ * while it commits form the next group: one transaction, one fsync, each
+ * write in its own savepoint (one that fails, e.g. failed_precondition or a
+ * quota, is rolled back alone); each is answered after that COMMIT. At most
+ * `maxQueuedWrites` writes wait; more are refused with unavailable. Reads run
+ * on this thread on a connection of their own: WAL lets them read the last
+ * commit while the worker writes, so no Get waits for an fsync.
  *
  * One process per file. Two server processes on one file are not supported:
  * subscribers only hear events logged by their own process, and fold leases
- * held by a previous process are dropped on open. The database is opened with
- * `locking_mode = EXCLUSIVE`, so a second process (or a second store in this
- * one) waits `busyTimeoutMs` and is then refused; the lock goes with the
- * process, so a restart after a crash opens the file at once. While a server
- * runs, no other process can open the file, the sqlite3 shell included:
- * inspect or copy it with the server stopped.
+ * held by a previous process are dropped on open. The store holds the lock of
+ * a small file beside the database (PATH-lock, schema.ts lockDatabaseFile),
+ * so a second process (or a second store in this one) waits `busyTimeoutMs`
+ * and is then refused; the lock goes with the process, so a restart after a
+ * crash opens the file at once.
  *
  * A Get reads only what it can return (Store.read's view): the newest
  * messages, and a summary thread's unfolded ones, by one range search on the
  * messages table's primary key (thread, seq). Because this process is the
- * file's only user, it also keeps the newest messages of recently used
- * threads in memory (MessageCache), updated by each commit that changes them,
- * so a Get usually reads no message rows at all. Neither a Get nor an Add
- * costs more on a long thread: trimming reads only the messages it drops.
+ * file's only writer, it also keeps the newest messages of recently used
+ * threads in memory (MessageCache, bounded in bytes), updated by each commit
+ * as its answer comes back from the worker. A thread with a write still in
+ * the worker is read from the file and not cached, since the file may
+ * already be ahead of the cache. Neither a Get nor an Add costs more on a
+ * long thread: trimming reads only the messages it drops.
+ *
+ * Events are published when the worker's answer arrives, in commit order; a
+ * subscriber may also hear events committed just before it subscribed
+ * (Watch reads the log by cursor, so it sees each once).
  *
  * Cursors (resume-token.ts) carry the random id of the database file, the
  * event's seq in its namespace and a MAC under a secret kept in `meta`, so a
@@ -264,46 +166,37 @@ export function createSqliteStore(
   options: SqliteStoreOptions = {},
 ): Store {
   const lim = { ...DEFAULT_STORE_LIMITS, ...limits };
-  const db = openDatabase(path, options.busyTimeoutMs ?? 5000);
+  const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
+  const maxQueued = options.maxQueuedWrites ?? DEFAULT_MAX_QUEUED_WRITES;
+  const budget = cacheBudget(options.cacheSize ?? DEFAULT_SQLITE_CACHE_BYTES);
+  const file = workerFile();
+  const lock = lockDatabaseFile(path, busyTimeoutMs);
+  let db: Database.Database;
+  try {
+    db = openDatabase(path, busyTimeoutMs, budget.pageCacheBytes);
+  } catch (err) {
+    lock.close();
+    throw err;
+  }
   const meta = db.prepare<[string], unknown>("SELECT value FROM meta WHERE key = ?").pluck();
+  const databaseId = String(meta.get("database_id"));
+  const tokenSecret = String(meta.get("token_secret"));
   const tokens = new ResumeTokens(
-    String(meta.get("database_id")),
-    String(meta.get("token_secret")),
+    databaseId,
+    tokenSecret,
     "it refers to the history of another database",
     /^[0-9a-f]{12}\.\d{1,15}$/,
   );
-  const cache = new MessageCache(options.cacheSize ?? 64 * 1024 * 1024);
+  const cache = new MessageCache(budget.messageCacheBytes);
   const listeners = new Map<string, Set<(events: MemoryEvent[]) => void>>();
   let closed = false;
+  /** Why the worker stopped, once it has (then every write is refused). */
+  let broken: Error | undefined;
 
   const sql = {
     thread: db.prepare<[string, string], ThreadRow>(
       "SELECT * FROM threads WHERE namespace = ? AND thread_id = ?",
     ),
-    insertThread: db.prepare<[string, string, string, string, number, number]>(
-      `INSERT INTO threads (namespace, thread_id, incarnation, strategy, last_seq,
-         summarized_through_seq, summary, summary_time, create_time, update_time)
-       VALUES (?, ?, ?, ?, 0, 0, '', 0, ?, ?)`,
-    ),
-    updateThread: db.prepare<[string, number, number, string, number, number, number]>(
-      `UPDATE threads SET strategy = ?, last_seq = ?, summarized_through_seq = ?, summary = ?,
-         summary_time = ?, update_time = ? WHERE id = ?`,
-    ),
-    firstThreads: db.prepare<[string, number], ThreadRow>(
-      "SELECT * FROM threads WHERE namespace = ? ORDER BY thread_id LIMIT ?",
-    ),
-    addThreadBytes: db.prepare<[number, number]>(
-      "UPDATE threads SET bytes = bytes + ? WHERE id = ?",
-    ),
-    usage: db.prepare<[string], NamespaceUsage>(
-      "SELECT threads, messages, bytes FROM namespace_usage WHERE namespace = ?",
-    ),
-    addUsage: db.prepare<[string, number, number, number]>(
-      `INSERT INTO namespace_usage (namespace, threads, messages, bytes) VALUES (?, ?, ?, ?)
-       ON CONFLICT (namespace) DO UPDATE SET threads = threads + excluded.threads,
-         messages = messages + excluded.messages, bytes = bytes + excluded.bytes`,
-    ),
-    deleteThreadByKey: db.prepare<[number]>("DELETE FROM threads WHERE id = ?"),
     listThreads: db
       .prepare<[string, string, number], string>(
         "SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ? ORDER BY thread_id LIMIT ?",
@@ -315,55 +208,7 @@ export function createSqliteStore(
       )
       .raw(),
     messagesFrom: db.prepare<[number, number, number], MessageRow>(MESSAGE_QUERIES.from).raw(),
-    insertMessage: db.prepare<[number, number, string, number, string, string | null]>(
-      "INSERT INTO messages (thread, seq, role, create_time, content, extra) VALUES (?, ?, ?, ?, ?, ?)",
-    ),
     oldestSeq: db.prepare<[number], number | null>(MESSAGE_QUERIES.oldestSeq).pluck(),
-    deleteMessagesThrough: db.prepare<[number, number]>(MESSAGE_QUERIES.deleteThrough),
-    request: db.prepare<[number, string], RequestRow>(
-      "SELECT hash, result, time FROM requests WHERE thread = ? AND request_id = ?",
-    ),
-    recordRequest: db.prepare<[number, string, string, string, number]>(
-      "INSERT OR REPLACE INTO requests (thread, request_id, hash, result, time) VALUES (?, ?, ?, ?, ?)",
-    ),
-    dropRequestsBefore: db.prepare<[number, number]>(
-      "DELETE FROM requests WHERE thread = ? AND time <= ?",
-    ),
-    countRequests: db
-      .prepare<[number], number>("SELECT count(*) FROM requests WHERE thread = ?")
-      .pluck(),
-    dropOldestRequests: db.prepare<[number, number]>(
-      `DELETE FROM requests WHERE no IN
-         (SELECT no FROM requests WHERE thread = ? ORDER BY time, no LIMIT ?)`,
-    ),
-    lease: db.prepare<[string, string], { token: number; expires_at: number }>(
-      "SELECT token, expires_at FROM fold_leases WHERE namespace = ? AND thread_id = ?",
-    ),
-    nextLeaseToken: db
-      .prepare<[], number>(
-        "UPDATE meta SET value = value + 1 WHERE key = 'lease_counter' RETURNING value",
-      )
-      .pluck(),
-    setLease: db.prepare<[string, string, number, number]>(
-      "INSERT OR REPLACE INTO fold_leases (namespace, thread_id, token, expires_at) VALUES (?, ?, ?, ?)",
-    ),
-    releaseLease: db.prepare<[string, string, number]>(
-      "DELETE FROM fold_leases WHERE namespace = ? AND thread_id = ? AND token = ?",
-    ),
-    countEvent: db.prepare<[string], { last_seq: number; retained: number }>(
-      `INSERT INTO event_logs (namespace, last_seq, retained, dropped_through) VALUES (?, 1, 1, 0)
-       ON CONFLICT (namespace) DO UPDATE SET last_seq = last_seq + 1, retained = retained + 1
-       RETURNING last_seq, retained`,
-    ),
-    insertEvent: db.prepare<[string, number, string, number, string, string]>(
-      "INSERT INTO events (namespace, seq, thread_id, time, type, body) VALUES (?, ?, ?, ?, ?, ?)",
-    ),
-    dropEventsThrough: db.prepare<[string, number]>(
-      "DELETE FROM events WHERE namespace = ? AND seq <= ?",
-    ),
-    setDropped: db.prepare<[number, number, string]>(
-      "UPDATE event_logs SET retained = ?, dropped_through = ? WHERE namespace = ?",
-    ),
     eventLog: db.prepare<[string], { last_seq: number; dropped_through: number }>(
       "SELECT last_seq, dropped_through FROM event_logs WHERE namespace = ?",
     ),
@@ -372,33 +217,134 @@ export function createSqliteStore(
     ),
   };
 
-  function toEvent(namespace: string, row: EventRow): MemoryEvent {
-    // The body was written by logEvent from an EventBody of this type.
-    const body = { type: row.type, ...JSON.parse(row.body) } as EventBody;
-    const cursor = tokens.issue(namespace, row.seq);
-    return { ...body, cursor, threadId: row.thread_id, time: row.time };
+  // --- the write worker -------------------------------------------------
+
+  const workerData: WriteWorkerData = {
+    path,
+    busyTimeoutMs,
+    pageCacheBytes: budget.pageCacheBytes,
+    limits: lim,
+    databaseId,
+    tokenSecret,
+  };
+  const worker = new Worker(file, { workerData });
+  // Keeps the process alive only while writes wait for it (see write and settle).
+  worker.unref();
+  const waiting = new Map<number, Waiting>();
+  /** Writes in the worker per thread ("ns\0id") and per namespace ("ns\0*", clearAll). */
+  const inFlight = new Map<string, number>();
+  let nextId = 1;
+  let outbox: QueuedWrite[] = [];
+  let workerClosed: Promise<void> | undefined;
+  const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
+
+  function fail(err: Error): void {
+    broken ??= err;
+    for (const [id, w] of waiting) {
+      waiting.delete(id);
+      release(w.key);
+      w.reject(new MemoryError("unavailable", `the SQLite store stopped: ${broken.message}`));
+    }
   }
 
-  /** Appends an event inside the caller's transaction and drops old ones in chunks. */
-  function logEvent(
-    namespace: string,
-    threadId: string,
-    time: number,
-    body: EventBody,
-  ): MemoryEvent {
-    const { type, ...fields } = body;
-    const log = sql.countEvent.get(namespace);
-    if (log === undefined) throw new Error("sqlite store: event_logs upsert returned nothing");
-    sql.insertEvent.run(namespace, log.last_seq, threadId, time, type, JSON.stringify(fields));
-    // Seqs of a namespace are consecutive, so the cut is found without a scan;
-    // chunks keep the delete amortised O(1) per event, as in the memory store.
-    const excess = log.retained - lim.eventRetention;
-    if (excess > 0 && (excess >= 64 || log.retained > lim.eventRetention * 2)) {
-      const cut = log.last_seq - lim.eventRetention;
-      sql.dropEventsThrough.run(namespace, cut);
-      sql.setDropped.run(lim.eventRetention, cut, namespace);
+  worker.on("message", (m: WorkerMessage) => {
+    switch (m.type) {
+      case "done":
+        for (const outcome of m.outcomes) settle(outcome);
+        break;
+      case "failed":
+        fail(fromWireError(m.error));
+        break;
+      default:
+        break;
     }
-    return { ...body, cursor: tokens.issue(namespace, log.last_seq), threadId, time };
+  });
+  worker.on("error", (err) => fail(err));
+  worker.on("exit", (code) => fail(new Error(`the write worker exited (code ${code})`)));
+
+  function settle(outcome: WriteOutcome): void {
+    const w = waiting.get(outcome.id);
+    if (w === undefined) return;
+    waiting.delete(outcome.id);
+    if (waiting.size === 0) worker.unref();
+    if (outcome.ok) {
+      applyCommitted(outcome.committed, w.namespace);
+      release(w.key);
+      w.resolve(outcome.committed);
+    } else {
+      release(w.key);
+      w.reject(fromWireError(outcome.error));
+    }
+  }
+
+  function hold(key: string): void {
+    inFlight.set(key, (inFlight.get(key) ?? 0) + 1);
+  }
+
+  function release(key: string): void {
+    const n = (inFlight.get(key) ?? 1) - 1;
+    if (n <= 0) inFlight.delete(key);
+    else inFlight.set(key, n);
+  }
+
+  /** Whether a write that may change this thread is still in the worker. */
+  function writing(namespace: string, threadId: string): boolean {
+    return inFlight.has(`${namespace}\0${threadId}`) || inFlight.has(`${namespace}\0*`);
+  }
+
+  /** Posts every write queued since the last post as one message. */
+  function post(): void {
+    const writes = outbox;
+    outbox = [];
+    if (writes.length > 0) worker.postMessage({ type: "writes", writes });
+  }
+
+  /** Hands `op` to the worker; resolves once the group holding it has committed. */
+  function write<T>(op: WriteOp, namespace: string, threadId: string): Promise<Committed<T>> {
+    if (closed) return Promise.reject(new MemoryError("unavailable", "the store is closed"));
+    if (broken !== undefined) {
+      return Promise.reject(
+        new MemoryError("unavailable", `the SQLite store stopped: ${broken.message}`),
+      );
+    }
+    if (waiting.size >= maxQueued) {
+      return Promise.reject(
+        new MemoryError(
+          "unavailable",
+          `the SQLite write queue is full (${maxQueued} writes waiting for the disk); retry with backoff`,
+        ),
+      );
+    }
+    const id = nextId++;
+    if (waiting.size === 0) worker.ref();
+    const key = `${namespace}\0${threadId}`;
+    hold(key);
+    // After this turn's I/O callbacks: the writes of every call that arrived
+    // together cross to the worker in one message.
+    if (outbox.length === 0) setImmediate(post);
+    outbox.push({ id, op });
+    return new Promise<Committed<T>>((resolve, reject) => {
+      waiting.set(id, {
+        resolve: resolve as (c: Committed<unknown>) => void,
+        reject,
+        key,
+        namespace,
+      });
+    });
+  }
+
+  /** Brings the cache up to date with a commit and publishes its events. */
+  function applyCommitted(c: Committed<unknown>, namespace: string): void {
+    const messages = c.messages;
+    if (messages !== undefined) {
+      // A new thread's messages are all known; an existing one's entry, if
+      // any, is brought up to date (or dropped), never left stale.
+      const added = messages.added.map((m) => Object.freeze(m));
+      if (messages.created) cache.set(messages.incarnation, [], true, 0);
+      cache.update(messages.incarnation, messages.lastSeqBefore, added, messages.droppedThrough);
+    }
+    for (const incarnation of c.ended ?? []) cache.delete(incarnation);
+    publish(namespace, c.events);
   }
 
   function publish(namespace: string, events: MemoryEvent[]): void {
@@ -408,48 +354,17 @@ export function createSqliteStore(
     for (const listener of set) listener(events);
   }
 
-  function loadMessages(key: number): StoredMessage[] {
-    return sql.messages.all(key).map(toMessage);
+  // --- reads --------------------------------------------------------------
+
+  function toEvent(namespace: string, row: EventRow): MemoryEvent {
+    // The body was written by logEvent from an EventBody of this type.
+    const body = { type: row.type, ...JSON.parse(row.body) } as MemoryEvent;
+    const cursor = tokens.issue(namespace, row.seq);
+    return { ...body, cursor, threadId: row.thread_id, time: row.time };
   }
 
-  /** The thread's messages from seq `from` on (at most `limit`), oldest first. */
   function loadMessagesFrom(key: number, from: number, limit = -1): StoredMessage[] {
     return sql.messagesFrom.all(key, from, limit).map(toMessage);
-  }
-
-  /**
-   * Trims the thread, inside the caller's transaction, to its strategy's
-   * max_stored. Returns what was dropped: how many, their bytes and the
-   * newest dropped seq (0: none).
-   */
-  function trim(
-    key: number,
-    state: ThreadState,
-  ): { count: number; bytes: number; through: number } {
-    // Stored seqs are contiguous (appends add at the end, trims cut at the
-    // front), so counting needs no scan, and only the front that goes is read.
-    const oldest = sql.oldestSeq.get(key) ?? null;
-    const count = oldest === null ? 0 : state.lastSeq - oldest + 1;
-    const excess = count - state.strategy.maxStored;
-    if (oldest === null || excess <= 0) return { count: 0, bytes: 0, through: 0 };
-    const front: StoredMessage[] = [];
-    const at = (i: number): StoredMessage | undefined => {
-      while (i >= front.length && front.length < count) {
-        // Pages of the excess and a few more (tool results after the cut), then doubling.
-        const page = Math.max(excess + 8, front.length);
-        const rows = loadMessagesFrom(key, oldest + front.length, page);
-        if (rows.length === 0) break;
-        for (const m of rows) front.push(m);
-      }
-      return front[i];
-    };
-    const n = trimCountOf(state.strategy, count, at, state.summarizedThroughSeq);
-    const through = front[n - 1];
-    if (through === undefined) return { count: 0, bytes: 0, through: 0 };
-    sql.deleteMessagesThrough.run(key, through.seq);
-    let bytes = 0;
-    for (let i = 0; i < n; i++) bytes += messageBytes(front[i] as StoredMessage);
-    return { count: n, bytes, through: through.seq };
   }
 
   /**
@@ -466,11 +381,11 @@ export function createSqliteStore(
 
   /** The thread's messages from seq `from` on, from the cache or the file; and whether that is all. */
   function readFrom(
-    key: number,
     row: ThreadRow,
     from: number,
+    useCache: boolean,
   ): { messages: StoredMessage[]; complete: boolean } {
-    const cached = cache.get(row.incarnation);
+    const cached = useCache ? cache.get(row.incarnation) : undefined;
     if (cached !== undefined && cached.lastSeq === row.last_seq) {
       const first = cached.messages[0]?.seq ?? row.last_seq + 1;
       if (cached.whole || first <= from) {
@@ -479,266 +394,51 @@ export function createSqliteStore(
         return { messages: cached.messages.slice(start), complete: cached.whole && start === 0 };
       }
     }
-    const messages = loadMessagesFrom(key, from);
-    const oldest = sql.oldestSeq.get(key) ?? null;
+    const messages = loadMessagesFrom(row.id, from);
+    const oldest = sql.oldestSeq.get(row.id) ?? null;
     const complete = oldest === null || from <= oldest;
-    cache.set(row.incarnation, messages, complete, row.last_seq);
+    if (useCache) cache.set(row.incarnation, messages, complete, row.last_seq);
     return { messages, complete };
   }
 
-  /** Adds `delta` to the namespace's usage (and the thread's bytes, when `key` is given). */
-  function use(namespace: string, delta: NamespaceUsage, key?: number): void {
-    if (key !== undefined && delta.bytes !== 0) sql.addThreadBytes.run(delta.bytes, key);
-    if (delta.threads !== 0 || delta.messages !== 0 || delta.bytes !== 0) {
-      sql.addUsage.run(namespace, delta.threads, delta.messages, delta.bytes);
-    }
-  }
-
-  /** Deletes a thread inside the caller's transaction and gives its room back. */
-  function deleteThread(namespace: string, row: ThreadRow): void {
-    const oldest = sql.oldestSeq.get(row.id) ?? null;
-    const messages = oldest === null ? 0 : row.last_seq - oldest + 1;
-    sql.deleteThreadByKey.run(row.id);
-    use(namespace, { threads: -1, messages: -messages, bytes: -row.bytes });
-  }
-
-  function saveThread(key: number, t: ThreadState): void {
-    sql.updateThread.run(
-      JSON.stringify(t.strategy),
-      t.lastSeq,
-      t.summarizedThroughSeq,
-      t.summary,
-      t.summaryTime,
-      t.updateTime,
-      key,
-    );
-  }
-
-  function dropExpiredRequests(key: number, now: number): void {
-    sql.dropRequestsBefore.run(key, now - lim.idempotencyRetentionMs);
-    const excess = (sql.countRequests.get(key) ?? 0) - lim.idempotencyMaxPerThread;
-    if (excess > 0) sql.dropOldestRequests.run(key, excess);
-  }
-
-  const appendTx = db.transaction((cmd: AppendCommand): Committed<AppendResult> => {
-    const row = sql.thread.get(cmd.namespace, cmd.threadId);
-    if (cmd.requestId !== "" && row !== undefined) {
-      const seen = sql.request.get(row.id, cmd.requestId);
-      if (seen !== undefined && cmd.now - seen.time < lim.idempotencyRetentionMs) {
-        if (seen.hash !== cmd.requestHash) {
-          throw invalidArgument(
-            "request_id",
-            "was already used for a different request on this thread",
-          );
-        }
-        const first = JSON.parse(seen.result) as RecordedResult;
-        return { value: { ...first, replayed: true }, events: [] };
-      }
-    }
-    const existing = row === undefined ? undefined : toThread(row);
-    const strategy = decideAppend(existing, cmd);
-    let key: number;
-    let state: ThreadState;
-    if (row === undefined || existing === undefined) {
-      state = newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now);
-      key = Number(
-        sql.insertThread.run(
-          cmd.namespace,
-          cmd.threadId,
-          state.incarnation,
-          JSON.stringify(strategy),
-          cmd.now,
-          cmd.now,
-        ).lastInsertRowid,
-      );
-    } else {
-      key = row.id;
-      state = existing;
-    }
-    if (!keepsSummary(state.strategy, strategy)) {
-      state.summary = "";
-      state.summaryTime = 0;
-      state.summarizedThroughSeq = 0;
-    }
-    state.strategy = strategy;
-    const lastSeqBefore = state.lastSeq;
-    const firstSeq = cmd.messages.length > 0 ? state.lastSeq + 1 : 0;
-    const added: StoredMessage[] = [];
-    let addedBytes = 0;
-    for (const m of cmd.messages) {
-      const seq = ++state.lastSeq;
-      const extra = extraOf(m);
-      sql.insertMessage.run(key, seq, m.role, cmd.now, m.content, extra);
-      added.push(toMessage([seq, m.role, cmd.now, m.content, extra]));
-      addedBytes += messageBytes(m);
-    }
-    const lastSeq = cmd.messages.length > 0 ? state.lastSeq : 0;
-    if (cmd.messages.length > 0) state.updateTime = cmd.now;
-    const trimmed = trim(key, state);
-    // Checked once the Add and its trim are written: a refusal rolls it all back.
-    const delta: NamespaceUsage = {
-      threads: row === undefined ? 1 : 0,
-      messages: added.length - trimmed.count,
-      bytes: addedBytes - trimmed.bytes,
-    };
-    checkQuotas(lim, sql.usage.get(cmd.namespace) ?? NO_USAGE, delta);
-    use(cmd.namespace, delta, key);
-    saveThread(key, state);
-    const result: RecordedResult = { thread: state, firstSeq, lastSeq };
-    if (cmd.requestId !== "") {
-      sql.recordRequest.run(key, cmd.requestId, cmd.requestHash, JSON.stringify(result), cmd.now);
-      dropExpiredRequests(key, cmd.now);
-    }
-    const events =
-      cmd.messages.length > 0
-        ? [
-            logEvent(cmd.namespace, cmd.threadId, cmd.now, {
-              type: "messages_added",
-              firstSeq,
-              lastSeq,
-            }),
-          ]
-        : [];
-    return {
-      value: { ...result, thread: { ...state }, replayed: false },
-      events,
-      messages: {
-        incarnation: state.incarnation,
-        created: row === undefined,
-        lastSeqBefore,
-        added,
-        droppedThrough: trimmed.through,
-      },
-    };
-  });
-
-  const commitSummaryTx = db.transaction(
-    (cmd: CommitSummaryCommand): Committed<ThreadState | undefined> => {
-      const row = sql.thread.get(cmd.namespace, cmd.threadId);
-      const lease = sql.lease.get(cmd.namespace, cmd.threadId);
-      if (
-        row === undefined ||
-        row.incarnation !== cmd.incarnation ||
-        row.summarized_through_seq !== cmd.fromSeq ||
-        cmd.throughSeq <= cmd.fromSeq ||
-        lease === undefined ||
-        lease.token !== cmd.leaseToken
-      ) {
-        return { value: undefined, events: [] };
-      }
-      const state = toThread(row);
-      state.summary = cmd.summary;
-      state.summaryTime = cmd.now;
-      state.summarizedThroughSeq = cmd.throughSeq;
-      state.updateTime = cmd.now;
-      const { count, bytes, through } = trim(row.id, state);
-      use(cmd.namespace, { threads: 0, messages: -count, bytes: -bytes }, row.id);
-      saveThread(row.id, state);
-      const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
-        type: "summary_updated",
-        summary: cmd.summary,
-        summarizedThroughSeq: cmd.throughSeq,
-        foldedCount: cmd.foldedCount,
-      });
-      return {
-        value: state,
-        events: [event],
-        messages: {
-          incarnation: state.incarnation,
-          created: false,
-          lastSeqBefore: state.lastSeq,
-          added: [],
-          droppedThrough: through,
-        },
-      };
-    },
-  );
-
-  const recordFoldFailureTx = db.transaction((cmd: FoldFailureCommand): Committed<void> => {
-    const row = sql.thread.get(cmd.namespace, cmd.threadId);
-    if (row === undefined || row.incarnation !== cmd.incarnation) {
-      return { value: undefined, events: [] };
-    }
-    const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
-      type: "summary_failed",
-      reason: cmd.reason,
-      attempt: cmd.attempt,
-    });
-    return { value: undefined, events: [event] };
-  });
-
-  const acquireLeaseTx = db.transaction(
-    (namespace: string, threadId: string, ttlMs: number): number | undefined => {
-      const now = Date.now();
-      const held = sql.lease.get(namespace, threadId);
-      if (held !== undefined && held.expires_at > now) return undefined;
-      const token = sql.nextLeaseToken.get();
-      if (token === undefined) throw new Error("sqlite store: meta.lease_counter is missing");
-      sql.setLease.run(namespace, threadId, token, now + ttlMs);
-      return token;
-    },
-  );
-
-  const clearTx = db.transaction(
-    (namespace: string, threadId: string, now: number): Committed<boolean> => {
+  /** One snapshot of the file for a whole read: the worker may commit between statements. */
+  const readTx = db.transaction(
+    (namespace: string, threadId: string, view: ReadView | undefined) => {
       const row = sql.thread.get(namespace, threadId);
-      if (row === undefined) return { value: false, events: [] };
-      deleteThread(namespace, row);
-      return {
-        value: true,
-        events: [logEvent(namespace, threadId, now, { type: "thread_cleared" })],
-        ended: [row.incarnation],
-      };
+      if (row === undefined) return undefined;
+      const thread = toThread(row);
+      const useCache = !writing(namespace, threadId);
+      if (view === undefined) {
+        const messages = sql.messages.all(row.id).map(toMessage);
+        if (useCache) cache.set(row.incarnation, messages, true, row.last_seq);
+        return { thread, messages, complete: true };
+      }
+      return { thread, ...readFrom(row, viewFrom(row, thread.strategy, view), useCache) };
     },
   );
 
-  /** One batch of clearAll: the first `limit` threads of the namespace in byte order. */
-  const clearBatchTx = db.transaction(
-    (namespace: string, now: number, limit: number): Committed<number> => {
-      // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
-      const threads = sql.firstThreads.all(namespace, limit);
-      for (const t of threads) deleteThread(namespace, t);
-      return {
-        value: threads.length,
-        events: threads.map((t) =>
-          logEvent(namespace, t.thread_id, now, { type: "thread_cleared" }),
-        ),
-        ended: threads.map((t) => t.incarnation),
-      };
-    },
-  );
+  const readEventsTx = db.transaction((namespace: string, seq: number, limit: number) => {
+    const log = sql.eventLog.get(namespace);
+    if (seq > (log?.last_seq ?? 0)) {
+      throw invalidArgument("resume_token", "refers to an event this server never logged");
+    }
+    if (seq < (log?.dropped_through ?? 0)) {
+      throw new MemoryError(
+        "out_of_range",
+        "resume_token: the events after it are no longer retained; re-read with Get and watch from now",
+        { field: "resume_token" },
+      );
+    }
+    return sql.events.all(namespace, seq, Math.max(0, limit)).map((r) => toEvent(namespace, r));
+  });
 
   function assertOpen(): void {
     if (closed) throw new MemoryError("unavailable", "the store is closed");
   }
 
-  /**
-   * Runs a write transaction (BEGIN IMMEDIATE); once it has committed, updates
-   * the cache and publishes the events. A transaction that throws has rolled
-   * back and touched neither.
-   */
-  function commit<T>(namespace: string, run: () => Committed<T>): T {
-    assertOpen();
-    const { value, events, messages, ended } = run();
-    if (messages !== undefined) {
-      // A new thread's messages are all known; an existing one's entry, if
-      // any, is brought up to date (or dropped), never left stale.
-      if (messages.created) cache.set(messages.incarnation, [], true, 0);
-      cache.update(
-        messages.incarnation,
-        messages.lastSeqBefore,
-        messages.added,
-        messages.droppedThrough,
-      );
-    }
-    for (const incarnation of ended ?? []) cache.delete(incarnation);
-    publish(namespace, events);
-    return value;
-  }
-
   return {
     async append(cmd: AppendCommand): Promise<AppendResult> {
-      return commit(cmd.namespace, () => appendTx.immediate(cmd));
+      return commitNs<AppendResult>({ kind: "append", cmd }, cmd.namespace, cmd.threadId);
     },
 
     async read(
@@ -747,15 +447,7 @@ export function createSqliteStore(
       view?: ReadView,
     ): Promise<ThreadSnapshot | undefined> {
       assertOpen();
-      const row = sql.thread.get(namespace, threadId);
-      if (row === undefined) return undefined;
-      const thread = toThread(row);
-      if (view === undefined) {
-        const messages = loadMessages(row.id);
-        cache.set(row.incarnation, messages, true, row.last_seq);
-        return { thread, messages, complete: true };
-      }
-      return { thread, ...readFrom(row.id, row, viewFrom(row, thread.strategy, view)) };
+      return readTx(namespace, threadId, view);
     },
 
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
@@ -765,35 +457,40 @@ export function createSqliteStore(
     },
 
     async commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {
-      return commit(cmd.namespace, () => commitSummaryTx.immediate(cmd));
+      return commitNs({ kind: "commitSummary", cmd }, cmd.namespace, cmd.threadId);
     },
 
     async recordFoldFailure(cmd: FoldFailureCommand): Promise<void> {
-      commit(cmd.namespace, () => recordFoldFailureTx.immediate(cmd));
+      await commitNs({ kind: "recordFoldFailure", cmd }, cmd.namespace, cmd.threadId);
     },
 
     async acquireFoldLease(namespace, threadId, ttlMs) {
-      assertOpen();
-      return acquireLeaseTx.immediate(namespace, threadId, ttlMs);
+      return commitNs<number | undefined>(
+        { kind: "acquireLease", namespace, threadId, ttlMs },
+        namespace,
+        threadId,
+      );
     },
 
     async releaseFoldLease(namespace, threadId, token) {
-      assertOpen();
-      sql.releaseLease.run(namespace, threadId, token);
+      await commitNs({ kind: "releaseLease", namespace, threadId, token }, namespace, threadId);
     },
 
     async clear(namespace: string, threadId: string, now: number): Promise<boolean> {
-      return commit(namespace, () => clearTx.immediate(namespace, threadId, now));
+      return commitNs<boolean>({ kind: "clear", namespace, threadId, now }, namespace, threadId);
     },
 
     async clearAll(namespace: string, now: number): Promise<number> {
       let total = 0;
       for (;;) {
-        const n = commit(namespace, () => clearBatchTx.immediate(namespace, now, CLEAR_BATCH));
+        // Each batch is its own transaction; other calls run in between.
+        const n = await commitNs<number>(
+          { kind: "clearBatch", namespace, now, limit: CLEAR_BATCH },
+          namespace,
+          "*",
+        );
         total += n;
         if (n < CLEAR_BATCH) return total;
-        // Let other calls in between: each batch is its own transaction.
-        await new Promise((resolve) => setImmediate(resolve));
       }
     },
 
@@ -804,19 +501,7 @@ export function createSqliteStore(
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
       assertOpen();
-      const seq = tokens.open(namespace, cursor);
-      const log = sql.eventLog.get(namespace);
-      if (seq > (log?.last_seq ?? 0)) {
-        throw invalidArgument("resume_token", "refers to an event this server never logged");
-      }
-      if (seq < (log?.dropped_through ?? 0)) {
-        throw new MemoryError(
-          "out_of_range",
-          "resume_token: the events after it are no longer retained; re-read with Get and watch from now",
-          { field: "resume_token" },
-        );
-      }
-      return sql.events.all(namespace, seq, Math.max(0, limit)).map((r) => toEvent(namespace, r));
+      return readEventsTx(namespace, tokens.open(namespace, cursor), limit);
     },
 
     async headCursor(namespace: string): Promise<string> {
@@ -843,170 +528,32 @@ export function createSqliteStore(
     },
 
     async close(): Promise<void> {
-      if (closed) return;
-      closed = true;
-      listeners.clear();
-      cache.clear();
-      db.close();
+      if (workerClosed === undefined) {
+        closed = true;
+        worker.ref();
+        // Writes already handed over are committed and answered first.
+        post();
+        worker.postMessage({ type: "close" });
+        workerClosed = exited.then(() => {
+          listeners.clear();
+          cache.clear();
+          db.close();
+          lock.close();
+        });
+      }
+      return workerClosed;
     },
   };
-}
 
-/**
- * Opens (creating if need be) the database file, sets the connection up and
- * brings the schema to this version. Throws when the file cannot be opened,
- * another process holds it, or it was written by a newer schema.
- */
-function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
-  const db = new Database(path, { timeout: busyTimeoutMs });
-  try {
-    // Before WAL is entered, so the WAL index lives in this process's memory
-    // (no -shm file) and the lock is held until close: one process per file.
-    db.pragma("locking_mode = EXCLUSIVE");
-    const mode = db.pragma("journal_mode = WAL", { simple: true });
-    if (mode !== "wal") throw new Error(`journal_mode is ${String(mode)}, not wal`);
-    db.pragma("synchronous = FULL");
-    db.pragma("foreign_keys = ON");
-    // A WAL that once grew large is cut back after checkpoints.
-    db.pragma(`journal_size_limit = ${64 * 1024 * 1024}`);
-    db.transaction(() => {
-      db.exec(
-        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value ANY NOT NULL) STRICT, WITHOUT ROWID",
-      );
-      const version = db
-        .prepare("SELECT value FROM meta WHERE key = 'schema_version'")
-        .pluck()
-        .get();
-      if (version === undefined) {
-        db.exec(SCHEMA);
-        const init = db.prepare("INSERT INTO meta (key, value) VALUES (?, ?)");
-        init.run("schema_version", SQLITE_SCHEMA_VERSION);
-        init.run("database_id", newStoreId());
-        init.run("token_secret", newTokenSecret());
-        init.run("lease_counter", 0);
-      } else if (typeof version !== "number" || version > SQLITE_SCHEMA_VERSION) {
-        throw new Error(
-          `schema version ${String(version)} is newer than this server's (${SQLITE_SCHEMA_VERSION})`,
-        );
-      } else {
-        for (let v = version; v < SQLITE_SCHEMA_VERSION; v++) MIGRATIONS[v]?.(db);
-        db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").run(
-          SQLITE_SCHEMA_VERSION,
-        );
-      }
-      // Leases belong to folds of a process that no longer runs (one process per file).
-      db.exec("DELETE FROM fold_leases");
-    }).immediate();
-    return db;
-  } catch (err) {
-    db.close();
-    if (err instanceof Database.SqliteError && err.code === "SQLITE_BUSY") {
-      throw new Error(
-        "the database is in use by another process (the SQLite store is one server process per file)",
-        { cause: err },
-      );
-    }
-    throw err;
+  /** Runs a write in the worker; its value once the group holding it has committed. */
+  async function commitNs<T>(op: WriteOp, namespace: string, threadId: string): Promise<T> {
+    const c = await write<T>(op, namespace, threadId);
+    return c.value;
   }
 }
 
-const NO_USAGE: NamespaceUsage = { threads: 0, messages: 0, bytes: 0 };
-
-/**
- * Schema migrations: MIGRATIONS[v] brings a file from version v to v + 1,
- * inside the opening transaction (all of them commit, or none).
- */
-const MIGRATIONS: Record<number, (db: Database.Database) => void> = {
-  /**
-   * 1 -> 2: events were numbered by one counter across namespaces (a tenant's
-   * tokens showed how much others wrote). They are renumbered 1, 2, 3 … per
-   * namespace, in their old order, and cursors are signed from now on. Every
-   * thread, message and retained event stays; resume tokens issued before the
-   * upgrade are answered out_of_range (re-read with Get and watch from now).
-   */
-  1: (db) => {
-    db.exec(`
-      DROP INDEX events_by_namespace;
-      ALTER TABLE events RENAME TO events_v1;
-      ALTER TABLE event_logs RENAME TO event_logs_v1;
-      ${EVENTS_SCHEMA}
-      INSERT INTO events (namespace, seq, thread_id, time, type, body)
-        SELECT namespace, row_number() OVER (PARTITION BY namespace ORDER BY id),
-          thread_id, time, type, body
-        FROM events_v1;
-      INSERT INTO event_logs (namespace, last_seq, retained, dropped_through)
-        SELECT namespace, count(*), count(*), 0 FROM events GROUP BY namespace;
-      DROP TABLE events_v1;
-      DROP TABLE event_logs_v1;
-    `);
-    db.prepare("INSERT INTO meta (key, value) VALUES ('token_secret', ?)").run(newTokenSecret());
-  },
-  /**
-   * 2 -> 3: namespace quotas. Each thread's bytes (quota.ts messageBytes over
-   * its messages) and each namespace's usage are computed from what is
-   * stored: one pass over the messages, once.
-   */
-  2: (db) => {
-    db.exec(`
-      ALTER TABLE threads ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
-      CREATE TABLE namespace_usage (
-        namespace TEXT PRIMARY KEY,
-        threads INTEGER NOT NULL,
-        messages INTEGER NOT NULL,
-        bytes INTEGER NOT NULL
-      ) STRICT, WITHOUT ROWID;
-    `);
-    const messages = db
-      .prepare<[], [...MessageRow, number]>(
-        "SELECT seq, role, create_time, content, extra, thread FROM messages",
-      )
-      .raw();
-    // Summed first: the connection runs no other statement while it iterates.
-    const bytes = new Map<number, number>();
-    for (const [seq, role, time, content, extra, thread] of messages.iterate()) {
-      const m = toMessage([seq, role, time, content, extra]);
-      bytes.set(thread, (bytes.get(thread) ?? 0) + messageBytes(m));
-    }
-    const setBytes = db.prepare<[number, number]>("UPDATE threads SET bytes = ? WHERE id = ?");
-    for (const [thread, n] of bytes) setBytes.run(n, thread);
-    db.exec(`
-      INSERT INTO namespace_usage (namespace, threads, messages, bytes)
-        SELECT namespace, count(*),
-          sum((SELECT count(*) FROM messages WHERE messages.thread = threads.id)), sum(bytes)
-        FROM threads GROUP BY namespace;
-    `);
-  },
-};
-
-function toThread(row: ThreadRow): ThreadState {
-  return {
-    threadId: row.thread_id,
-    incarnation: row.incarnation,
-    // Written by saveThread from a Strategy.
-    strategy: JSON.parse(row.strategy) as Strategy,
-    lastSeq: row.last_seq,
-    summarizedThroughSeq: row.summarized_through_seq,
-    summary: row.summary,
-    summaryTime: row.summary_time,
-    createTime: row.create_time,
-    updateTime: row.update_time,
-  };
-}
-
-/** A stored message, frozen: the cache shares it with every caller. */
-function toMessage([seq, role, createTime, content, extra]: MessageRow): StoredMessage {
-  const m: StoredMessage = { role, content, seq, createTime };
-  // Written by extraOf from the optional fields of a ChatMessage.
-  if (extra !== null) Object.assign(m, JSON.parse(extra) as MessageExtra);
-  return Object.freeze(m);
-}
-
-/** The optional fields of `m` as JSON, or null when it has none (the common case). */
-function extraOf(m: ChatMessage): string | null {
-  const extra: MessageExtra = {};
-  if (m.name !== undefined) extra.name = m.name;
-  if (m.toolCalls !== undefined) extra.toolCalls = m.toolCalls;
-  if (m.toolCallId !== undefined) extra.toolCallId = m.toolCallId;
-  if (m.metadata !== undefined) extra.metadata = m.metadata;
-  return Object.keys(extra).length === 0 ? null : JSON.stringify(extra);
-}
+type WorkerMessage =
+  | { type: "ready" }
+  | { type: "closed" }
+  | { type: "failed"; error: WireError }
+  | { type: "done"; outcomes: WriteOutcome[] };

@@ -115,10 +115,8 @@ describe("SQLite store durability", () => {
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  it("fsyncs the WAL before acknowledging each Add", { timeout: 60_000 }, async () => {
-    requireStrace();
-    const trace = join(dir, "server.trace");
-    const db = join(dir, "memory.db");
+  /** Starts the compiled server on a SQLite file under strace; its gRPC port and pid. */
+  async function startTraced(trace: string, db: string): Promise<{ port: number; server: number }> {
     const strace = spawn(
       "strace",
       [
@@ -160,6 +158,14 @@ describe("SQLite store durability", () => {
       });
     });
     const server = tracee(strace.pid ?? 0);
+    return { port, server };
+  }
+
+  it("fsyncs the WAL before acknowledging each Add", { timeout: 60_000 }, async () => {
+    requireStrace();
+    const trace = join(dir, "server.trace");
+    const db = join(dir, "memory.db");
+    const { port, server } = await startTraced(trace, db);
     const client = createGrpcClient(`127.0.0.1:${port}`);
     try {
       const syncedFiles = new Set<string>();
@@ -186,6 +192,52 @@ describe("SQLite store durability", () => {
         }
       }
       expect([...syncedFiles]).toContain(`${db}-wal`);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("commits concurrent Adds in groups: fewer fsyncs than Adds, each acknowledged after one", {
+    timeout: 60_000,
+  }, async () => {
+    requireStrace();
+    const trace = join(dir, "group.trace");
+    const db = join(dir, "group.db");
+    const { port, server } = await startTraced(trace, db);
+    const client = createGrpcClient(`127.0.0.1:${port}`);
+    try {
+      // Learn the WAL's fd from one Add, so later counts are WAL syncs only.
+      await client.add({ threadId: "warm", messages: [{ role: Role.USER, content: "warm" }] });
+      const walFds = new Set<number>();
+      for (const s of syncsIn(trace)) {
+        try {
+          if (readlinkSync(`/proc/${server}/fd/${s.fd}`) === `${db}-wal`) walFds.add(s.fd);
+        } catch {
+          // closed since
+        }
+      }
+      expect(walFds.size).toBeGreaterThan(0);
+      const walSyncs = (): number => syncsIn(trace).filter((s) => walFds.has(s.fd)).length;
+      const start = walSyncs();
+      const concurrent = 64;
+      const late: number[] = [];
+      await Promise.all(
+        Array.from({ length: concurrent }, async (_, i) => {
+          const before = walSyncs();
+          const r = await client.add({
+            threadId: `group-${i}`,
+            requestId: `group-${i}`,
+            messages: [{ role: Role.USER, content: `message ${i}` }],
+          });
+          expect(Number(r.lastSeq)).toBe(1);
+          // A WAL sync that returned after this Add was sent and before its reply.
+          if (walSyncs() <= before) late.push(i);
+        }),
+      );
+      expect(late, "Adds acknowledged with no WAL fsync since they were sent").toEqual([]);
+      const used = walSyncs() - start;
+      expect(used).toBeGreaterThan(0);
+      expect(used, `${used} WAL fsyncs for ${concurrent} concurrent Adds`).toBeLessThan(concurrent);
     } finally {
       client.close();
     }

@@ -1,6 +1,14 @@
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
+import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import type { StoredMessage } from "../../src/core/types.js";
-import { CACHED_TAIL_MAX, MessageCache } from "../../src/store/sqlite/message-cache.js";
+import {
+  CACHED_TAIL_MAX,
+  MessageCache,
+  messageSize,
+} from "../../src/store/sqlite/message-cache.js";
+import { type MessageRow, toMessage } from "../../src/store/sqlite/schema.js";
 
 /** Messages with seqs from..to, frozen as the store hands them out. */
 function seqs(from: number, to: number): StoredMessage[] {
@@ -45,8 +53,8 @@ describe("SQLite message cache (a tail per thread)", () => {
   });
 
   it("drops the least recently used entries past its budget, and keeps nothing with budget 0", () => {
-    const one = 100 + "m1".length;
-    const c = new MessageCache(one * 25);
+    const one = messageSize(seqs(1, 1)[0] as StoredMessage);
+    const c = new MessageCache(one * 25 + 400);
     c.set("a", seqs(1, 10), true, 10);
     c.set("b", seqs(1, 10), true, 10);
     c.get("a");
@@ -58,5 +66,48 @@ describe("SQLite message cache (a tail per thread)", () => {
     none.set("a", [], true, 0);
     none.update("a", 0, seqs(1, 1), 0);
     expect(none.get("a")).toBeUndefined();
+  });
+
+  it("counts the bytes of heap its messages really hold", () => {
+    setFlagsFromString("--expose-gc");
+    const gc = runInNewContext("gc") as () => void;
+    // Messages made as the store makes them: rows read from SQLite, decoded by toMessage.
+    const db = new Database(":memory:");
+    db.exec(
+      "CREATE TABLE m (seq INTEGER, role TEXT, create_time INTEGER, content TEXT, extra TEXT)",
+    );
+    const insert = db.prepare("INSERT INTO m VALUES (?, ?, ?, ?, ?)");
+    const threads = 40;
+    const perThread = 500;
+    db.transaction(() => {
+      for (let i = 0; i < threads * perThread; i++) {
+        // ASCII and two-byte texts of 10 to 1,000 characters.
+        const text = (i % 3 === 0 ? "é€ " : "abc ").repeat(3 + (i % 250)) + i;
+        insert.run(i + 1, i % 2 === 0 ? "user" : "assistant", Date.now(), text, null);
+      }
+    })();
+    const rows = db
+      .prepare<[number, number], MessageRow>(
+        "SELECT seq, role, create_time, content, extra FROM m WHERE seq BETWEEN ? AND ?",
+      )
+      .raw();
+    const cache = new MessageCache(1 << 30);
+    gc();
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    for (let t = 0; t < threads; t++) {
+      const from = t * perThread + 1;
+      const messages = rows.all(from, from + perThread - 1).map(toMessage);
+      cache.set(`incarnation-${t}`, messages, true, from + perThread - 1);
+    }
+    gc();
+    gc();
+    const grown = process.memoryUsage().heapUsed - before;
+    db.close();
+    expect(cache.get("incarnation-0")?.messages).toHaveLength(perThread);
+    // Within 15% either way (measured: 1.00; the old count, characters plus
+    // 100 per message, came to about 0.8 here and far less on short texts).
+    expect(cache.bytes / grown).toBeGreaterThan(0.85);
+    expect(cache.bytes / grown).toBeLessThan(1.18);
   });
 });

@@ -13,7 +13,12 @@ import {
   MESSAGE_QUERIES,
   SQLITE_SCHEMA_VERSION,
 } from "../../src/store/sqlite-store.js";
-import { READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
+import {
+  READ_SLACK,
+  type Store,
+  type StoreLimits,
+  type ThreadSnapshot,
+} from "../../src/store/store.js";
 import { appendCommands, buffer, summary, user } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
 
@@ -518,7 +523,11 @@ function random(seed: number): (n: number) => number {
 }
 
 describe("SQLite store against the memory store", () => {
-  it("does what the reference does for random sequences, from its cache and from the file", async () => {
+  // Hundreds of awaited writes, each a round trip to the worker and an fsync:
+  // slow on a loaded machine, which is not what this test is about.
+  it("does what the reference does for random sequences, from its cache and from the file", {
+    timeout: 120_000,
+  }, async () => {
     const strategies: Strategy[] = [
       { ...buffer, maxStored: 4 },
       { ...summary, maxStored: 3 },
@@ -658,6 +667,144 @@ describe("SQLite store against the memory store", () => {
       } finally {
         for (const s of stores) await s.close();
       }
+    }
+  });
+});
+
+describe("SQLite store's write worker", () => {
+  const open: Store[] = [];
+  afterEach(async () => {
+    for (const s of open.splice(0)) await s.close();
+  });
+  const openStore = (options: Parameters<typeof createSqliteStore>[2] = {}): Store => {
+    const s = createSqliteStore(freshPath(), {}, options);
+    open.push(s);
+    return s;
+  };
+
+  it("commits writes that arrive together, failing only the one that is refused", async () => {
+    const s = openStore();
+    const outcomes = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        codeOf(
+          s.append(
+            cmd({
+              threadId: `t${i}`,
+              messages: [user(`m${i}`)],
+              // t5 says it expects a last_seq the new thread does not have.
+              expectedLastSeq: i === 5 ? 3 : undefined,
+            }),
+          ),
+        ),
+      ),
+    );
+    expect(outcomes.filter((c) => c === "ok")).toHaveLength(11);
+    expect(outcomes[5]).not.toBe("ok");
+    expect(await s.read("ns", "t5")).toBeUndefined();
+    for (const i of [0, 4, 6, 11]) {
+      expect((await s.read("ns", `t${i}`))?.messages.map((m) => m.content)).toEqual([`m${i}`]);
+    }
+  });
+
+  it("refuses writes beyond its queue with UNAVAILABLE, storing nothing, and takes them again once drained", async () => {
+    const s = openStore({ maxQueuedWrites: 4 });
+    const results = await Promise.allSettled(
+      Array.from({ length: 20 }, (_, i) => s.append(cmd({ threadId: `q${i}` }))),
+    );
+    const refused = results.flatMap((r, i) => (r.status === "rejected" ? [[i, r.reason]] : []));
+    expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(4);
+    expect(refused).toHaveLength(16);
+    for (const [i, reason] of refused) {
+      expect(reason).toBeInstanceOf(MemoryError);
+      expect((reason as MemoryError).code).toBe("unavailable");
+      expect((reason as MemoryError).message).toMatch(/write queue is full/);
+      expect(await s.getThread("ns", `q${i}`)).toBeUndefined();
+    }
+    expect(await s.listThreads("ns", "", 100)).toHaveLength(4);
+    expect((await s.append(cmd({ threadId: "later" }))).lastSeq).toBe(1);
+  });
+
+  it("answers writes handed over before close, and refuses those after", async () => {
+    const s = createSqliteStore(freshPath());
+    const before = s.append(cmd({ threadId: "before" }));
+    const closing = s.close();
+    await expect(s.append(cmd({ threadId: "after" }))).rejects.toMatchObject({
+      code: "unavailable",
+    });
+    expect((await before).lastSeq).toBe(1);
+    await closing;
+  });
+
+  it("never serves a stale, trimmed, folded or cleared thread from its cache while writes are in flight", async () => {
+    const cached = openStore();
+    const reference = openStore({ cacheSize: 0 });
+    const small: Strategy = { ...summary, maxStored: 3 };
+    for (let step = 0; step < 60; step++) {
+      const write = async (s: Store): Promise<unknown> => {
+        if (step % 11 === 10) return s.clear("ns", "t", 2000 + step);
+        if (step % 3 === 2) {
+          const t = await s.getThread("ns", "t");
+          if (t === undefined || t.lastSeq <= t.summarizedThroughSeq) return undefined;
+          const token = await s.acquireFoldLease("ns", "t", 10_000);
+          return s
+            .commitSummary({
+              namespace: "ns",
+              threadId: "t",
+              incarnation: t.incarnation,
+              leaseToken: token ?? 0,
+              fromSeq: t.summarizedThroughSeq,
+              throughSeq: t.lastSeq - 1,
+              summary: `s${step}`,
+              foldedCount: 1,
+              now: 2000 + step,
+            })
+            .finally(() => s.releaseFoldLease("ns", "t", token ?? 0));
+        }
+        return s.append(
+          cmd({
+            strategy: small,
+            messages: [user(`a${step}`), user(`b${step}`)],
+            now: 2000 + step,
+          }),
+        );
+      };
+      const view = { limit: undefined };
+      const shape = (snap: ThreadSnapshot | undefined) =>
+        snap === undefined
+          ? undefined
+          : {
+              lastSeq: snap.thread.lastSeq,
+              through: snap.thread.summarizedThroughSeq,
+              messages: snap.messages.map((m) => [m.seq, m.content]),
+            };
+      const before = shape(await reference.read("ns", "t", view));
+      await write(reference);
+      const after = shape(await reference.read("ns", "t", view));
+      // Warm the cache, then read while the same write is in the worker. Reads
+      // in a synchronous spin: once the worker has committed, its answer
+      // cannot reach this thread until the spin ends, so later reads in it see
+      // the file ahead of what this thread has applied to the cache.
+      await cached.read("ns", "t", view);
+      let settled = false;
+      const pending = write(cached).finally(() => {
+        settled = true;
+      });
+      const seen = new Set<string>();
+      while (!settled) {
+        await new Promise((resolve) => setImmediate(resolve));
+        // About 250 reads over 5 ms.
+        const until = performance.now() + 5;
+        for (let next = 0; performance.now() < until; ) {
+          if (performance.now() < next) continue;
+          next = performance.now() + 0.02;
+          void cached.read("ns", "t", view).then((snap) => seen.add(JSON.stringify(shape(snap))));
+        }
+      }
+      await pending;
+      for (const during of seen) {
+        expect([JSON.stringify(before), JSON.stringify(after)]).toContain(during);
+      }
+      expect(shape(await cached.read("ns", "t", view))).toEqual(after);
     }
   });
 });

@@ -22,8 +22,9 @@ interface Entry {
 
 /**
  * The newest messages of recently used threads (at most CACHED_TAIL_MAX
- * each), least recently used dropped first once their approximate size passes
- * a budget. A windowed read (a Get) is served from here when the entry reaches
+ * each), least recently used dropped first once the heap they hold passes a
+ * budget in bytes (messageSize: what V8 really holds for each, not a guess
+ * from character counts). A windowed read (a Get) is served from here when the entry reaches
  * back far enough, so it costs its window, not the thread; every commit that
  * changes a thread's messages updates its entry in O(messages added or
  * dropped), never by copying the thread. The store may cache at all only
@@ -38,8 +39,13 @@ export class MessageCache {
   private readonly entries = new Map<string, Entry>();
   private size = 0;
 
-  /** @param budget approximate size in characters; 0 disables the cache. */
+  /** @param budget bytes of heap; 0 disables the cache. */
   constructor(private readonly budget: number) {}
+
+  /** The heap the entries hold, in bytes, as counted against the budget. */
+  get bytes(): number {
+    return this.size;
+  }
 
   get(incarnation: string): CachedTail | undefined {
     const entry = this.entries.get(incarnation);
@@ -68,7 +74,7 @@ export class MessageCache {
       messages: kept,
       whole: whole && kept.length === messages.length,
       lastSeq,
-      size: 0,
+      size: ENTRY_OVERHEAD,
     };
     for (const m of kept) entry.size += messageSize(m);
     this.entries.set(incarnation, entry);
@@ -136,10 +142,43 @@ export class MessageCache {
   }
 }
 
-/** Roughly the memory a message holds: its text plus a fixed overhead. */
-function messageSize(m: StoredMessage): number {
-  let size = 100 + m.content.length + (m.name?.length ?? 0) + (m.toolCallId?.length ?? 0);
-  for (const c of m.toolCalls ?? []) size += 50 + c.id.length + c.name.length + c.arguments.length;
-  for (const [k, v] of Object.entries(m.metadata ?? {})) size += 20 + k.length + v.length;
+/**
+ * Bytes of V8 heap a string of this text holds: a 16-byte header and one byte
+ * per character when every character fits in Latin-1, else two, rounded up
+ * to 8. (Checked by a regex without backtracking: linear in the text.)
+ */
+export function stringBytes(s: string): number {
+  const perChar = NOT_LATIN1.test(s) ? 2 : 1;
+  return (16 + s.length * perChar + 7) & ~7;
+}
+
+const NOT_LATIN1 = /[\u0100-\uffff]/;
+
+/**
+ * Heap one cached message holds beyond its strings: its object (map, 4
+ * fields), its role string (a copy per row read), its create_time (a heap
+ * number: ms since 1970 is beyond a small integer) and its array slot.
+ * test/store/message-cache.test.ts measures messages against it.
+ */
+const MESSAGE_OVERHEAD = 112;
+
+/** Heap one entry holds beyond its messages: the map's slot, its key, the entry and its array. */
+export const ENTRY_OVERHEAD = 200;
+
+/** The heap, in bytes, a cached message holds (measured: within a few % of V8's figure). */
+export function messageSize(m: StoredMessage): number {
+  let size = MESSAGE_OVERHEAD + stringBytes(m.content);
+  if (m.name !== undefined) size += 16 + stringBytes(m.name);
+  if (m.toolCallId !== undefined) size += 16 + stringBytes(m.toolCallId);
+  if (m.toolCalls !== undefined) {
+    size += 32;
+    for (const c of m.toolCalls) {
+      size += 48 + stringBytes(c.id) + stringBytes(c.name) + stringBytes(c.arguments);
+    }
+  }
+  if (m.metadata !== undefined) {
+    size += 64;
+    for (const [k, v] of Object.entries(m.metadata)) size += 24 + stringBytes(k) + stringBytes(v);
+  }
   return size;
 }

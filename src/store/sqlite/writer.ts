@@ -1,0 +1,513 @@
+import { randomUUID } from "node:crypto";
+import type Database from "better-sqlite3";
+import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../../core/append.js";
+import { invalidArgument, MemoryError } from "../../core/errors.js";
+import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../../core/types.js";
+import { checkQuotas, messageBytes, type NamespaceUsage } from "../quota.js";
+import type { ResumeTokens } from "../resume-token.js";
+import type {
+  AppendCommand,
+  AppendResult,
+  CommitSummaryCommand,
+  FoldFailureCommand,
+  StoreLimits,
+} from "../store.js";
+import {
+  extraOf,
+  MESSAGE_QUERIES,
+  type MessageRow,
+  NO_USAGE,
+  type RecordedResult,
+  type RequestRow,
+  type ThreadRow,
+  toMessage,
+  toThread,
+} from "./schema.js";
+
+/** A write transaction's outcome, and what to do once it has committed. */
+export interface Committed<T> {
+  value: T;
+  /** To publish. */
+  events: MemoryEvent[];
+  /** How the thread's messages changed: to bring its cached tail up to date. */
+  messages?: MessagesChange;
+  /** Incarnations that ended: to drop from the cache. */
+  ended?: string[];
+}
+
+/** What one commit did to a thread's messages (see MessageCache.update). */
+export interface MessagesChange {
+  incarnation: string;
+  /** The thread was created by this commit: its messages are all known. */
+  created: boolean;
+  lastSeqBefore: number;
+  added: StoredMessage[];
+  /** Every message up to this seq was trimmed; 0 when none. */
+  droppedThrough: number;
+}
+
+/** Every write the store makes, as the worker receives it. */
+export type WriteOp =
+  | { kind: "append"; cmd: AppendCommand }
+  | { kind: "commitSummary"; cmd: CommitSummaryCommand }
+  | { kind: "recordFoldFailure"; cmd: FoldFailureCommand }
+  | { kind: "acquireLease"; namespace: string; threadId: string; ttlMs: number }
+  | { kind: "releaseLease"; namespace: string; threadId: string; token: number }
+  | { kind: "clear"; namespace: string; threadId: string; now: number }
+  | { kind: "clearBatch"; namespace: string; now: number; limit: number };
+
+/** An error as it crosses from the worker: a MemoryError keeps its code and field. */
+export interface WireError {
+  message: string;
+  code?: MemoryError["code"];
+  field?: string;
+  retryAfterMs?: number;
+}
+
+export interface QueuedWrite {
+  id: number;
+  op: WriteOp;
+}
+
+export type WriteOutcome =
+  | { id: number; ok: true; committed: Committed<unknown> }
+  | { id: number; ok: false; error: WireError };
+
+export function toWireError(err: unknown): WireError {
+  if (err instanceof MemoryError) {
+    const e: WireError = { message: err.message, code: err.code };
+    if (err.field !== undefined) e.field = err.field;
+    if (err.retryAfterMs !== undefined) e.retryAfterMs = err.retryAfterMs;
+    return e;
+  }
+  return { message: err instanceof Error ? err.message : String(err) };
+}
+
+export function fromWireError(e: WireError): Error {
+  if (e.code === undefined) return new Error(`sqlite store: ${e.message}`);
+  const options: { field?: string; retryAfterMs?: number } = {};
+  if (e.field !== undefined) options.field = e.field;
+  if (e.retryAfterMs !== undefined) options.retryAfterMs = e.retryAfterMs;
+  return new MemoryError(e.code, e.message, options);
+}
+
+/**
+ * The store's writes on the write connection (run in the worker). `runGroup`
+ * commits a group of writes as one transaction, so one fsync covers them all;
+ * each write runs in its own savepoint, so one that fails (a precondition, a
+ * quota) is rolled back alone and the others still commit.
+ */
+export function createWriter(db: Database.Database, lim: StoreLimits, tokens: ResumeTokens) {
+  const sql = {
+    thread: db.prepare<[string, string], ThreadRow>(
+      "SELECT * FROM threads WHERE namespace = ? AND thread_id = ?",
+    ),
+    insertThread: db.prepare<[string, string, string, string, number, number]>(
+      `INSERT INTO threads (namespace, thread_id, incarnation, strategy, last_seq,
+         summarized_through_seq, summary, summary_time, create_time, update_time)
+       VALUES (?, ?, ?, ?, 0, 0, '', 0, ?, ?)`,
+    ),
+    updateThread: db.prepare<[string, number, number, string, number, number, number]>(
+      `UPDATE threads SET strategy = ?, last_seq = ?, summarized_through_seq = ?, summary = ?,
+         summary_time = ?, update_time = ? WHERE id = ?`,
+    ),
+    firstThreads: db.prepare<[string, number], ThreadRow>(
+      "SELECT * FROM threads WHERE namespace = ? ORDER BY thread_id LIMIT ?",
+    ),
+    addThreadBytes: db.prepare<[number, number]>(
+      "UPDATE threads SET bytes = bytes + ? WHERE id = ?",
+    ),
+    usage: db.prepare<[string], NamespaceUsage>(
+      "SELECT threads, messages, bytes FROM namespace_usage WHERE namespace = ?",
+    ),
+    addUsage: db.prepare<[string, number, number, number]>(
+      `INSERT INTO namespace_usage (namespace, threads, messages, bytes) VALUES (?, ?, ?, ?)
+       ON CONFLICT (namespace) DO UPDATE SET threads = threads + excluded.threads,
+         messages = messages + excluded.messages, bytes = bytes + excluded.bytes`,
+    ),
+    deleteThreadByKey: db.prepare<[number]>("DELETE FROM threads WHERE id = ?"),
+    messagesFrom: db.prepare<[number, number, number], MessageRow>(MESSAGE_QUERIES.from).raw(),
+    insertMessage: db.prepare<[number, number, string, number, string, string | null]>(
+      "INSERT INTO messages (thread, seq, role, create_time, content, extra) VALUES (?, ?, ?, ?, ?, ?)",
+    ),
+    oldestSeq: db.prepare<[number], number | null>(MESSAGE_QUERIES.oldestSeq).pluck(),
+    deleteMessagesThrough: db.prepare<[number, number]>(MESSAGE_QUERIES.deleteThrough),
+    request: db.prepare<[number, string], RequestRow>(
+      "SELECT hash, result, time FROM requests WHERE thread = ? AND request_id = ?",
+    ),
+    recordRequest: db.prepare<[number, string, string, string, number]>(
+      "INSERT OR REPLACE INTO requests (thread, request_id, hash, result, time) VALUES (?, ?, ?, ?, ?)",
+    ),
+    dropRequestsBefore: db.prepare<[number, number]>(
+      "DELETE FROM requests WHERE thread = ? AND time <= ?",
+    ),
+    countRequests: db
+      .prepare<[number], number>("SELECT count(*) FROM requests WHERE thread = ?")
+      .pluck(),
+    dropOldestRequests: db.prepare<[number, number]>(
+      `DELETE FROM requests WHERE no IN
+         (SELECT no FROM requests WHERE thread = ? ORDER BY time, no LIMIT ?)`,
+    ),
+    lease: db.prepare<[string, string], { token: number; expires_at: number }>(
+      "SELECT token, expires_at FROM fold_leases WHERE namespace = ? AND thread_id = ?",
+    ),
+    nextLeaseToken: db
+      .prepare<[], number>(
+        "UPDATE meta SET value = value + 1 WHERE key = 'lease_counter' RETURNING value",
+      )
+      .pluck(),
+    setLease: db.prepare<[string, string, number, number]>(
+      "INSERT OR REPLACE INTO fold_leases (namespace, thread_id, token, expires_at) VALUES (?, ?, ?, ?)",
+    ),
+    releaseLease: db.prepare<[string, string, number]>(
+      "DELETE FROM fold_leases WHERE namespace = ? AND thread_id = ? AND token = ?",
+    ),
+    countEvent: db.prepare<[string], { last_seq: number; retained: number }>(
+      `INSERT INTO event_logs (namespace, last_seq, retained, dropped_through) VALUES (?, 1, 1, 0)
+       ON CONFLICT (namespace) DO UPDATE SET last_seq = last_seq + 1, retained = retained + 1
+       RETURNING last_seq, retained`,
+    ),
+    insertEvent: db.prepare<[string, number, string, number, string, string]>(
+      "INSERT INTO events (namespace, seq, thread_id, time, type, body) VALUES (?, ?, ?, ?, ?, ?)",
+    ),
+    dropEventsThrough: db.prepare<[string, number]>(
+      "DELETE FROM events WHERE namespace = ? AND seq <= ?",
+    ),
+    setDropped: db.prepare<[number, number, string]>(
+      "UPDATE event_logs SET retained = ?, dropped_through = ? WHERE namespace = ?",
+    ),
+  };
+
+  /** Appends an event inside the caller's transaction and drops old ones in chunks. */
+  function logEvent(
+    namespace: string,
+    threadId: string,
+    time: number,
+    body: EventBody,
+  ): MemoryEvent {
+    const { type, ...fields } = body;
+    const log = sql.countEvent.get(namespace);
+    if (log === undefined) throw new Error("sqlite store: event_logs upsert returned nothing");
+    sql.insertEvent.run(namespace, log.last_seq, threadId, time, type, JSON.stringify(fields));
+    // Seqs of a namespace are consecutive, so the cut is found without a scan;
+    // chunks keep the delete amortised O(1) per event, as in the memory store.
+    const excess = log.retained - lim.eventRetention;
+    if (excess > 0 && (excess >= 64 || log.retained > lim.eventRetention * 2)) {
+      const cut = log.last_seq - lim.eventRetention;
+      sql.dropEventsThrough.run(namespace, cut);
+      sql.setDropped.run(lim.eventRetention, cut, namespace);
+    }
+    return { ...body, cursor: tokens.issue(namespace, log.last_seq), threadId, time };
+  }
+
+  /** The thread's messages from seq `from` on (at most `limit`), oldest first. */
+  function loadMessagesFrom(key: number, from: number, limit = -1): StoredMessage[] {
+    return sql.messagesFrom.all(key, from, limit).map(toMessage);
+  }
+
+  /**
+   * Trims the thread, inside the caller's transaction, to its strategy's
+   * max_stored. Returns what was dropped: how many, their bytes and the
+   * newest dropped seq (0: none).
+   */
+  function trim(
+    key: number,
+    state: ThreadState,
+  ): { count: number; bytes: number; through: number } {
+    // Stored seqs are contiguous (appends add at the end, trims cut at the
+    // front), so counting needs no scan, and only the front that goes is read.
+    const oldest = sql.oldestSeq.get(key) ?? null;
+    const count = oldest === null ? 0 : state.lastSeq - oldest + 1;
+    const excess = count - state.strategy.maxStored;
+    if (oldest === null || excess <= 0) return { count: 0, bytes: 0, through: 0 };
+    const front: StoredMessage[] = [];
+    const at = (i: number): StoredMessage | undefined => {
+      while (i >= front.length && front.length < count) {
+        // Pages of the excess and a few more (tool results after the cut), then doubling.
+        const page = Math.max(excess + 8, front.length);
+        const rows = loadMessagesFrom(key, oldest + front.length, page);
+        if (rows.length === 0) break;
+        for (const m of rows) front.push(m);
+      }
+      return front[i];
+    };
+    const n = trimCountOf(state.strategy, count, at, state.summarizedThroughSeq);
+    const through = front[n - 1];
+    if (through === undefined) return { count: 0, bytes: 0, through: 0 };
+    sql.deleteMessagesThrough.run(key, through.seq);
+    let bytes = 0;
+    for (let i = 0; i < n; i++) bytes += messageBytes(front[i] as StoredMessage);
+    return { count: n, bytes, through: through.seq };
+  }
+
+  /**
+   * The oldest seq a read with `view` returns: the newest recallSize +
+   * READ_SLACK messages, and a summary thread's unfolded ones (Store.read).
+   * 0 or less: every message.
+   */
+
+  /** Adds `delta` to the namespace's usage (and the thread's bytes, when `key` is given). */
+  function use(namespace: string, delta: NamespaceUsage, key?: number): void {
+    if (key !== undefined && delta.bytes !== 0) sql.addThreadBytes.run(delta.bytes, key);
+    if (delta.threads !== 0 || delta.messages !== 0 || delta.bytes !== 0) {
+      sql.addUsage.run(namespace, delta.threads, delta.messages, delta.bytes);
+    }
+  }
+
+  /** Deletes a thread inside the caller's transaction and gives its room back. */
+  function deleteThread(namespace: string, row: ThreadRow): void {
+    const oldest = sql.oldestSeq.get(row.id) ?? null;
+    const messages = oldest === null ? 0 : row.last_seq - oldest + 1;
+    sql.deleteThreadByKey.run(row.id);
+    use(namespace, { threads: -1, messages: -messages, bytes: -row.bytes });
+  }
+
+  function saveThread(key: number, t: ThreadState): void {
+    sql.updateThread.run(
+      JSON.stringify(t.strategy),
+      t.lastSeq,
+      t.summarizedThroughSeq,
+      t.summary,
+      t.summaryTime,
+      t.updateTime,
+      key,
+    );
+  }
+
+  function dropExpiredRequests(key: number, now: number): void {
+    sql.dropRequestsBefore.run(key, now - lim.idempotencyRetentionMs);
+    const excess = (sql.countRequests.get(key) ?? 0) - lim.idempotencyMaxPerThread;
+    if (excess > 0) sql.dropOldestRequests.run(key, excess);
+  }
+
+  const appendTx = db.transaction((cmd: AppendCommand): Committed<AppendResult> => {
+    const row = sql.thread.get(cmd.namespace, cmd.threadId);
+    if (cmd.requestId !== "" && row !== undefined) {
+      const seen = sql.request.get(row.id, cmd.requestId);
+      if (seen !== undefined && cmd.now - seen.time < lim.idempotencyRetentionMs) {
+        if (seen.hash !== cmd.requestHash) {
+          throw invalidArgument(
+            "request_id",
+            "was already used for a different request on this thread",
+          );
+        }
+        const first = JSON.parse(seen.result) as RecordedResult;
+        return { value: { ...first, replayed: true }, events: [] };
+      }
+    }
+    const existing = row === undefined ? undefined : toThread(row);
+    const strategy = decideAppend(existing, cmd);
+    let key: number;
+    let state: ThreadState;
+    if (row === undefined || existing === undefined) {
+      state = newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now);
+      key = Number(
+        sql.insertThread.run(
+          cmd.namespace,
+          cmd.threadId,
+          state.incarnation,
+          JSON.stringify(strategy),
+          cmd.now,
+          cmd.now,
+        ).lastInsertRowid,
+      );
+    } else {
+      key = row.id;
+      state = existing;
+    }
+    if (!keepsSummary(state.strategy, strategy)) {
+      state.summary = "";
+      state.summaryTime = 0;
+      state.summarizedThroughSeq = 0;
+    }
+    state.strategy = strategy;
+    const lastSeqBefore = state.lastSeq;
+    const firstSeq = cmd.messages.length > 0 ? state.lastSeq + 1 : 0;
+    const added: StoredMessage[] = [];
+    let addedBytes = 0;
+    for (const m of cmd.messages) {
+      const seq = ++state.lastSeq;
+      const extra = extraOf(m);
+      sql.insertMessage.run(key, seq, m.role, cmd.now, m.content, extra);
+      added.push(toMessage([seq, m.role, cmd.now, m.content, extra]));
+      addedBytes += messageBytes(m);
+    }
+    const lastSeq = cmd.messages.length > 0 ? state.lastSeq : 0;
+    if (cmd.messages.length > 0) state.updateTime = cmd.now;
+    const trimmed = trim(key, state);
+    // Checked once the Add and its trim are written: a refusal rolls it all back.
+    const delta: NamespaceUsage = {
+      threads: row === undefined ? 1 : 0,
+      messages: added.length - trimmed.count,
+      bytes: addedBytes - trimmed.bytes,
+    };
+    checkQuotas(lim, sql.usage.get(cmd.namespace) ?? NO_USAGE, delta);
+    use(cmd.namespace, delta, key);
+    saveThread(key, state);
+    const result: RecordedResult = { thread: state, firstSeq, lastSeq };
+    if (cmd.requestId !== "") {
+      sql.recordRequest.run(key, cmd.requestId, cmd.requestHash, JSON.stringify(result), cmd.now);
+      dropExpiredRequests(key, cmd.now);
+    }
+    const events =
+      cmd.messages.length > 0
+        ? [
+            logEvent(cmd.namespace, cmd.threadId, cmd.now, {
+              type: "messages_added",
+              firstSeq,
+              lastSeq,
+            }),
+          ]
+        : [];
+    return {
+      value: { ...result, thread: { ...state }, replayed: false },
+      events,
+      messages: {
+        incarnation: state.incarnation,
+        created: row === undefined,
+        lastSeqBefore,
+        added,
+        droppedThrough: trimmed.through,
+      },
+    };
+  });
+
+  const commitSummaryTx = db.transaction(
+    (cmd: CommitSummaryCommand): Committed<ThreadState | undefined> => {
+      const row = sql.thread.get(cmd.namespace, cmd.threadId);
+      const lease = sql.lease.get(cmd.namespace, cmd.threadId);
+      if (
+        row === undefined ||
+        row.incarnation !== cmd.incarnation ||
+        row.summarized_through_seq !== cmd.fromSeq ||
+        cmd.throughSeq <= cmd.fromSeq ||
+        lease === undefined ||
+        lease.token !== cmd.leaseToken
+      ) {
+        return { value: undefined, events: [] };
+      }
+      const state = toThread(row);
+      state.summary = cmd.summary;
+      state.summaryTime = cmd.now;
+      state.summarizedThroughSeq = cmd.throughSeq;
+      state.updateTime = cmd.now;
+      const { count, bytes, through } = trim(row.id, state);
+      use(cmd.namespace, { threads: 0, messages: -count, bytes: -bytes }, row.id);
+      saveThread(row.id, state);
+      const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
+        type: "summary_updated",
+        summary: cmd.summary,
+        summarizedThroughSeq: cmd.throughSeq,
+        foldedCount: cmd.foldedCount,
+      });
+      return {
+        value: state,
+        events: [event],
+        messages: {
+          incarnation: state.incarnation,
+          created: false,
+          lastSeqBefore: state.lastSeq,
+          added: [],
+          droppedThrough: through,
+        },
+      };
+    },
+  );
+
+  const recordFoldFailureTx = db.transaction((cmd: FoldFailureCommand): Committed<void> => {
+    const row = sql.thread.get(cmd.namespace, cmd.threadId);
+    if (row === undefined || row.incarnation !== cmd.incarnation) {
+      return { value: undefined, events: [] };
+    }
+    const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
+      type: "summary_failed",
+      reason: cmd.reason,
+      attempt: cmd.attempt,
+    });
+    return { value: undefined, events: [event] };
+  });
+
+  const acquireLeaseTx = db.transaction(
+    (namespace: string, threadId: string, ttlMs: number): number | undefined => {
+      const now = Date.now();
+      const held = sql.lease.get(namespace, threadId);
+      if (held !== undefined && held.expires_at > now) return undefined;
+      const token = sql.nextLeaseToken.get();
+      if (token === undefined) throw new Error("sqlite store: meta.lease_counter is missing");
+      sql.setLease.run(namespace, threadId, token, now + ttlMs);
+      return token;
+    },
+  );
+
+  const clearTx = db.transaction(
+    (namespace: string, threadId: string, now: number): Committed<boolean> => {
+      const row = sql.thread.get(namespace, threadId);
+      if (row === undefined) return { value: false, events: [] };
+      deleteThread(namespace, row);
+      return {
+        value: true,
+        events: [logEvent(namespace, threadId, now, { type: "thread_cleared" })],
+        ended: [row.incarnation],
+      };
+    },
+  );
+
+  /** One batch of clearAll: the first `limit` threads of the namespace in byte order. */
+  const clearBatchTx = db.transaction(
+    (namespace: string, now: number, limit: number): Committed<number> => {
+      // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
+      const threads = sql.firstThreads.all(namespace, limit);
+      for (const t of threads) deleteThread(namespace, t);
+      return {
+        value: threads.length,
+        events: threads.map((t) =>
+          logEvent(namespace, t.thread_id, now, { type: "thread_cleared" }),
+        ),
+        ended: threads.map((t) => t.incarnation),
+      };
+    },
+  );
+
+  function runOne(op: WriteOp): Committed<unknown> {
+    switch (op.kind) {
+      case "append":
+        return appendTx(op.cmd);
+      case "commitSummary":
+        return commitSummaryTx(op.cmd);
+      case "recordFoldFailure":
+        return recordFoldFailureTx(op.cmd);
+      case "acquireLease":
+        return { value: acquireLeaseTx(op.namespace, op.threadId, op.ttlMs), events: [] };
+      case "releaseLease":
+        sql.releaseLease.run(op.namespace, op.threadId, op.token);
+        return { value: undefined, events: [] };
+      case "clear":
+        return clearTx(op.namespace, op.threadId, op.now);
+      case "clearBatch":
+        return clearBatchTx(op.namespace, op.now, op.limit);
+    }
+  }
+
+  const group = db.transaction((writes: QueuedWrite[]): WriteOutcome[] =>
+    writes.map(({ id, op }): WriteOutcome => {
+      try {
+        return { id, ok: true, committed: runOne(op) };
+      } catch (err) {
+        return { id, ok: false, error: toWireError(err) };
+      }
+    }),
+  );
+
+  return {
+    /** Commits `writes` in one transaction (BEGIN IMMEDIATE ... COMMIT, one fsync). */
+    runGroup(writes: QueuedWrite[]): WriteOutcome[] {
+      try {
+        return group.immediate(writes);
+      } catch (err) {
+        // The commit itself failed: nothing of the group is stored.
+        const error = toWireError(err);
+        return writes.map(({ id }) => ({ id, ok: false, error }));
+      }
+    },
+  };
+}
