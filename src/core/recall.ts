@@ -273,7 +273,13 @@ export function recall(
   const tokenBudget = maxTokens > 0 ? { maxTokens, encoding } : undefined;
   const done = (list: StoredMessage[], summary: string, extra = 0): Recalled => {
     const tokens = totalTokens(list, encoding) + extra;
-    return { messages: list, summary, tokens, maxTokens, overBudget: maxTokens > 0 && tokens > maxTokens };
+    return {
+      messages: list,
+      summary,
+      tokens,
+      maxTokens,
+      overBudget: maxTokens > 0 && tokens > maxTokens,
+    };
   };
   switch (strategy.kind) {
     case "buffer":
@@ -289,7 +295,9 @@ export function recall(
           ? windowSlice(
               unfolded,
               size,
-              maxTokens > 0 ? { maxTokens: Math.max(0, maxTokens - headTokens), encoding } : undefined,
+              maxTokens > 0
+                ? { maxTokens: Math.max(0, maxTokens - headTokens), encoding }
+                : undefined,
             )
           : unfolded;
       if (state.summary === "") return done(recent, "");

@@ -152,9 +152,7 @@ function tokenKey(s: { maxTokens?: number; tokenEncoding?: TokenEncoding }): str
 
 /** The encoding a strategy counts tokens with. */
 export function encodingOf(s: Strategy): TokenEncoding {
-  return s.kind === "buffer"
-    ? DEFAULT_TOKEN_ENCODING
-    : (s.tokenEncoding ?? DEFAULT_TOKEN_ENCODING);
+  return s.kind === "buffer" ? DEFAULT_TOKEN_ENCODING : (s.tokenEncoding ?? DEFAULT_TOKEN_ENCODING);
 }
 
 export function sameStrategy(a: Strategy, b: Strategy): boolean {

@@ -77,14 +77,14 @@ export type Strategy =
   | (StrategyBase & TokenOptions & { kind: "window"; window: number })
   | (StrategyBase &
       TokenOptions & {
-      kind: "summary";
-      window: number;
-      summarizeEvery: number;
-      /** Name of the summariser, resolved (never empty). */
-      model: string;
-      /** How Get replays the summary; absent: "system". */
-      summaryPlacement?: SummaryPlacement;
-    });
+        kind: "summary";
+        window: number;
+        summarizeEvery: number;
+        /** Name of the summariser, resolved (never empty). */
+        model: string;
+        /** How Get replays the summary; absent: "system". */
+        summaryPlacement?: SummaryPlacement;
+      });
 
 /** A thread's state, without its messages. */
 export interface ThreadState {

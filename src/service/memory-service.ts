@@ -154,7 +154,10 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     const s = t.strategy;
     if (s.kind !== "summary") return;
     // A token budget can make a fold due before the count does: let the scheduler plan.
-    if ((s.maxTokens ?? 0) > 0 || t.lastSeq - t.summarizedThroughSeq - s.window >= s.summarizeEvery) {
+    if (
+      (s.maxTokens ?? 0) > 0 ||
+      t.lastSeq - t.summarizedThroughSeq - s.window >= s.summarizeEvery
+    ) {
       folds.kick(namespace, t.threadId);
     }
   }
@@ -269,7 +272,9 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       const s = snap.thread.strategy;
       if (s.kind !== "summary") return respond(snap, shape);
       const tokens = { maxTokens, summary: snap.thread.summary };
-      if (planFold(s, snap.messages, snap.thread.summarizedThroughSeq, size, tokens) === undefined) {
+      if (
+        planFold(s, snap.messages, snap.thread.summarizedThroughSeq, size, tokens) === undefined
+      ) {
         return respond(snap, shape);
       }
       const failure = folds.failure(ctx.namespace, threadId, snap.thread.incarnation);
@@ -352,11 +357,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     return store.read(namespace, threadId);
   }
 
-  function respond(
-    snap: ThreadSnapshot,
-    shape: Shape,
-    degradedReason = "",
-  ): GetResponse {
+  function respond(snap: ThreadSnapshot, shape: Shape, degradedReason = ""): GetResponse {
     if (degradedReason !== "") opts.metrics?.degradedGets.inc();
     const t = snap.thread;
     const r = recall(

@@ -94,7 +94,12 @@ describe("the seed's documented examples", () => {
     const a = recall(buffer(), NO_SUMMARY, stored([user("hi")]), {});
     expect(a.messages[0]?.content).toBe("hi");
     expect(a.messages).toHaveLength(1);
-    expect(recall(buffer(), NO_SUMMARY, [], {})).toEqual({ messages: [], summary: "" });
+    expect(recall(buffer(), NO_SUMMARY, [], {})).toMatchObject({
+      messages: [],
+      summary: "",
+      tokens: 0,
+      overBudget: false,
+    });
   });
 
   it("SummaryMemory(window=2, summarize_every=2): six messages recall a summary, msg 4, msg 5", () => {
@@ -323,7 +328,12 @@ describe("summary recall", () => {
 
   it("without a summary is the unfolded messages alone", () => {
     const r = recall(strategy, NO_SUMMARY, msgs.slice(0, 4), {});
-    expect(r).toEqual({ messages: msgs.slice(0, 4), summary: "" });
+    expect(r).toMatchObject({
+      messages: msgs.slice(0, 4),
+      summary: "",
+      maxTokens: 0,
+      overBudget: false,
+    });
   });
 
   it("replays the summary as a system message with seq 0 and the summary's time", () => {
