@@ -9,7 +9,7 @@
  * The returned arrays are new; their elements are the caller's objects.
  */
 import { encodingOf } from "./strategy.js";
-import { tokensOf } from "./tokens.js";
+import { DEFAULT_TOKEN_ENCODING, tokensOf } from "./tokens.js";
 import type { StoredMessage, Strategy, TokenEncoding } from "./types.js";
 
 /** Text the summary system message starts with (the seed's wording). */
@@ -302,7 +302,11 @@ export function recall(
           : unfolded;
       if (state.summary === "") return done(recent, "");
       if (placement === "none") return done(recent, state.summary, headTokens);
-      const head = summaryMessage(state.summary, state.summaryTime, placement);
+      const head: StoredMessage = {
+        ...summaryMessage(state.summary, state.summaryTime, placement),
+        tokens: headTokens,
+        ...(encoding === DEFAULT_TOKEN_ENCODING ? {} : { tokenEncoding: encoding }),
+      };
       return done([head, ...recent], state.summary);
     }
   }

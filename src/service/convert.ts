@@ -15,6 +15,7 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { invalidArgument } from "../core/errors.js";
 import type { StrategyDraft } from "../core/strategy.js";
+import { DEFAULT_TOKEN_ENCODING } from "../core/tokens.js";
 import type {
   ChatMessage,
   EventType,
@@ -119,7 +120,7 @@ const PLACEMENT_FROM_PB: Partial<Record<number, SummaryPlacement>> = {
   [SummaryPlacementPb.NONE]: "none",
 };
 const PLACEMENT_TO_PB: Record<SummaryPlacement, SummaryPlacementPb> = {
-  system: SummaryPlacementPb.UNSPECIFIED,
+  system: SummaryPlacementPb.SYSTEM,
   user: SummaryPlacementPb.USER,
   none: SummaryPlacementPb.NONE,
 };
@@ -196,14 +197,17 @@ export function strategyToPb(s: Strategy): StrategyPb {
   }
 }
 
-/** A strategy's token options on the wire; defaults stay unset, as a request leaves them. */
+/**
+ * A strategy's token options on the wire, the encoding's default filled in;
+ * max_tokens stays unset when there is no budget.
+ */
 function tokenOptionsToPb(s: { maxTokens?: number; tokenEncoding?: string }): {
   maxTokens?: number;
-  tokenEncoding?: string;
+  tokenEncoding: string;
 } {
   return {
     ...(s.maxTokens === undefined ? {} : { maxTokens: s.maxTokens }),
-    ...(s.tokenEncoding === undefined ? {} : { tokenEncoding: s.tokenEncoding }),
+    tokenEncoding: s.tokenEncoding ?? DEFAULT_TOKEN_ENCODING,
   };
 }
 
