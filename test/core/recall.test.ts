@@ -3,6 +3,7 @@
  * module's documentation, then the rules the README's Semantics section adds
  * (seqs, tool pairs, the summary's not-yet-folded messages, degraded).
  */
+import { countTokens as o200k } from "gpt-tokenizer/encoding/o200k_base";
 import { describe, expect, it } from "vitest";
 import {
   type FoldPlan,
@@ -348,6 +349,8 @@ describe("summary recall", () => {
       content: "Summary of the earlier conversation:\nS",
       seq: 0,
       createTime: 42,
+      // 3 per message + the text's o200k_base tokens.
+      tokens: 3 + o200k("Summary of the earlier conversation:\nS"),
     });
     expect(r.summary).toBe("S");
   });
