@@ -192,7 +192,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       req.requestId === ""
         ? ""
         : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq);
-    await countTokens(messages, strategy ?? opts.defaultStrategy);
+    await countTokens(messages, strategy ?? opts.defaultStrategy, ctx.signal);
     const result = await store.append({
       namespace: ctx.namespace,
       threadId,
@@ -220,12 +220,21 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
    * Get then counts those messages again on read (README, Token budgets).
    * Sliced with turns of the event loop, so a huge message holds up no one.
    */
-  async function countTokens(messages: ChatMessage[], strategy: Strategy): Promise<void> {
+  async function countTokens(
+    messages: ChatMessage[],
+    strategy: Strategy,
+    signal: AbortSignal,
+  ): Promise<void> {
     const encoding = encodingOf(strategy);
-    for (const m of messages) {
-      m.tokens = await countMessageTokensSliced(m, encoding, () => yieldToEventLoop());
-      if (encoding !== DEFAULT_TOKEN_ENCODING) m.tokenEncoding = encoding;
+    // Between slices: stop for a cancelled call or a shutdown before storing anything.
+    const pause = async (): Promise<void> => {
+      await yieldToEventLoop();
+      if (signal.aborted) throw signal.reason;
       assertOpen();
+    };
+    for (const m of messages) {
+      m.tokens = await countMessageTokensSliced(m, encoding, pause);
+      if (encoding !== DEFAULT_TOKEN_ENCODING) m.tokenEncoding = encoding;
     }
   }
 

@@ -84,4 +84,18 @@ describe("MemoryService: token counts", () => {
     const got = await h.service.get(getReq({ threadId: "big" }), h.ctx());
     expect(got.tokens).toBeGreaterThan(1000);
   });
+
+  it("stops counting and stores nothing when the call is cancelled", async () => {
+    let text = "";
+    for (let i = 0; text.length < 1 << 20; i++)
+      text += String.fromCharCode(0x4e00 + ((i * 7919) % 3000));
+    const cancel = new AbortController();
+    const adding = h.service.add(
+      addReq({ threadId: "cancelled", messages: [msg("user", text)] }),
+      h.ctx({ signal: cancel.signal }),
+    );
+    cancel.abort(new Error("cancelled by the client"));
+    await expect(adding).rejects.toThrow("cancelled by the client");
+    expect(await h.store.read(h.ctx().namespace, "cancelled")).toBeUndefined();
+  });
 });
