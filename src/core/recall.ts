@@ -6,7 +6,9 @@
  *
  * Everything refers to messages by seq, never by position, so trimming the
  * oldest messages (max_stored) cannot make a fold skip or repeat a message.
- * The returned arrays are new; their elements are the caller's objects.
+ * The returned arrays are new; their elements are the caller's objects, except
+ * a message without a stored count in the strategy's encoding, returned as a
+ * copy that carries one.
  */
 import { encodingOf } from "./strategy.js";
 import { DEFAULT_TOKEN_ENCODING, tokensOf } from "./tokens.js";
@@ -165,6 +167,20 @@ export function summaryTokens(summary: string, encoding: TokenEncoding): number 
   return summary === "" ? 0 : tokensOf(summaryMessage(summary, 0), encoding);
 }
 
+/**
+ * The message with its count in `encoding`: itself when it was stored with
+ * one, else a copy carrying the count (stored messages may be frozen).
+ */
+function withTokens(m: StoredMessage, encoding: TokenEncoding): StoredMessage {
+  if (m.tokens !== undefined && (m.tokenEncoding ?? DEFAULT_TOKEN_ENCODING) === encoding) return m;
+  const { tokenEncoding: _stale, ...rest } = m;
+  return {
+    ...rest,
+    tokens: tokensOf(m, encoding),
+    ...(encoding === DEFAULT_TOKEN_ENCODING ? {} : { tokenEncoding: encoding }),
+  };
+}
+
 /** A fold to run: these messages go into the summary, through `throughSeq`. */
 export interface FoldPlan {
   /** The visible messages to fold, oldest first; never empty. */
@@ -274,7 +290,7 @@ export function recall(
   const done = (list: StoredMessage[], summary: string, extra = 0): Recalled => {
     const tokens = totalTokens(list, encoding) + extra;
     return {
-      messages: list,
+      messages: list.map((m) => withTokens(m, encoding)),
       summary,
       tokens,
       maxTokens,

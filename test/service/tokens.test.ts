@@ -58,6 +58,7 @@ describe("MemoryService: token counts", () => {
     });
     const got = await h.service.get(getReq({ threadId: "legacy", maxTokens: 100 }), h.ctx());
     expect(got.tokens).toBe(3 + o200k("stored before counts"));
+    expect(got.messages[0]?.tokens).toBe(3 + o200k("stored before counts"));
     expect(got.maxTokens).toBe(100);
   });
 

@@ -300,8 +300,9 @@ type ChatMessage struct {
 	// Output only: what a chat model is charged for the message, in tokens of
 	// the thread strategy's token_encoding (o200k_base for buffer threads):
 	// 3 + content + (name + 1, when named) + per tool call (3 + name +
-	// arguments) + tool_call_id. Counted once when the message is added.
-	// Ignored on input.
+	// arguments) + tool_call_id. Counted once when the message is added (a
+	// message stored before counts existed is counted when read). Ignored on
+	// input.
 	Tokens        uint32 `protobuf:"varint,9,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
