@@ -123,7 +123,7 @@ export function countMessageTokens(m: ChatMessage, encoding: TokenEncoding): num
 }
 
 /**
- * countMessageTokens in slices: after about `sliceMs` of tokenizing it awaits
+ * countMessageTokens in slices: after about `sliceMs` (4) of tokenizing it awaits
  * `pause()` (the service passes a turn of the event loop), so one huge
  * message does not hold up other calls.
  */
@@ -131,7 +131,7 @@ export async function countMessageTokensSliced(
   m: ChatMessage,
   encoding: TokenEncoding,
   pause: () => Promise<void>,
-  sliceMs = 10,
+  sliceMs = 4,
 ): Promise<number> {
   const { fixed, texts } = chargedParts(m);
   const count = COUNTERS[encoding];
