@@ -1,11 +1,14 @@
 import { invalidArgument } from "./errors.js";
-import type { Strategy } from "./types.js";
+import { DEFAULT_TOKEN_ENCODING, TOKEN_ENCODINGS } from "./tokens.js";
+import type { Strategy, SummaryPlacement, TokenEncoding } from "./types.js";
 
 /** The defaults the proto's Strategy comments promise. */
 export const DEFAULT_WINDOW = 20;
 export const DEFAULT_SUMMARY_WINDOW = 10;
 export const DEFAULT_SUMMARIZE_EVERY = 6;
 export const DEFAULT_MAX_STORED = 1000;
+/** Largest token budget a strategy or a Get may ask for (well past any model's context). */
+export const MAX_TOKENS_LIMIT = 10_000_000;
 
 /**
  * A strategy as a request gives it: every size optional, the kind possibly
@@ -19,6 +22,39 @@ export interface StrategyDraft {
   window?: number | undefined;
   summarizeEvery?: number | undefined;
   model?: string | undefined;
+  /** Window and summary: token budget; 0 or undefined: none. */
+  maxTokens?: number | undefined;
+  /** Window and summary: encoding name as the request gives it; "" or undefined: o200k_base. */
+  tokenEncoding?: string | undefined;
+  /** Summary: where Get puts the summary; undefined: "system". */
+  summaryPlacement?: SummaryPlacement | undefined;
+}
+
+/**
+ * The token options of a window or summary draft, validated, with defaults
+ * left out (see TokenOptions in types.ts).
+ */
+function tokenOptions(
+  draft: StrategyDraft,
+  field: string,
+): { maxTokens?: number; tokenEncoding?: TokenEncoding } {
+  const out: { maxTokens?: number; tokenEncoding?: TokenEncoding } = {};
+  const max = draft.maxTokens ?? 0;
+  if (max > MAX_TOKENS_LIMIT) {
+    throw invalidArgument(`${field}.max_tokens`, `must be at most ${MAX_TOKENS_LIMIT}`);
+  }
+  if (max > 0) out.maxTokens = max;
+  const enc = draft.tokenEncoding ?? "";
+  if (enc !== "") {
+    if (!(TOKEN_ENCODINGS as readonly string[]).includes(enc)) {
+      throw invalidArgument(
+        `${field}.token_encoding`,
+        `must be one of ${TOKEN_ENCODINGS.join(", ")} (got "${enc}")`,
+      );
+    }
+    if (enc !== DEFAULT_TOKEN_ENCODING) out.tokenEncoding = enc as TokenEncoding;
+  }
+  return out;
 }
 
 export interface ResolveOptions {
@@ -63,7 +99,7 @@ export function resolveStrategy(draft: StrategyDraft, opts: ResolveOptions): Str
     case "window": {
       const window = draft.window ?? DEFAULT_WINDOW;
       if (window <= 0) throw invalidArgument(`${f}.window.window`, "must be positive");
-      return { kind: "window", window, ...base };
+      return { kind: "window", window, ...base, ...tokenOptions(draft, `${f}.window`) };
     }
     case "summary": {
       const model = draft.model || opts.defaultModel;
@@ -76,21 +112,47 @@ export function resolveStrategy(draft: StrategyDraft, opts: ResolveOptions): Str
         summarizeEvery: Math.max(1, draft.summarizeEvery ?? DEFAULT_SUMMARIZE_EVERY),
         model,
         ...base,
+        ...tokenOptions(draft, `${f}.summary`),
+        ...(draft.summaryPlacement === undefined || draft.summaryPlacement === "system"
+          ? {}
+          : { summaryPlacement: draft.summaryPlacement }),
       };
     }
   }
 }
 
-/** A canonical text of a strategy: equal strategies give equal keys. */
+/**
+ * A canonical text of a strategy: equal strategies give equal keys. Token
+ * options and summary placement appear only when not the default, so a
+ * thread stored before they existed keeps its key (stores compare keys).
+ */
 export function strategyKey(s: Strategy): string {
   switch (s.kind) {
     case "buffer":
       return `buffer(max_messages=${s.maxMessages},exclude_system=${s.excludeSystem},max_stored=${s.maxStored})`;
     case "window":
-      return `window(window=${s.window},exclude_system=${s.excludeSystem},max_stored=${s.maxStored})`;
+      return `window(window=${s.window},exclude_system=${s.excludeSystem},max_stored=${s.maxStored}${tokenKey(s)})`;
     case "summary":
-      return `summary(window=${s.window},summarize_every=${s.summarizeEvery},model=${s.model},exclude_system=${s.excludeSystem},max_stored=${s.maxStored})`;
+      return `summary(window=${s.window},summarize_every=${s.summarizeEvery},model=${s.model},exclude_system=${s.excludeSystem},max_stored=${s.maxStored}${tokenKey(s)}${
+        (s.summaryPlacement ?? "system") === "system"
+          ? ""
+          : `,summary_placement=${s.summaryPlacement}`
+      })`;
   }
+}
+
+function tokenKey(s: { maxTokens?: number; tokenEncoding?: TokenEncoding }): string {
+  const max = s.maxTokens ?? 0;
+  const enc = s.tokenEncoding ?? DEFAULT_TOKEN_ENCODING;
+  return (
+    (max > 0 ? `,max_tokens=${max}` : "") +
+    (enc !== DEFAULT_TOKEN_ENCODING ? `,token_encoding=${enc}` : "")
+  );
+}
+
+/** The encoding a strategy counts tokens with. */
+export function encodingOf(s: Strategy): TokenEncoding {
+  return s.kind === "buffer" ? DEFAULT_TOKEN_ENCODING : (s.tokenEncoding ?? DEFAULT_TOKEN_ENCODING);
 }
 
 export function sameStrategy(a: Strategy, b: Strategy): boolean {

@@ -23,7 +23,21 @@ export interface ChatMessage {
   toolCalls?: ToolCall[];
   toolCallId?: string;
   metadata?: Record<string, string>;
+  /**
+   * What a model is charged for the message (src/core/tokens.ts), counted
+   * once by the service at Add and stored with the message; absent on
+   * messages stored before counting existed.
+   */
+  tokens?: number;
+  /** The encoding `tokens` was counted with; absent: o200k_base. */
+  tokenEncoding?: TokenEncoding;
 }
+
+/** Tokenizer encodings a strategy may count with. */
+export type TokenEncoding = "o200k_base" | "cl100k_base";
+
+/** How a summary is replayed by Get. */
+export type SummaryPlacement = "system" | "user" | "none";
 
 /** A message as stored: with its seq and the time it was stored. */
 export interface StoredMessage extends ChatMessage {
@@ -41,6 +55,18 @@ interface StrategyBase {
   maxStored: number;
 }
 
+/**
+ * Token budget options of window and summary strategies. Optional, so that
+ * strategies stored before they existed read back unchanged; a default is
+ * left out (resolveStrategy does), so equal strategies stay equal objects.
+ */
+interface TokenOptions {
+  /** Budget in tokens for what Get returns; absent or 0: none. */
+  maxTokens?: number;
+  /** Encoding the budget counts with; absent: o200k_base. */
+  tokenEncoding?: TokenEncoding;
+}
+
 /** A strategy with every default filled in, as a thread keeps it. */
 export type Strategy =
   | (StrategyBase & {
@@ -48,14 +74,17 @@ export type Strategy =
       /** 0: all. */
       maxMessages: number;
     })
-  | (StrategyBase & { kind: "window"; window: number })
-  | (StrategyBase & {
-      kind: "summary";
-      window: number;
-      summarizeEvery: number;
-      /** Name of the summariser, resolved (never empty). */
-      model: string;
-    });
+  | (StrategyBase & TokenOptions & { kind: "window"; window: number })
+  | (StrategyBase &
+      TokenOptions & {
+        kind: "summary";
+        window: number;
+        summarizeEvery: number;
+        /** Name of the summariser, resolved (never empty). */
+        model: string;
+        /** How Get replays the summary; absent: "system". */
+        summaryPlacement?: SummaryPlacement;
+      });
 
 /** A thread's state, without its messages. */
 export interface ThreadState {

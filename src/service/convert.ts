@@ -7,6 +7,7 @@ import {
   Role as RolePb,
   type Strategy as StrategyPb,
   StrategySchema,
+  SummaryPlacement as SummaryPlacementPb,
   type Thread as ThreadPb,
   ThreadSchema,
   type WatchResponse,
@@ -14,6 +15,7 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { invalidArgument } from "../core/errors.js";
 import type { StrategyDraft } from "../core/strategy.js";
+import { DEFAULT_TOKEN_ENCODING } from "../core/tokens.js";
 import type {
   ChatMessage,
   EventType,
@@ -21,6 +23,7 @@ import type {
   Role,
   StoredMessage,
   Strategy,
+  SummaryPlacement,
   ThreadState,
 } from "../core/types.js";
 
@@ -106,7 +109,31 @@ export function messageToPb(m: StoredMessage): ChatMessagePb {
     metadata: m.metadata ?? {},
     seq: BigInt(m.seq),
     createTime: timestampFromMs(m.createTime),
+    tokens: m.tokens ?? 0,
   });
+}
+
+const PLACEMENT_FROM_PB: Partial<Record<number, SummaryPlacement>> = {
+  [SummaryPlacementPb.UNSPECIFIED]: "system",
+  [SummaryPlacementPb.SYSTEM]: "system",
+  [SummaryPlacementPb.USER]: "user",
+  [SummaryPlacementPb.NONE]: "none",
+};
+const PLACEMENT_TO_PB: Record<SummaryPlacement, SummaryPlacementPb> = {
+  system: SummaryPlacementPb.SYSTEM,
+  user: SummaryPlacementPb.USER,
+  none: SummaryPlacementPb.NONE,
+};
+
+function placementFromPb(p: SummaryPlacementPb): SummaryPlacement {
+  const placement = PLACEMENT_FROM_PB[p];
+  if (placement === undefined) {
+    throw invalidArgument(
+      "strategy.summary.summary_placement",
+      "must be SUMMARY_PLACEMENT_SYSTEM, SUMMARY_PLACEMENT_USER or SUMMARY_PLACEMENT_NONE",
+    );
+  }
+  return placement;
 }
 
 /** The draft strategy of a request; undefined when the request has none. */
@@ -117,7 +144,13 @@ export function strategyDraftFromPb(s: StrategyPb | undefined): StrategyDraft | 
     case "buffer":
       return { ...base, kind: "buffer", maxMessages: s.kind.value.maxMessages };
     case "window":
-      return { ...base, kind: "window", window: s.kind.value.window };
+      return {
+        ...base,
+        kind: "window",
+        window: s.kind.value.window,
+        maxTokens: s.kind.value.maxTokens,
+        tokenEncoding: s.kind.value.tokenEncoding,
+      };
     case "summary":
       return {
         ...base,
@@ -125,6 +158,9 @@ export function strategyDraftFromPb(s: StrategyPb | undefined): StrategyDraft | 
         window: s.kind.value.window,
         summarizeEvery: s.kind.value.summarizeEvery,
         model: s.kind.value.model,
+        maxTokens: s.kind.value.maxTokens,
+        tokenEncoding: s.kind.value.tokenEncoding,
+        summaryPlacement: placementFromPb(s.kind.value.summaryPlacement),
       };
     default:
       return { ...base, kind: undefined };
@@ -142,17 +178,37 @@ export function strategyToPb(s: Strategy): StrategyPb {
     case "window":
       return create(StrategySchema, {
         ...base,
-        kind: { case: "window", value: { window: s.window } },
+        kind: { case: "window", value: { window: s.window, ...tokenOptionsToPb(s) } },
       });
     case "summary":
       return create(StrategySchema, {
         ...base,
         kind: {
           case: "summary",
-          value: { window: s.window, summarizeEvery: s.summarizeEvery, model: s.model },
+          value: {
+            window: s.window,
+            summarizeEvery: s.summarizeEvery,
+            model: s.model,
+            ...tokenOptionsToPb(s),
+            summaryPlacement: PLACEMENT_TO_PB[s.summaryPlacement ?? "system"],
+          },
         },
       });
   }
+}
+
+/**
+ * A strategy's token options on the wire, the encoding's default filled in;
+ * max_tokens stays unset when there is no budget.
+ */
+function tokenOptionsToPb(s: { maxTokens?: number; tokenEncoding?: string }): {
+  maxTokens?: number;
+  tokenEncoding: string;
+} {
+  return {
+    ...(s.maxTokens === undefined ? {} : { maxTokens: s.maxTokens }),
+    tokenEncoding: s.tokenEncoding ?? DEFAULT_TOKEN_ENCODING,
+  };
 }
 
 export function threadToPb(t: ThreadState): ThreadPb {

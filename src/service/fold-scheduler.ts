@@ -47,6 +47,8 @@ interface FoldState {
   again: boolean;
   /** Smallest recall size asked for since the last plan (a Get's limit). */
   requestedSize: number | undefined;
+  /** Smallest token budget asked for since the last plan (a Get's max_tokens; 0: none). */
+  requestedMaxTokens: number | undefined;
   /** A Get gave up waiting for the running fold: later Gets do not wait for it. */
   slow: boolean;
   failure: FoldFailure | undefined;
@@ -75,11 +77,18 @@ export class FoldScheduler {
     return this.queue.length;
   }
 
-  /** Plans a fold for the thread soon; `size` is a Get's recall size when it is not the strategy's. */
-  kick(namespace: string, threadId: string, size?: number): void {
+  /**
+   * Plans a fold for the thread soon; `size` and `maxTokens` are a Get's
+   * recall size and token budget when they are not the strategy's.
+   */
+  kick(namespace: string, threadId: string, size?: number, maxTokens?: number): void {
     if (this.closing.signal.aborted) return;
     const st = this.state(namespace, threadId);
     if (size !== undefined) st.requestedSize = Math.min(size, st.requestedSize ?? size);
+    // A Get without a budget (0) asks for no less than the strategy; keep the tightest positive one.
+    if (maxTokens !== undefined && maxTokens > 0) {
+      st.requestedMaxTokens = Math.min(maxTokens, st.requestedMaxTokens ?? maxTokens);
+    }
     if (st.running) {
       st.again = true;
       return;
@@ -148,6 +157,7 @@ export class FoldScheduler {
         running: false,
         again: false,
         requestedSize: undefined,
+        requestedMaxTokens: undefined,
         slow: false,
         failure: undefined,
         retryTimer: undefined,
@@ -213,7 +223,19 @@ export class FoldScheduler {
       incarnation = snap.thread.incarnation;
       const size = Math.min(st.requestedSize ?? strategy.window, strategy.window);
       st.requestedSize = undefined;
-      const plan = planFold(strategy, snap.messages, snap.thread.summarizedThroughSeq, size);
+      const strategyBudget = strategy.maxTokens ?? 0;
+      const requested = st.requestedMaxTokens;
+      st.requestedMaxTokens = undefined;
+      const maxTokens =
+        requested === undefined
+          ? undefined
+          : strategyBudget > 0
+            ? Math.min(requested, strategyBudget)
+            : requested;
+      const plan = planFold(strategy, snap.messages, snap.thread.summarizedThroughSeq, size, {
+        maxTokens,
+        summary: snap.thread.summary,
+      });
       if (plan === undefined) return false;
       const summarizer = summarizers.get(strategy.model);
       const started = this.opts.now();

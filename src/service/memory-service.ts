@@ -20,7 +20,14 @@ import {
 import { lastSeqMismatchError } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import { planFold, recall, recallSize, visibleMessages } from "../core/recall.js";
-import { resolveStrategy, type StrategyDraft, strategyKey } from "../core/strategy.js";
+import {
+  encodingOf,
+  MAX_TOKENS_LIMIT,
+  resolveStrategy,
+  type StrategyDraft,
+  strategyKey,
+} from "../core/strategy.js";
+import { countMessageTokensSliced, DEFAULT_TOKEN_ENCODING } from "../core/tokens.js";
 import type { ChatMessage, Strategy, ThreadState } from "../core/types.js";
 import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
@@ -146,7 +153,11 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
   function maybeKick(namespace: string, t: ThreadState): void {
     const s = t.strategy;
     if (s.kind !== "summary") return;
-    if (t.lastSeq - t.summarizedThroughSeq - s.window >= s.summarizeEvery) {
+    // A token budget can make a fold due before the count does: let the scheduler plan.
+    if (
+      (s.maxTokens ?? 0) > 0 ||
+      t.lastSeq - t.summarizedThroughSeq - s.window >= s.summarizeEvery
+    ) {
       folds.kick(namespace, t.threadId);
     }
   }
@@ -176,6 +187,12 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     if (messages.length === 0 && strategy === undefined) {
       return emptyAdd(ctx.namespace, threadId, expectedLastSeq);
     }
+    // Hashed before the counts are added, so a retry's hash matches whatever counted it.
+    const hash =
+      req.requestId === ""
+        ? ""
+        : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq);
+    await countTokens(messages, strategy ?? opts.defaultStrategy, ctx.signal);
     const result = await store.append({
       namespace: ctx.namespace,
       threadId,
@@ -184,10 +201,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       defaultStrategy: opts.defaultStrategy,
       replaceStrategy: req.replaceStrategy,
       requestId: req.requestId,
-      requestHash:
-        req.requestId === ""
-          ? ""
-          : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq),
+      requestHash: hash,
       expectedLastSeq,
       now: now(),
     });
@@ -197,6 +211,31 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       firstSeq: BigInt(result.firstSeq),
       lastSeq: BigInt(result.lastSeq),
     });
+  }
+
+  /**
+   * Stores each message's token count on it, with the encoding of the
+   * strategy the Add names (else the server default's). An Add that names no
+   * strategy on a thread whose encoding differs gets the default's counts;
+   * Get then counts those messages again on read (README, Token budgets).
+   * Sliced with turns of the event loop, so a huge message holds up no one.
+   */
+  async function countTokens(
+    messages: ChatMessage[],
+    strategy: Strategy,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const encoding = encodingOf(strategy);
+    // Between slices: stop for a cancelled call or a shutdown before storing anything.
+    const pause = async (): Promise<void> => {
+      await yieldToEventLoop();
+      if (signal.aborted) throw signal.reason;
+      assertOpen();
+    };
+    for (const m of messages) {
+      m.tokens = await countMessageTokensSliced(m, encoding, pause);
+      if (encoding !== DEFAULT_TOKEN_ENCODING) m.tokenEncoding = encoding;
+    }
   }
 
   /**
@@ -221,9 +260,14 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     assertOpen();
     const threadId = threadIdFrom(req.threadId);
     const limit = req.limit;
-    let snap = await readForGet(ctx.namespace, threadId, limit);
+    const maxTokens = req.maxTokens;
+    if (maxTokens !== undefined && maxTokens > MAX_TOKENS_LIMIT) {
+      throw invalidArgument("max_tokens", `must be at most ${MAX_TOKENS_LIMIT}`);
+    }
+    const shape = { limit, maxTokens };
+    let snap = await readForGet(ctx.namespace, threadId, shape);
     if (snap === undefined) return create(GetResponseSchema, {});
-    if (snap.thread.strategy.kind !== "summary" || req.allowStale) return respond(snap, limit);
+    if (snap.thread.strategy.kind !== "summary" || req.allowStale) return respond(snap, shape);
 
     const size = recallSize(snap.thread.strategy, limit);
     const started = now();
@@ -235,25 +279,28 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     );
     for (;;) {
       const s = snap.thread.strategy;
-      if (s.kind !== "summary") return respond(snap, limit);
-      if (planFold(s, snap.messages, snap.thread.summarizedThroughSeq, size) === undefined) {
-        return respond(snap, limit);
+      if (s.kind !== "summary") return respond(snap, shape);
+      const tokens = { maxTokens, summary: snap.thread.summary };
+      if (
+        planFold(s, snap.messages, snap.thread.summarizedThroughSeq, size, tokens) === undefined
+      ) {
+        return respond(snap, shape);
       }
       const failure = folds.failure(ctx.namespace, threadId, snap.thread.incarnation);
       if (failure !== undefined) {
         return respond(
           snap,
-          limit,
+          shape,
           `summary fold failed (attempt ${failure.attempt}): ${failure.reason}`,
         );
       }
       if (folds.isSlow(ctx.namespace, threadId)) {
-        return respond(snap, limit, "summary fold still running: the summariser is slow");
+        return respond(snap, shape, "summary fold still running: the summariser is slow");
       }
       const remaining = waitUntil - now();
       if (remaining <= 0) {
         folds.markSlow(ctx.namespace, threadId);
-        return respond(snap, limit, "summary fold still running when the wait ended");
+        return respond(snap, shape, "summary fold still running when the wait ended");
       }
       // Listen first, then look again: a fold that finished between the read
       // above and now (on this replica or another) has already sent its event.
@@ -277,12 +324,12 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       if (moved) {
         stopWaiting.abort();
       } else {
-        folds.kick(ctx.namespace, threadId, size);
+        folds.kick(ctx.namespace, threadId, size, maxTokens);
       }
       await settled;
       if (ctx.signal.aborted) throw ctx.signal.reason;
       assertOpen();
-      const next = await readForGet(ctx.namespace, threadId, limit);
+      const next = await readForGet(ctx.namespace, threadId, shape);
       if (next === undefined) return create(GetResponseSchema, {});
       snap = next;
     }
@@ -298,8 +345,9 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
   async function readForGet(
     namespace: string,
     threadId: string,
-    limit: number | undefined,
+    shape: Shape,
   ): Promise<ThreadSnapshot | undefined> {
+    const limit = shape.limit;
     const snap = await store.read(namespace, threadId, { limit });
     if (snap === undefined || snap.complete || snap.thread.strategy.kind === "summary") return snap;
     const oldestVisible = visibleMessages(snap.thread.strategy, snap.messages)[0];
@@ -312,17 +360,13 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
         summaryTime: t.summaryTime,
       },
       snap.messages,
-      { limit },
+      shape,
     ).messages[0];
     if (first !== undefined && first !== oldestVisible) return snap;
     return store.read(namespace, threadId);
   }
 
-  function respond(
-    snap: ThreadSnapshot,
-    limit: number | undefined,
-    degradedReason = "",
-  ): GetResponse {
+  function respond(snap: ThreadSnapshot, shape: Shape, degradedReason = ""): GetResponse {
     if (degradedReason !== "") opts.metrics?.degradedGets.inc();
     const t = snap.thread;
     const r = recall(
@@ -333,13 +377,16 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
         summaryTime: t.summaryTime,
       },
       snap.messages,
-      { limit, degraded: degradedReason !== "" },
+      { ...shape, degraded: degradedReason !== "" },
     );
     const res = create(GetResponseSchema, {
       summary: r.summary,
       thread: threadToPb(t),
       degraded: degradedReason !== "",
       degradedReason,
+      tokens: r.tokens,
+      maxTokens: r.maxTokens,
+      overBudget: r.overBudget,
     });
     return setMessages(res, r.messages);
   }
@@ -450,6 +497,12 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
 }
 
 /** Digest of what an Add asks for, to tell a retry from another request with the same id. */
+/** What a Get asks for beyond the strategy: its limit and max_tokens overrides. */
+interface Shape {
+  limit: number | undefined;
+  maxTokens: number | undefined;
+}
+
 function requestHash(
   messages: ChatMessage[],
   strategy: Strategy | undefined,

@@ -706,6 +706,9 @@ function encodeMessage(m: ChatMessage, now: number): string {
   if (m.toolCalls !== undefined) out.toolCalls = m.toolCalls;
   if (m.toolCallId !== undefined) out.toolCallId = m.toolCallId;
   if (m.metadata !== undefined) out.metadata = m.metadata;
+  // Entries written before token counts existed have none: counted on read.
+  if (m.tokens !== undefined) out.tokens = m.tokens;
+  if (m.tokenEncoding !== undefined) out.tokenEncoding = m.tokenEncoding;
   out.createTime = now;
   return JSON.stringify(out);
 }

@@ -3,6 +3,7 @@
  * module's documentation, then the rules the README's Semantics section adds
  * (seqs, tool pairs, the summary's not-yet-folded messages, degraded).
  */
+import { countTokens as o200k } from "gpt-tokenizer/encoding/o200k_base";
 import { describe, expect, it } from "vitest";
 import {
   type FoldPlan,
@@ -94,7 +95,12 @@ describe("the seed's documented examples", () => {
     const a = recall(buffer(), NO_SUMMARY, stored([user("hi")]), {});
     expect(a.messages[0]?.content).toBe("hi");
     expect(a.messages).toHaveLength(1);
-    expect(recall(buffer(), NO_SUMMARY, [], {})).toEqual({ messages: [], summary: "" });
+    expect(recall(buffer(), NO_SUMMARY, [], {})).toMatchObject({
+      messages: [],
+      summary: "",
+      tokens: 0,
+      overBudget: false,
+    });
   });
 
   it("SummaryMemory(window=2, summarize_every=2): six messages recall a summary, msg 4, msg 5", () => {
@@ -323,7 +329,12 @@ describe("summary recall", () => {
 
   it("without a summary is the unfolded messages alone", () => {
     const r = recall(strategy, NO_SUMMARY, msgs.slice(0, 4), {});
-    expect(r).toEqual({ messages: msgs.slice(0, 4), summary: "" });
+    expect(r).toMatchObject({
+      messages: msgs.slice(0, 4),
+      summary: "",
+      maxTokens: 0,
+      overBudget: false,
+    });
   });
 
   it("replays the summary as a system message with seq 0 and the summary's time", () => {
@@ -338,6 +349,8 @@ describe("summary recall", () => {
       content: "Summary of the earlier conversation:\nS",
       seq: 0,
       createTime: 42,
+      // 3 per message + the text's o200k_base tokens.
+      tokens: 3 + o200k("Summary of the earlier conversation:\nS"),
     });
     expect(r.summary).toBe("S");
   });

@@ -215,6 +215,29 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       expect(snap?.messages[1]).toMatchObject(t);
     });
 
+    it("keeps each message's token count and encoding, and reads a message without one as without", async () => {
+      const counted: ChatMessage = { role: "user", content: "hello there", tokens: 5 };
+      const cl100k: ChatMessage = {
+        role: "assistant",
+        content: "hi",
+        tokens: 4,
+        tokenEncoding: "cl100k_base",
+      };
+      const uncounted: ChatMessage = { role: "user", content: "old" };
+      await store.append(cmd({ messages: [counted, cl100k, uncounted] }));
+      const read = async () => (await store.read("ns", "t"))?.messages ?? [];
+      for (const messages of [await read(), await read()]) {
+        expect(messages[0]?.tokens).toBe(5);
+        expect(messages[0]?.tokenEncoding).toBeUndefined();
+        expect(messages[1]?.tokens).toBe(4);
+        expect(messages[1]?.tokenEncoding).toBe("cl100k_base");
+        expect(messages[2]?.tokens).toBeUndefined();
+      }
+      const windowed = await store.read("ns", "t", { limit: 1 });
+      expect(windowed?.messages.at(-1)?.tokens).toBeUndefined();
+      expect(windowed?.messages.find((m) => m.seq === 2)?.tokens ?? 4).toBe(4);
+    });
+
     it("returns undefined for a thread that does not exist and keeps namespaces apart", async () => {
       await store.append(cmd());
       expect(await store.read("other", "t")).toBeUndefined();

@@ -365,5 +365,8 @@ export function extraOf(m: ChatMessage): string | null {
   if (m.toolCalls !== undefined) extra.toolCalls = m.toolCalls;
   if (m.toolCallId !== undefined) extra.toolCallId = m.toolCallId;
   if (m.metadata !== undefined) extra.metadata = m.metadata;
+  // The token count travels here too; rows written before it existed have none (counted on read).
+  if (m.tokens !== undefined) extra.tokens = m.tokens;
+  if (m.tokenEncoding !== undefined) extra.tokenEncoding = m.tokenEncoding;
   return Object.keys(extra).length === 0 ? null : JSON.stringify(extra);
 }

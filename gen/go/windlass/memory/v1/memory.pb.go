@@ -91,6 +91,65 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{0}
 }
 
+// SummaryPlacement says how Get replays a thread's summary.
+type SummaryPlacement int32
+
+const (
+	// The default: as SUMMARY_PLACEMENT_SYSTEM.
+	SummaryPlacement_SUMMARY_PLACEMENT_UNSPECIFIED SummaryPlacement = 0
+	// First in GetResponse.messages, as a system message
+	// "Summary of the earlier conversation:\n…" (the original's wording).
+	SummaryPlacement_SUMMARY_PLACEMENT_SYSTEM SummaryPlacement = 1
+	// First in GetResponse.messages, as a user message with the same text.
+	SummaryPlacement_SUMMARY_PLACEMENT_USER SummaryPlacement = 2
+	// Only in GetResponse.summary, not in messages: for providers that take one
+	// system prompt (Anthropic's Messages API), where the caller merges it.
+	SummaryPlacement_SUMMARY_PLACEMENT_NONE SummaryPlacement = 3
+)
+
+// Enum value maps for SummaryPlacement.
+var (
+	SummaryPlacement_name = map[int32]string{
+		0: "SUMMARY_PLACEMENT_UNSPECIFIED",
+		1: "SUMMARY_PLACEMENT_SYSTEM",
+		2: "SUMMARY_PLACEMENT_USER",
+		3: "SUMMARY_PLACEMENT_NONE",
+	}
+	SummaryPlacement_value = map[string]int32{
+		"SUMMARY_PLACEMENT_UNSPECIFIED": 0,
+		"SUMMARY_PLACEMENT_SYSTEM":      1,
+		"SUMMARY_PLACEMENT_USER":        2,
+		"SUMMARY_PLACEMENT_NONE":        3,
+	}
+)
+
+func (x SummaryPlacement) Enum() *SummaryPlacement {
+	p := new(SummaryPlacement)
+	*p = x
+	return p
+}
+
+func (x SummaryPlacement) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SummaryPlacement) Descriptor() protoreflect.EnumDescriptor {
+	return file_windlass_memory_v1_memory_proto_enumTypes[1].Descriptor()
+}
+
+func (SummaryPlacement) Type() protoreflect.EnumType {
+	return &file_windlass_memory_v1_memory_proto_enumTypes[1]
+}
+
+func (x SummaryPlacement) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SummaryPlacement.Descriptor instead.
+func (SummaryPlacement) EnumDescriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{1}
+}
+
 // EventType selects events in WatchRequest.
 type EventType int32
 
@@ -136,11 +195,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_windlass_memory_v1_memory_proto_enumTypes[1].Descriptor()
+	return file_windlass_memory_v1_memory_proto_enumTypes[2].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_windlass_memory_v1_memory_proto_enumTypes[1]
+	return &file_windlass_memory_v1_memory_proto_enumTypes[2]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -149,7 +208,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{1}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{2}
 }
 
 // ToolCall is one function call requested by an assistant message.
@@ -237,7 +296,14 @@ type ChatMessage struct {
 	// assigned by the server, never reused or shifted. Ignored on input.
 	Seq uint64 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Output only: when the server stored the message. Ignored on input.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Output only: what a chat model is charged for the message, in tokens of
+	// the thread strategy's token_encoding (o200k_base for buffer threads):
+	// 3 + content + (name + 1, when named) + per tool call (3 + name +
+	// arguments) + tool_call_id. Counted once when the message is added (a
+	// message stored before counts existed is counted when read). Ignored on
+	// input.
+	Tokens        uint32 `protobuf:"varint,9,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -326,6 +392,13 @@ func (x *ChatMessage) GetCreateTime() *timestamppb.Timestamp {
 		return x.CreateTime
 	}
 	return nil
+}
+
+func (x *ChatMessage) GetTokens() uint32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
 }
 
 // Strategy says how Get shapes a thread. It is fixed when the thread is
@@ -505,7 +578,18 @@ type WindowStrategy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many messages Get returns, widened backwards so that the window never
 	// starts on an orphaned tool result. Unset: 20. 0 is INVALID_ARGUMENT.
-	Window        *uint32 `protobuf:"varint,1,opt,name=window,proto3,oneof" json:"window,omitempty"`
+	Window *uint32 `protobuf:"varint,1,opt,name=window,proto3,oneof" json:"window,omitempty"`
+	// Token budget: Get returns at most the newest messages whose tokens (see
+	// ChatMessage.tokens) sum to at most this, and at most window of them, then
+	// widens backwards over tool results as above. The widening may exceed the
+	// budget; GetResponse.over_budget then says so. When not even the newest
+	// message fits, Get returns no messages. Unset or 0: no budget. At most
+	// 10000000.
+	MaxTokens *uint32 `protobuf:"varint,2,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	// Tokenizer encoding tokens are counted with: "o200k_base" (GPT-4o and
+	// later) or "cl100k_base" (GPT-4, GPT-3.5). Empty: "o200k_base". Other
+	// names are INVALID_ARGUMENT.
+	TokenEncoding string `protobuf:"bytes,3,opt,name=token_encoding,json=tokenEncoding,proto3" json:"token_encoding,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -547,6 +631,20 @@ func (x *WindowStrategy) GetWindow() uint32 {
 	return 0
 }
 
+func (x *WindowStrategy) GetMaxTokens() uint32 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+func (x *WindowStrategy) GetTokenEncoding() string {
+	if x != nil {
+		return x.TokenEncoding
+	}
+	return ""
+}
+
 // SummaryStrategy keeps the recent messages verbatim and folds older ones
 // into a running summary.
 type SummaryStrategy struct {
@@ -558,9 +656,22 @@ type SummaryStrategy struct {
 	SummarizeEvery *uint32 `protobuf:"varint,2,opt,name=summarize_every,json=summarizeEvery,proto3,oneof" json:"summarize_every,omitempty"`
 	// Name of a summariser configured on the server. Empty: the default.
 	// Unknown names are INVALID_ARGUMENT.
-	Model         string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// Token budget for what Get returns, the summary included (counted as its
+	// system message, whatever summary_placement says): the messages kept
+	// verbatim are also at most the newest that fit beside the summary, and a
+	// fold is due as soon as the summary and the unfolded messages together
+	// exceed the budget. Get can still exceed it (GetResponse.over_budget) when
+	// keeping a tool call with its results, when the summary alone is larger,
+	// or when the list is not folded yet (allow_stale, a failed fold). Unset
+	// or 0: no budget. At most 10000000.
+	MaxTokens *uint32 `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	// Tokenizer encoding, as WindowStrategy.token_encoding.
+	TokenEncoding string `protobuf:"bytes,5,opt,name=token_encoding,json=tokenEncoding,proto3" json:"token_encoding,omitempty"`
+	// How Get replays the summary. Unset: SUMMARY_PLACEMENT_SYSTEM.
+	SummaryPlacement SummaryPlacement `protobuf:"varint,6,opt,name=summary_placement,json=summaryPlacement,proto3,enum=windlass.memory.v1.SummaryPlacement" json:"summary_placement,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SummaryStrategy) Reset() {
@@ -612,6 +723,27 @@ func (x *SummaryStrategy) GetModel() string {
 		return x.Model
 	}
 	return ""
+}
+
+func (x *SummaryStrategy) GetMaxTokens() uint32 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+func (x *SummaryStrategy) GetTokenEncoding() string {
+	if x != nil {
+		return x.TokenEncoding
+	}
+	return ""
+}
+
+func (x *SummaryStrategy) GetSummaryPlacement() SummaryPlacement {
+	if x != nil {
+		return x.SummaryPlacement
+	}
+	return SummaryPlacement_SUMMARY_PLACEMENT_UNSPECIFIED
 }
 
 // Thread describes a stored thread.
@@ -882,7 +1014,12 @@ type GetRequest struct {
 	Query string `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
 	// Summary strategy: do not wait for a fold that is due or running; return
 	// the current summary and every message it does not cover.
-	AllowStale    bool `protobuf:"varint,4,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	AllowStale bool `protobuf:"varint,4,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
+	// Overrides the strategy's token budget for this call (see
+	// WindowStrategy.max_tokens and SummaryStrategy.max_tokens; on a buffer
+	// thread it is a ceiling that never widens). 0: no budget. At most
+	// 10000000.
+	MaxTokens     *uint32 `protobuf:"varint,5,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -945,6 +1082,13 @@ func (x *GetRequest) GetAllowStale() bool {
 	return false
 }
 
+func (x *GetRequest) GetMaxTokens() uint32 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
 // GetResponse is the recalled thread.
 type GetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -962,8 +1106,18 @@ type GetResponse struct {
 	Degraded bool `protobuf:"varint,4,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	// Why degraded is set.
 	DegradedReason string `protobuf:"bytes,5,opt,name=degraded_reason,json=degradedReason,proto3" json:"degraded_reason,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Tokens of messages (the sum of their ChatMessage.tokens, the summary
+	// message included), plus the summary's when summary_placement is
+	// SUMMARY_PLACEMENT_NONE.
+	Tokens uint32 `protobuf:"varint,6,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// The token budget this Get applied (the request's or the strategy's);
+	// 0: none.
+	MaxTokens uint32 `protobuf:"varint,7,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// tokens exceeds max_tokens: a window or summary list was widened to keep a
+	// tool call with its results, or see SummaryStrategy.max_tokens.
+	OverBudget    bool `protobuf:"varint,8,opt,name=over_budget,json=overBudget,proto3" json:"over_budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetResponse) Reset() {
@@ -1029,6 +1183,27 @@ func (x *GetResponse) GetDegradedReason() string {
 		return x.DegradedReason
 	}
 	return ""
+}
+
+func (x *GetResponse) GetTokens() uint32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *GetResponse) GetMaxTokens() uint32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *GetResponse) GetOverBudget() bool {
+	if x != nil {
+		return x.OverBudget
+	}
+	return false
 }
 
 // ClearRequest forgets one thread or all of them.
@@ -1738,7 +1913,7 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\x9f\x03\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\xb7\x03\n" +
 	"\vChatMessage\x12,\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x18.windlass.memory.v1.RoleR\x04role\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x12\n" +
@@ -1750,7 +1925,8 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\bmetadata\x18\x06 \x03(\v2-.windlass.memory.v1.ChatMessage.MetadataEntryR\bmetadata\x12\x10\n" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\x12;\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x1a;\n" +
+	"createTime\x12\x16\n" +
+	"\x06tokens\x18\t \x01(\rR\x06tokens\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x02\n" +
@@ -1765,16 +1941,25 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\v_max_stored\"I\n" +
 	"\x0eBufferStrategy\x12&\n" +
 	"\fmax_messages\x18\x01 \x01(\rH\x00R\vmaxMessages\x88\x01\x01B\x0f\n" +
-	"\r_max_messages\"8\n" +
+	"\r_max_messages\"\x92\x01\n" +
 	"\x0eWindowStrategy\x12\x1b\n" +
-	"\x06window\x18\x01 \x01(\rH\x00R\x06window\x88\x01\x01B\t\n" +
-	"\a_window\"\x91\x01\n" +
+	"\x06window\x18\x01 \x01(\rH\x00R\x06window\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\x02 \x01(\rH\x01R\tmaxTokens\x88\x01\x01\x12%\n" +
+	"\x0etoken_encoding\x18\x03 \x01(\tR\rtokenEncodingB\t\n" +
+	"\a_windowB\r\n" +
+	"\v_max_tokens\"\xbe\x02\n" +
 	"\x0fSummaryStrategy\x12\x1b\n" +
 	"\x06window\x18\x01 \x01(\rH\x00R\x06window\x88\x01\x01\x12,\n" +
 	"\x0fsummarize_every\x18\x02 \x01(\rH\x01R\x0esummarizeEvery\x88\x01\x01\x12\x14\n" +
-	"\x05model\x18\x03 \x01(\tR\x05modelB\t\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\x04 \x01(\rH\x02R\tmaxTokens\x88\x01\x01\x12%\n" +
+	"\x0etoken_encoding\x18\x05 \x01(\tR\rtokenEncoding\x12Q\n" +
+	"\x11summary_placement\x18\x06 \x01(\x0e2$.windlass.memory.v1.SummaryPlacementR\x10summaryPlacementB\t\n" +
 	"\a_windowB\x12\n" +
-	"\x10_summarize_every\"\xaa\x02\n" +
+	"\x10_summarize_everyB\r\n" +
+	"\v_max_tokens\"\xaa\x02\n" +
 	"\x06Thread\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x128\n" +
 	"\bstrategy\x18\x02 \x01(\v2\x1c.windlass.memory.v1.StrategyR\bstrategy\x12\x19\n" +
@@ -1797,21 +1982,29 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\vAddResponse\x122\n" +
 	"\x06thread\x18\x01 \x01(\v2\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1b\n" +
 	"\tfirst_seq\x18\x02 \x01(\x04R\bfirstSeq\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\x85\x01\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xb8\x01\n" +
 	"\n" +
 	"GetRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x19\n" +
 	"\x05limit\x18\x02 \x01(\rH\x00R\x05limit\x88\x01\x01\x12\x14\n" +
 	"\x05query\x18\x03 \x01(\tR\x05query\x12\x1f\n" +
 	"\vallow_stale\x18\x04 \x01(\bR\n" +
-	"allowStaleB\b\n" +
-	"\x06_limit\"\xdd\x01\n" +
+	"allowStale\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\x05 \x01(\rH\x01R\tmaxTokens\x88\x01\x01B\b\n" +
+	"\x06_limitB\r\n" +
+	"\v_max_tokens\"\xb5\x02\n" +
 	"\vGetResponse\x12;\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1f.windlass.memory.v1.ChatMessageR\bmessages\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x122\n" +
 	"\x06thread\x18\x03 \x01(\v2\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1a\n" +
 	"\bdegraded\x18\x04 \x01(\bR\bdegraded\x12'\n" +
-	"\x0fdegraded_reason\x18\x05 \x01(\tR\x0edegradedReason\"=\n" +
+	"\x0fdegraded_reason\x18\x05 \x01(\tR\x0edegradedReason\x12\x16\n" +
+	"\x06tokens\x18\x06 \x01(\rR\x06tokens\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\a \x01(\rR\tmaxTokens\x12\x1f\n" +
+	"\vover_budget\x18\b \x01(\bR\n" +
+	"overBudget\"=\n" +
 	"\fClearRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"8\n" +
@@ -1860,7 +2053,12 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
 	"\tROLE_USER\x10\x02\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x03\x12\r\n" +
-	"\tROLE_TOOL\x10\x04*\xa4\x01\n" +
+	"\tROLE_TOOL\x10\x04*\x8b\x01\n" +
+	"\x10SummaryPlacement\x12!\n" +
+	"\x1dSUMMARY_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18SUMMARY_PLACEMENT_SYSTEM\x10\x01\x12\x1a\n" +
+	"\x16SUMMARY_PLACEMENT_USER\x10\x02\x12\x1a\n" +
+	"\x16SUMMARY_PLACEMENT_NONE\x10\x03*\xa4\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aEVENT_TYPE_SUMMARY_UPDATED\x10\x01\x12\x1d\n" +
@@ -1886,74 +2084,76 @@ func file_windlass_memory_v1_memory_proto_rawDescGZIP() []byte {
 	return file_windlass_memory_v1_memory_proto_rawDescData
 }
 
-var file_windlass_memory_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_windlass_memory_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(Role)(0),                     // 0: windlass.memory.v1.Role
-	(EventType)(0),                // 1: windlass.memory.v1.EventType
-	(*ToolCall)(nil),              // 2: windlass.memory.v1.ToolCall
-	(*ChatMessage)(nil),           // 3: windlass.memory.v1.ChatMessage
-	(*Strategy)(nil),              // 4: windlass.memory.v1.Strategy
-	(*BufferStrategy)(nil),        // 5: windlass.memory.v1.BufferStrategy
-	(*WindowStrategy)(nil),        // 6: windlass.memory.v1.WindowStrategy
-	(*SummaryStrategy)(nil),       // 7: windlass.memory.v1.SummaryStrategy
-	(*Thread)(nil),                // 8: windlass.memory.v1.Thread
-	(*AddRequest)(nil),            // 9: windlass.memory.v1.AddRequest
-	(*AddResponse)(nil),           // 10: windlass.memory.v1.AddResponse
-	(*GetRequest)(nil),            // 11: windlass.memory.v1.GetRequest
-	(*GetResponse)(nil),           // 12: windlass.memory.v1.GetResponse
-	(*ClearRequest)(nil),          // 13: windlass.memory.v1.ClearRequest
-	(*ClearResponse)(nil),         // 14: windlass.memory.v1.ClearResponse
-	(*ListThreadsRequest)(nil),    // 15: windlass.memory.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),   // 16: windlass.memory.v1.ListThreadsResponse
-	(*WatchRequest)(nil),          // 17: windlass.memory.v1.WatchRequest
-	(*WatchResponse)(nil),         // 18: windlass.memory.v1.WatchResponse
-	(*SummaryUpdated)(nil),        // 19: windlass.memory.v1.SummaryUpdated
-	(*MessagesAdded)(nil),         // 20: windlass.memory.v1.MessagesAdded
-	(*ThreadCleared)(nil),         // 21: windlass.memory.v1.ThreadCleared
-	(*SummaryFailed)(nil),         // 22: windlass.memory.v1.SummaryFailed
-	(*Progress)(nil),              // 23: windlass.memory.v1.Progress
-	nil,                           // 24: windlass.memory.v1.ChatMessage.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(SummaryPlacement)(0),         // 1: windlass.memory.v1.SummaryPlacement
+	(EventType)(0),                // 2: windlass.memory.v1.EventType
+	(*ToolCall)(nil),              // 3: windlass.memory.v1.ToolCall
+	(*ChatMessage)(nil),           // 4: windlass.memory.v1.ChatMessage
+	(*Strategy)(nil),              // 5: windlass.memory.v1.Strategy
+	(*BufferStrategy)(nil),        // 6: windlass.memory.v1.BufferStrategy
+	(*WindowStrategy)(nil),        // 7: windlass.memory.v1.WindowStrategy
+	(*SummaryStrategy)(nil),       // 8: windlass.memory.v1.SummaryStrategy
+	(*Thread)(nil),                // 9: windlass.memory.v1.Thread
+	(*AddRequest)(nil),            // 10: windlass.memory.v1.AddRequest
+	(*AddResponse)(nil),           // 11: windlass.memory.v1.AddResponse
+	(*GetRequest)(nil),            // 12: windlass.memory.v1.GetRequest
+	(*GetResponse)(nil),           // 13: windlass.memory.v1.GetResponse
+	(*ClearRequest)(nil),          // 14: windlass.memory.v1.ClearRequest
+	(*ClearResponse)(nil),         // 15: windlass.memory.v1.ClearResponse
+	(*ListThreadsRequest)(nil),    // 16: windlass.memory.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),   // 17: windlass.memory.v1.ListThreadsResponse
+	(*WatchRequest)(nil),          // 18: windlass.memory.v1.WatchRequest
+	(*WatchResponse)(nil),         // 19: windlass.memory.v1.WatchResponse
+	(*SummaryUpdated)(nil),        // 20: windlass.memory.v1.SummaryUpdated
+	(*MessagesAdded)(nil),         // 21: windlass.memory.v1.MessagesAdded
+	(*ThreadCleared)(nil),         // 22: windlass.memory.v1.ThreadCleared
+	(*SummaryFailed)(nil),         // 23: windlass.memory.v1.SummaryFailed
+	(*Progress)(nil),              // 24: windlass.memory.v1.Progress
+	nil,                           // 25: windlass.memory.v1.ChatMessage.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 }
 var file_windlass_memory_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: windlass.memory.v1.ChatMessage.role:type_name -> windlass.memory.v1.Role
-	2,  // 1: windlass.memory.v1.ChatMessage.tool_calls:type_name -> windlass.memory.v1.ToolCall
-	24, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
-	25, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
-	5,  // 4: windlass.memory.v1.Strategy.buffer:type_name -> windlass.memory.v1.BufferStrategy
-	6,  // 5: windlass.memory.v1.Strategy.window:type_name -> windlass.memory.v1.WindowStrategy
-	7,  // 6: windlass.memory.v1.Strategy.summary:type_name -> windlass.memory.v1.SummaryStrategy
-	4,  // 7: windlass.memory.v1.Thread.strategy:type_name -> windlass.memory.v1.Strategy
-	25, // 8: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
-	25, // 9: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 10: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
-	4,  // 11: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
-	8,  // 12: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
-	3,  // 13: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
-	8,  // 14: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
-	1,  // 15: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
-	25, // 16: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
-	19, // 17: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
-	20, // 18: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
-	21, // 19: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
-	22, // 20: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
-	23, // 21: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
-	9,  // 22: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
-	11, // 23: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
-	13, // 24: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
-	15, // 25: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
-	17, // 26: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
-	10, // 27: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
-	12, // 28: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
-	14, // 29: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
-	16, // 30: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
-	18, // 31: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
-	27, // [27:32] is the sub-list for method output_type
-	22, // [22:27] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	3,  // 1: windlass.memory.v1.ChatMessage.tool_calls:type_name -> windlass.memory.v1.ToolCall
+	25, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
+	26, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
+	6,  // 4: windlass.memory.v1.Strategy.buffer:type_name -> windlass.memory.v1.BufferStrategy
+	7,  // 5: windlass.memory.v1.Strategy.window:type_name -> windlass.memory.v1.WindowStrategy
+	8,  // 6: windlass.memory.v1.Strategy.summary:type_name -> windlass.memory.v1.SummaryStrategy
+	1,  // 7: windlass.memory.v1.SummaryStrategy.summary_placement:type_name -> windlass.memory.v1.SummaryPlacement
+	5,  // 8: windlass.memory.v1.Thread.strategy:type_name -> windlass.memory.v1.Strategy
+	26, // 9: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
+	26, // 10: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
+	4,  // 11: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
+	5,  // 12: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
+	9,  // 13: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
+	4,  // 14: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
+	9,  // 15: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
+	2,  // 16: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
+	26, // 17: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
+	20, // 18: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
+	21, // 19: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
+	22, // 20: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
+	23, // 21: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
+	24, // 22: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
+	10, // 23: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
+	12, // 24: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
+	14, // 25: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
+	16, // 26: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
+	18, // 27: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
+	11, // 28: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
+	13, // 29: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
+	15, // 30: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
+	17, // 31: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
+	19, // 32: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
+	28, // [28:33] is the sub-list for method output_type
+	23, // [23:28] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_windlass_memory_v1_memory_proto_init() }
@@ -1983,7 +2183,7 @@ func file_windlass_memory_v1_memory_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_windlass_memory_v1_memory_proto_rawDesc), len(file_windlass_memory_v1_memory_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,

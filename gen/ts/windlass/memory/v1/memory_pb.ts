@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file windlass/memory/v1/memory.proto.
  */
 export const file_windlass_memory_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("Ch93aW5kbGFzcy9tZW1vcnkvdjEvbWVtb3J5LnByb3RvEhJ3aW5kbGFzcy5tZW1vcnkudjEiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAkizAIKC0NoYXRNZXNzYWdlEiYKBHJvbGUYASABKA4yGC53aW5kbGFzcy5tZW1vcnkudjEuUm9sZRIPCgdjb250ZW50GAIgASgJEgwKBG5hbWUYAyABKAkSMAoKdG9vbF9jYWxscxgEIAMoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sQ2FsbBIUCgx0b29sX2NhbGxfaWQYBSABKAkSPwoIbWV0YWRhdGEYBiADKAsyLS53aW5kbGFzcy5tZW1vcnkudjEuQ2hhdE1lc3NhZ2UuTWV0YWRhdGFFbnRyeRILCgNzZXEYByABKAQSLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASL2AQoIU3RyYXRlZ3kSNAoGYnVmZmVyGAEgASgLMiIud2luZGxhc3MubWVtb3J5LnYxLkJ1ZmZlclN0cmF0ZWd5SAASNAoGd2luZG93GAIgASgLMiIud2luZGxhc3MubWVtb3J5LnYxLldpbmRvd1N0cmF0ZWd5SAASNgoHc3VtbWFyeRgDIAEoCzIjLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5U3RyYXRlZ3lIABIWCg5leGNsdWRlX3N5c3RlbRgEIAEoCBIXCgptYXhfc3RvcmVkGAUgASgNSAGIAQFCBgoEa2luZEINCgtfbWF4X3N0b3JlZCI8Cg5CdWZmZXJTdHJhdGVneRIZCgxtYXhfbWVzc2FnZXMYASABKA1IAIgBAUIPCg1fbWF4X21lc3NhZ2VzIjAKDldpbmRvd1N0cmF0ZWd5EhMKBndpbmRvdxgBIAEoDUgAiAEBQgkKB193aW5kb3cicgoPU3VtbWFyeVN0cmF0ZWd5EhMKBndpbmRvdxgBIAEoDUgAiAEBEhwKD3N1bW1hcml6ZV9ldmVyeRgCIAEoDUgBiAEBEg0KBW1vZGVsGAMgASgJQgkKB193aW5kb3dCEgoQX3N1bW1hcml6ZV9ldmVyeSLfAQoGVGhyZWFkEhEKCXRocmVhZF9pZBgBIAEoCRIuCghzdHJhdGVneRgCIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5TdHJhdGVneRIQCghsYXN0X3NlcRgDIAEoBBIeChZzdW1tYXJpemVkX3Rocm91Z2hfc2VxGAQgASgEEi8KC2NyZWF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi5gEKCkFkZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEjEKCG1lc3NhZ2VzGAIgAygLMh8ud2luZGxhc3MubWVtb3J5LnYxLkNoYXRNZXNzYWdlEi4KCHN0cmF0ZWd5GAMgASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlN0cmF0ZWd5EhgKEHJlcGxhY2Vfc3RyYXRlZ3kYBCABKAgSEgoKcmVxdWVzdF9pZBgFIAEoCRIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoBEgAiAEBQhQKEl9leHBlY3RlZF9sYXN0X3NlcSJeCgtBZGRSZXNwb25zZRIqCgZ0aHJlYWQYASABKAsyGi53aW5kbGFzcy5tZW1vcnkudjEuVGhyZWFkEhEKCWZpcnN0X3NlcRgCIAEoBBIQCghsYXN0X3NlcRgDIAEoBCJhCgpHZXRSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRISCgVsaW1pdBgCIAEoDUgAiAEBEg0KBXF1ZXJ5GAMgASgJEhMKC2FsbG93X3N0YWxlGAQgASgIQggKBl9saW1pdCKoAQoLR2V0UmVzcG9uc2USMQoIbWVzc2FnZXMYASADKAsyHy53aW5kbGFzcy5tZW1vcnkudjEuQ2hhdE1lc3NhZ2USDwoHc3VtbWFyeRgCIAEoCRIqCgZ0aHJlYWQYAyABKAsyGi53aW5kbGFzcy5tZW1vcnkudjEuVGhyZWFkEhAKCGRlZ3JhZGVkGAQgASgIEhcKD2RlZ3JhZGVkX3JlYXNvbhgFIAEoCSIuCgxDbGVhclJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEgsKA2FsbBgCIAEoCCIoCg1DbGVhclJlc3BvbnNlEhcKD2NsZWFyZWRfdGhyZWFkcxgBIAEoDSI7ChJMaXN0VGhyZWFkc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkiQgoTTGlzdFRocmVhZHNSZXNwb25zZRISCgp0aHJlYWRfaWRzGAEgAygJEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKIAQoMV2F0Y2hSZXF1ZXN0EhIKCnRocmVhZF9pZHMYASADKAkSMgoLZXZlbnRfdHlwZXMYAiADKA4yHS53aW5kbGFzcy5tZW1vcnkudjEuRXZlbnRUeXBlEhQKDHJlc3VtZV90b2tlbhgDIAEoCRIaChJzZW5kX2luaXRpYWxfc3RhdGUYBCABKAgikwMKDVdhdGNoUmVzcG9uc2USFAoMcmVzdW1lX3Rva2VuGAEgASgJEhEKCXRocmVhZF9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI9Cg9zdW1tYXJ5X3VwZGF0ZWQYBCABKAsyIi53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVVwZGF0ZWRIABI7Cg5tZXNzYWdlc19hZGRlZBgFIAEoCzIhLndpbmRsYXNzLm1lbW9yeS52MS5NZXNzYWdlc0FkZGVkSAASOwoOdGhyZWFkX2NsZWFyZWQYBiABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuVGhyZWFkQ2xlYXJlZEgAEjsKDnN1bW1hcnlfZmFpbGVkGAcgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLlN1bW1hcnlGYWlsZWRIABIwCghwcm9ncmVzcxgIIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Qcm9ncmVzc0gAQgcKBWV2ZW50IlcKDlN1bW1hcnlVcGRhdGVkEg8KB3N1bW1hcnkYASABKAkSHgoWc3VtbWFyaXplZF90aHJvdWdoX3NlcRgCIAEoBBIUCgxmb2xkZWRfY291bnQYAyABKA0iNAoNTWVzc2FnZXNBZGRlZBIRCglmaXJzdF9zZXEYASABKAQSEAoIbGFzdF9zZXEYAiABKAQiDwoNVGhyZWFkQ2xlYXJlZCIwCg1TdW1tYXJ5RmFpbGVkEg4KBnJlYXNvbhgBIAEoCRIPCgdhdHRlbXB0GAIgASgNIgoKCFByb2dyZXNzKl8KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfU1lTVEVNEAESDQoJUk9MRV9VU0VSEAISEgoOUk9MRV9BU1NJU1RBTlQQAxINCglST0xFX1RPT0wQBCqkAQoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIeChpFVkVOVF9UWVBFX1NVTU1BUllfVVBEQVRFRBABEh0KGUVWRU5UX1RZUEVfTUVTU0FHRVNfQURERUQQAhIdChlFVkVOVF9UWVBFX1RIUkVBRF9DTEVBUkVEEAMSHQoZRVZFTlRfVFlQRV9TVU1NQVJZX0ZBSUxFRBAEMp0DCg1NZW1vcnlTZXJ2aWNlEkYKA0FkZBIeLndpbmRsYXNzLm1lbW9yeS52MS5BZGRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlc3BvbnNlEkYKA0dldBIeLndpbmRsYXNzLm1lbW9yeS52MS5HZXRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkdldFJlc3BvbnNlEkwKBUNsZWFyEiAud2luZGxhc3MubWVtb3J5LnYxLkNsZWFyUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5DbGVhclJlc3BvbnNlEl4KC0xpc3RUaHJlYWRzEiYud2luZGxhc3MubWVtb3J5LnYxLkxpc3RUaHJlYWRzUmVxdWVzdBonLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1Jlc3BvbnNlEk4KBVdhdGNoEiAud2luZGxhc3MubWVtb3J5LnYxLldhdGNoUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5XYXRjaFJlc3BvbnNlMAFCS1pJZ2l0aHViLmNvbS93aW5kbGFzcy1haS93aW5kbGFzcy1tZW1vcnkvZ2VuL2dvL3dpbmRsYXNzL21lbW9yeS92MTttZW1vcnl2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("Ch93aW5kbGFzcy9tZW1vcnkvdjEvbWVtb3J5LnByb3RvEhJ3aW5kbGFzcy5tZW1vcnkudjEiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAki3AIKC0NoYXRNZXNzYWdlEiYKBHJvbGUYASABKA4yGC53aW5kbGFzcy5tZW1vcnkudjEuUm9sZRIPCgdjb250ZW50GAIgASgJEgwKBG5hbWUYAyABKAkSMAoKdG9vbF9jYWxscxgEIAMoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sQ2FsbBIUCgx0b29sX2NhbGxfaWQYBSABKAkSPwoIbWV0YWRhdGEYBiADKAsyLS53aW5kbGFzcy5tZW1vcnkudjEuQ2hhdE1lc3NhZ2UuTWV0YWRhdGFFbnRyeRILCgNzZXEYByABKAQSLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnRva2VucxgJIAEoDRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi9gEKCFN0cmF0ZWd5EjQKBmJ1ZmZlchgBIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5CdWZmZXJTdHJhdGVneUgAEjQKBndpbmRvdxgCIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5XaW5kb3dTdHJhdGVneUgAEjYKB3N1bW1hcnkYAyABKAsyIy53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVN0cmF0ZWd5SAASFgoOZXhjbHVkZV9zeXN0ZW0YBCABKAgSFwoKbWF4X3N0b3JlZBgFIAEoDUgBiAEBQgYKBGtpbmRCDQoLX21heF9zdG9yZWQiPAoOQnVmZmVyU3RyYXRlZ3kSGQoMbWF4X21lc3NhZ2VzGAEgASgNSACIAQFCDwoNX21heF9tZXNzYWdlcyJwCg5XaW5kb3dTdHJhdGVneRITCgZ3aW5kb3cYASABKA1IAIgBARIXCgptYXhfdG9rZW5zGAIgASgNSAGIAQESFgoOdG9rZW5fZW5jb2RpbmcYAyABKAlCCQoHX3dpbmRvd0INCgtfbWF4X3Rva2VucyLzAQoPU3VtbWFyeVN0cmF0ZWd5EhMKBndpbmRvdxgBIAEoDUgAiAEBEhwKD3N1bW1hcml6ZV9ldmVyeRgCIAEoDUgBiAEBEg0KBW1vZGVsGAMgASgJEhcKCm1heF90b2tlbnMYBCABKA1IAogBARIWCg50b2tlbl9lbmNvZGluZxgFIAEoCRI/ChFzdW1tYXJ5X3BsYWNlbWVudBgGIAEoDjIkLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5UGxhY2VtZW50QgkKB193aW5kb3dCEgoQX3N1bW1hcml6ZV9ldmVyeUINCgtfbWF4X3Rva2VucyLfAQoGVGhyZWFkEhEKCXRocmVhZF9pZBgBIAEoCRIuCghzdHJhdGVneRgCIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5TdHJhdGVneRIQCghsYXN0X3NlcRgDIAEoBBIeChZzdW1tYXJpemVkX3Rocm91Z2hfc2VxGAQgASgEEi8KC2NyZWF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi5gEKCkFkZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEjEKCG1lc3NhZ2VzGAIgAygLMh8ud2luZGxhc3MubWVtb3J5LnYxLkNoYXRNZXNzYWdlEi4KCHN0cmF0ZWd5GAMgASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlN0cmF0ZWd5EhgKEHJlcGxhY2Vfc3RyYXRlZ3kYBCABKAgSEgoKcmVxdWVzdF9pZBgFIAEoCRIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoBEgAiAEBQhQKEl9leHBlY3RlZF9sYXN0X3NlcSJeCgtBZGRSZXNwb25zZRIqCgZ0aHJlYWQYASABKAsyGi53aW5kbGFzcy5tZW1vcnkudjEuVGhyZWFkEhEKCWZpcnN0X3NlcRgCIAEoBBIQCghsYXN0X3NlcRgDIAEoBCKJAQoKR2V0UmVxdWVzdBIRCgl0aHJlYWRfaWQYASABKAkSEgoFbGltaXQYAiABKA1IAIgBARINCgVxdWVyeRgDIAEoCRITCgthbGxvd19zdGFsZRgEIAEoCBIXCgptYXhfdG9rZW5zGAUgASgNSAGIAQFCCAoGX2xpbWl0Qg0KC19tYXhfdG9rZW5zIuEBCgtHZXRSZXNwb25zZRIxCghtZXNzYWdlcxgBIAMoCzIfLndpbmRsYXNzLm1lbW9yeS52MS5DaGF0TWVzc2FnZRIPCgdzdW1tYXJ5GAIgASgJEioKBnRocmVhZBgDIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEAoIZGVncmFkZWQYBCABKAgSFwoPZGVncmFkZWRfcmVhc29uGAUgASgJEg4KBnRva2VucxgGIAEoDRISCgptYXhfdG9rZW5zGAcgASgNEhMKC292ZXJfYnVkZ2V0GAggASgIIi4KDENsZWFyUmVxdWVzdBIRCgl0aHJlYWRfaWQYASABKAkSCwoDYWxsGAIgASgIIigKDUNsZWFyUmVzcG9uc2USFwoPY2xlYXJlZF90aHJlYWRzGAEgASgNIjsKEkxpc3RUaHJlYWRzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCSJCChNMaXN0VGhyZWFkc1Jlc3BvbnNlEhIKCnRocmVhZF9pZHMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIogBCgxXYXRjaFJlcXVlc3QSEgoKdGhyZWFkX2lkcxgBIAMoCRIyCgtldmVudF90eXBlcxgCIAMoDjIdLndpbmRsYXNzLm1lbW9yeS52MS5FdmVudFR5cGUSFAoMcmVzdW1lX3Rva2VuGAMgASgJEhoKEnNlbmRfaW5pdGlhbF9zdGF0ZRgEIAEoCCKTAwoNV2F0Y2hSZXNwb25zZRIUCgxyZXN1bWVfdG9rZW4YASABKAkSEQoJdGhyZWFkX2lkGAIgASgJEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEj0KD3N1bW1hcnlfdXBkYXRlZBgEIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5VXBkYXRlZEgAEjsKDm1lc3NhZ2VzX2FkZGVkGAUgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLk1lc3NhZ2VzQWRkZWRIABI7Cg50aHJlYWRfY2xlYXJlZBgGIAEoCzIhLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWRDbGVhcmVkSAASOwoOc3VtbWFyeV9mYWlsZWQYByABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeUZhaWxlZEgAEjAKCHByb2dyZXNzGAggASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlByb2dyZXNzSABCBwoFZXZlbnQiVwoOU3VtbWFyeVVwZGF0ZWQSDwoHc3VtbWFyeRgBIAEoCRIeChZzdW1tYXJpemVkX3Rocm91Z2hfc2VxGAIgASgEEhQKDGZvbGRlZF9jb3VudBgDIAEoDSI0Cg1NZXNzYWdlc0FkZGVkEhEKCWZpcnN0X3NlcRgBIAEoBBIQCghsYXN0X3NlcRgCIAEoBCIPCg1UaHJlYWRDbGVhcmVkIjAKDVN1bW1hcnlGYWlsZWQSDgoGcmVhc29uGAEgASgJEg8KB2F0dGVtcHQYAiABKA0iCgoIUHJvZ3Jlc3MqXwoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDwoLUk9MRV9TWVNURU0QARINCglST0xFX1VTRVIQAhISCg5ST0xFX0FTU0lTVEFOVBADEg0KCVJPTEVfVE9PTBAEKosBChBTdW1tYXJ5UGxhY2VtZW50EiEKHVNVTU1BUllfUExBQ0VNRU5UX1VOU1BFQ0lGSUVEEAASHAoYU1VNTUFSWV9QTEFDRU1FTlRfU1lTVEVNEAESGgoWU1VNTUFSWV9QTEFDRU1FTlRfVVNFUhACEhoKFlNVTU1BUllfUExBQ0VNRU5UX05PTkUQAyqkAQoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIeChpFVkVOVF9UWVBFX1NVTU1BUllfVVBEQVRFRBABEh0KGUVWRU5UX1RZUEVfTUVTU0FHRVNfQURERUQQAhIdChlFVkVOVF9UWVBFX1RIUkVBRF9DTEVBUkVEEAMSHQoZRVZFTlRfVFlQRV9TVU1NQVJZX0ZBSUxFRBAEMp0DCg1NZW1vcnlTZXJ2aWNlEkYKA0FkZBIeLndpbmRsYXNzLm1lbW9yeS52MS5BZGRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlc3BvbnNlEkYKA0dldBIeLndpbmRsYXNzLm1lbW9yeS52MS5HZXRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkdldFJlc3BvbnNlEkwKBUNsZWFyEiAud2luZGxhc3MubWVtb3J5LnYxLkNsZWFyUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5DbGVhclJlc3BvbnNlEl4KC0xpc3RUaHJlYWRzEiYud2luZGxhc3MubWVtb3J5LnYxLkxpc3RUaHJlYWRzUmVxdWVzdBonLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1Jlc3BvbnNlEk4KBVdhdGNoEiAud2luZGxhc3MubWVtb3J5LnYxLldhdGNoUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5XYXRjaFJlc3BvbnNlMAFCS1pJZ2l0aHViLmNvbS93aW5kbGFzcy1haS93aW5kbGFzcy1tZW1vcnkvZ2VuL2dvL3dpbmRsYXNzL21lbW9yeS92MTttZW1vcnl2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * ToolCall is one function call requested by an assistant message.
@@ -121,6 +121,18 @@ export type ChatMessage = Message<"windlass.memory.v1.ChatMessage"> & {
    * @generated from field: google.protobuf.Timestamp create_time = 8;
    */
   createTime?: Timestamp | undefined;
+
+  /**
+   * Output only: what a chat model is charged for the message, in tokens of
+   * the thread strategy's token_encoding (o200k_base for buffer threads):
+   * 3 + content + (name + 1, when named) + per tool call (3 + name +
+   * arguments) + tool_call_id. Counted once when the message is added (a
+   * message stored before counts existed is counted when read). Ignored on
+   * input.
+   *
+   * @generated from field: uint32 tokens = 9;
+   */
+  tokens: number;
 };
 
 /**
@@ -227,6 +239,27 @@ export type WindowStrategy = Message<"windlass.memory.v1.WindowStrategy"> & {
    * @generated from field: optional uint32 window = 1;
    */
   window?: number | undefined;
+
+  /**
+   * Token budget: Get returns at most the newest messages whose tokens (see
+   * ChatMessage.tokens) sum to at most this, and at most window of them, then
+   * widens backwards over tool results as above. The widening may exceed the
+   * budget; GetResponse.over_budget then says so. When not even the newest
+   * message fits, Get returns no messages. Unset or 0: no budget. At most
+   * 10000000.
+   *
+   * @generated from field: optional uint32 max_tokens = 2;
+   */
+  maxTokens?: number | undefined;
+
+  /**
+   * Tokenizer encoding tokens are counted with: "o200k_base" (GPT-4o and
+   * later) or "cl100k_base" (GPT-4, GPT-3.5). Empty: "o200k_base". Other
+   * names are INVALID_ARGUMENT.
+   *
+   * @generated from field: string token_encoding = 3;
+   */
+  tokenEncoding: string;
 };
 
 /**
@@ -265,6 +298,34 @@ export type SummaryStrategy = Message<"windlass.memory.v1.SummaryStrategy"> & {
    * @generated from field: string model = 3;
    */
   model: string;
+
+  /**
+   * Token budget for what Get returns, the summary included (counted as its
+   * system message, whatever summary_placement says): the messages kept
+   * verbatim are also at most the newest that fit beside the summary, and a
+   * fold is due as soon as the summary and the unfolded messages together
+   * exceed the budget. Get can still exceed it (GetResponse.over_budget) when
+   * keeping a tool call with its results, when the summary alone is larger,
+   * or when the list is not folded yet (allow_stale, a failed fold). Unset
+   * or 0: no budget. At most 10000000.
+   *
+   * @generated from field: optional uint32 max_tokens = 4;
+   */
+  maxTokens?: number | undefined;
+
+  /**
+   * Tokenizer encoding, as WindowStrategy.token_encoding.
+   *
+   * @generated from field: string token_encoding = 5;
+   */
+  tokenEncoding: string;
+
+  /**
+   * How Get replays the summary. Unset: SUMMARY_PLACEMENT_SYSTEM.
+   *
+   * @generated from field: windlass.memory.v1.SummaryPlacement summary_placement = 6;
+   */
+  summaryPlacement: SummaryPlacement;
 };
 
 /**
@@ -466,6 +527,16 @@ export type GetRequest = Message<"windlass.memory.v1.GetRequest"> & {
    * @generated from field: bool allow_stale = 4;
    */
   allowStale: boolean;
+
+  /**
+   * Overrides the strategy's token budget for this call (see
+   * WindowStrategy.max_tokens and SummaryStrategy.max_tokens; on a buffer
+   * thread it is a ceiling that never widens). 0: no budget. At most
+   * 10000000.
+   *
+   * @generated from field: optional uint32 max_tokens = 5;
+   */
+  maxTokens?: number | undefined;
 };
 
 /**
@@ -519,6 +590,31 @@ export type GetResponse = Message<"windlass.memory.v1.GetResponse"> & {
    * @generated from field: string degraded_reason = 5;
    */
   degradedReason: string;
+
+  /**
+   * Tokens of messages (the sum of their ChatMessage.tokens, the summary
+   * message included), plus the summary's when summary_placement is
+   * SUMMARY_PLACEMENT_NONE.
+   *
+   * @generated from field: uint32 tokens = 6;
+   */
+  tokens: number;
+
+  /**
+   * The token budget this Get applied (the request's or the strategy's);
+   * 0: none.
+   *
+   * @generated from field: uint32 max_tokens = 7;
+   */
+  maxTokens: number;
+
+  /**
+   * tokens exceeds max_tokens: a window or summary list was widened to keep a
+   * tool call with its results, or see SummaryStrategy.max_tokens.
+   *
+   * @generated from field: bool over_budget = 8;
+   */
+  overBudget: boolean;
 };
 
 /**
@@ -929,6 +1025,49 @@ export const RoleSchema: GenEnum<Role> = /*@__PURE__*/
   enumDesc(file_windlass_memory_v1_memory, 0);
 
 /**
+ * SummaryPlacement says how Get replays a thread's summary.
+ *
+ * @generated from enum windlass.memory.v1.SummaryPlacement
+ */
+export enum SummaryPlacement {
+  /**
+   * The default: as SUMMARY_PLACEMENT_SYSTEM.
+   *
+   * @generated from enum value: SUMMARY_PLACEMENT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * First in GetResponse.messages, as a system message
+   * "Summary of the earlier conversation:\n…" (the original's wording).
+   *
+   * @generated from enum value: SUMMARY_PLACEMENT_SYSTEM = 1;
+   */
+  SYSTEM = 1,
+
+  /**
+   * First in GetResponse.messages, as a user message with the same text.
+   *
+   * @generated from enum value: SUMMARY_PLACEMENT_USER = 2;
+   */
+  USER = 2,
+
+  /**
+   * Only in GetResponse.summary, not in messages: for providers that take one
+   * system prompt (Anthropic's Messages API), where the caller merges it.
+   *
+   * @generated from enum value: SUMMARY_PLACEMENT_NONE = 3;
+   */
+  NONE = 3,
+}
+
+/**
+ * Describes the enum windlass.memory.v1.SummaryPlacement.
+ */
+export const SummaryPlacementSchema: GenEnum<SummaryPlacement> = /*@__PURE__*/
+  enumDesc(file_windlass_memory_v1_memory, 1);
+
+/**
  * EventType selects events in WatchRequest.
  *
  * @generated from enum windlass.memory.v1.EventType
@@ -974,7 +1113,7 @@ export enum EventType {
  * Describes the enum windlass.memory.v1.EventType.
  */
 export const EventTypeSchema: GenEnum<EventType> = /*@__PURE__*/
-  enumDesc(file_windlass_memory_v1_memory, 1);
+  enumDesc(file_windlass_memory_v1_memory, 2);
 
 /**
  * MemoryService stores chat threads and recalls them through a strategy.

@@ -18,6 +18,13 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_ASSISTANT: _ClassVar[Role]
     ROLE_TOOL: _ClassVar[Role]
 
+class SummaryPlacement(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUMMARY_PLACEMENT_UNSPECIFIED: _ClassVar[SummaryPlacement]
+    SUMMARY_PLACEMENT_SYSTEM: _ClassVar[SummaryPlacement]
+    SUMMARY_PLACEMENT_USER: _ClassVar[SummaryPlacement]
+    SUMMARY_PLACEMENT_NONE: _ClassVar[SummaryPlacement]
+
 class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     EVENT_TYPE_UNSPECIFIED: _ClassVar[EventType]
@@ -30,6 +37,10 @@ ROLE_SYSTEM: Role
 ROLE_USER: Role
 ROLE_ASSISTANT: Role
 ROLE_TOOL: Role
+SUMMARY_PLACEMENT_UNSPECIFIED: SummaryPlacement
+SUMMARY_PLACEMENT_SYSTEM: SummaryPlacement
+SUMMARY_PLACEMENT_USER: SummaryPlacement
+SUMMARY_PLACEMENT_NONE: SummaryPlacement
 EVENT_TYPE_UNSPECIFIED: EventType
 EVENT_TYPE_SUMMARY_UPDATED: EventType
 EVENT_TYPE_MESSAGES_ADDED: EventType
@@ -47,7 +58,7 @@ class ToolCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
-    __slots__ = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "seq", "create_time")
+    __slots__ = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata", "seq", "create_time", "tokens")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +74,7 @@ class ChatMessage(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
     role: Role
     content: str
     name: str
@@ -71,7 +83,8 @@ class ChatMessage(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     seq: int
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, role: _Optional[_Union[Role, str]] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    tokens: int
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tokens: _Optional[int] = ...) -> None: ...
 
 class Strategy(_message.Message):
     __slots__ = ("buffer", "window", "summary", "exclude_system", "max_stored")
@@ -94,20 +107,30 @@ class BufferStrategy(_message.Message):
     def __init__(self, max_messages: _Optional[int] = ...) -> None: ...
 
 class WindowStrategy(_message.Message):
-    __slots__ = ("window",)
+    __slots__ = ("window", "max_tokens", "token_encoding")
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ENCODING_FIELD_NUMBER: _ClassVar[int]
     window: int
-    def __init__(self, window: _Optional[int] = ...) -> None: ...
+    max_tokens: int
+    token_encoding: str
+    def __init__(self, window: _Optional[int] = ..., max_tokens: _Optional[int] = ..., token_encoding: _Optional[str] = ...) -> None: ...
 
 class SummaryStrategy(_message.Message):
-    __slots__ = ("window", "summarize_every", "model")
+    __slots__ = ("window", "summarize_every", "model", "max_tokens", "token_encoding", "summary_placement")
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     SUMMARIZE_EVERY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ENCODING_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     window: int
     summarize_every: int
     model: str
-    def __init__(self, window: _Optional[int] = ..., summarize_every: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
+    max_tokens: int
+    token_encoding: str
+    summary_placement: SummaryPlacement
+    def __init__(self, window: _Optional[int] = ..., summarize_every: _Optional[int] = ..., model: _Optional[str] = ..., max_tokens: _Optional[int] = ..., token_encoding: _Optional[str] = ..., summary_placement: _Optional[_Union[SummaryPlacement, str]] = ...) -> None: ...
 
 class Thread(_message.Message):
     __slots__ = ("thread_id", "strategy", "last_seq", "summarized_through_seq", "create_time", "update_time")
@@ -152,30 +175,38 @@ class AddResponse(_message.Message):
     def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("thread_id", "limit", "query", "allow_stale")
+    __slots__ = ("thread_id", "limit", "query", "allow_stale", "max_tokens")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     ALLOW_STALE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     limit: int
     query: str
     allow_stale: bool
-    def __init__(self, thread_id: _Optional[str] = ..., limit: _Optional[int] = ..., query: _Optional[str] = ..., allow_stale: _Optional[bool] = ...) -> None: ...
+    max_tokens: int
+    def __init__(self, thread_id: _Optional[str] = ..., limit: _Optional[int] = ..., query: _Optional[str] = ..., allow_stale: _Optional[bool] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("messages", "summary", "thread", "degraded", "degraded_reason")
+    __slots__ = ("messages", "summary", "thread", "degraded", "degraded_reason", "tokens", "max_tokens", "over_budget")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     THREAD_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_REASON_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OVER_BUDGET_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     summary: str
     thread: Thread
     degraded: bool
     degraded_reason: str
-    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., summary: _Optional[str] = ..., thread: _Optional[_Union[Thread, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ...) -> None: ...
+    tokens: int
+    max_tokens: int
+    over_budget: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., summary: _Optional[str] = ..., thread: _Optional[_Union[Thread, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., over_budget: _Optional[bool] = ...) -> None: ...
 
 class ClearRequest(_message.Message):
     __slots__ = ("thread_id", "all")
