@@ -124,7 +124,18 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 
   function log(s: NamespaceState, threadId: string, time: number, body: EventBody): MemoryEvent {
     const no = s.nextEventNo++;
-    const event: MemoryEvent = { ...body, cursor: tokens.issue(s.name, no), threadId, time };
+    const name = s.name;
+    let cursor: string | undefined;
+    // The cursor's MAC costs microseconds and only Watch reads it: made on first read.
+    const event: MemoryEvent = {
+      ...body,
+      get cursor() {
+        cursor ??= tokens.issue(name, no);
+        return cursor;
+      },
+      threadId,
+      time,
+    };
     s.events.push(event);
     // Drop a whole retention's worth at once, so trimming costs O(1) per event
     // amortised; the log keeps between 1x and 2x eventRetention events.
