@@ -19,9 +19,9 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { lastSeqMismatchError } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
-import { planFold, recall, recallSize, visibleMessages } from "../core/recall.js";
+import { planFold, type Recalled, recall, recallSize } from "../core/recall.js";
 import { resolveStrategy, type StrategyDraft, strategyKey } from "../core/strategy.js";
-import type { ChatMessage, Strategy, ThreadState } from "../core/types.js";
+import type { ChatMessage, StoredMessage, Strategy, ThreadState } from "../core/types.js";
 import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { Store, ThreadSnapshot } from "../store/store.js";
@@ -163,7 +163,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     if (Buffer.byteLength(req.requestId, "utf8") > MAX_REQUEST_ID_BYTES) {
       throw invalidArgument("request_id", `must be at most ${MAX_REQUEST_ID_BYTES} bytes`);
     }
-    const messages = req.messages.map((m, i) => messageFromPb(m, `messages[${i}]`));
+    const messages = req.messages.map((m, i) => messageFromPb(m, () => `messages[${i}]`));
     const draft = strategyDraftFromPb(req.strategy);
     const strategy = draft === undefined ? undefined : resolve(draft);
     if (req.replaceStrategy && strategy === undefined) {
@@ -221,9 +221,12 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     assertOpen();
     const threadId = threadIdFrom(req.threadId);
     const limit = req.limit;
-    let snap = await readForGet(ctx.namespace, threadId, limit);
-    if (snap === undefined) return create(GetResponseSchema, {});
-    if (snap.thread.strategy.kind !== "summary" || req.allowStale) return respond(snap, limit);
+    const read = await readForGet(ctx.namespace, threadId, limit);
+    if (read === undefined) return create(GetResponseSchema, {});
+    let snap = read.snap;
+    if (snap.thread.strategy.kind !== "summary" || req.allowStale) {
+      return respond(snap, limit, "", read.recalled);
+    }
 
     const size = recallSize(snap.thread.strategy, limit);
     const started = now();
@@ -284,7 +287,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       assertOpen();
       const next = await readForGet(ctx.namespace, threadId, limit);
       if (next === undefined) return create(GetResponseSchema, {});
-      snap = next;
+      snap = next.snap;
     }
   }
 
@@ -299,45 +302,33 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     namespace: string,
     threadId: string,
     limit: number | undefined,
-  ): Promise<ThreadSnapshot | undefined> {
+  ): Promise<GetRead | undefined> {
     const snap = await store.read(namespace, threadId, { limit });
-    if (snap === undefined || snap.complete || snap.thread.strategy.kind === "summary") return snap;
-    const oldestVisible = visibleMessages(snap.thread.strategy, snap.messages)[0];
-    const t = snap.thread;
-    const first = recall(
-      t.strategy,
-      {
-        summary: t.summary,
-        summarizedThroughSeq: t.summarizedThroughSeq,
-        summaryTime: t.summaryTime,
-      },
-      snap.messages,
-      { limit },
-    ).messages[0];
-    if (first !== undefined && first !== oldestVisible) return snap;
-    return store.read(namespace, threadId);
+    if (snap === undefined) return undefined;
+    if (snap.complete || snap.thread.strategy.kind === "summary") {
+      return { snap, recalled: undefined };
+    }
+    const recalled = recallOf(snap, limit, false);
+    const first = recalled.messages[0];
+    if (first !== undefined && first !== firstVisible(snap.thread.strategy, snap.messages)) {
+      return { snap, recalled };
+    }
+    const full = await store.read(namespace, threadId);
+    return full === undefined ? undefined : { snap: full, recalled: undefined };
   }
 
+  /** `recalled`: recallOf(snap, limit, false) when readForGet has it already. */
   function respond(
     snap: ThreadSnapshot,
     limit: number | undefined,
     degradedReason = "",
+    recalled?: Recalled,
   ): GetResponse {
     if (degradedReason !== "") opts.metrics?.degradedGets.inc();
-    const t = snap.thread;
-    const r = recall(
-      t.strategy,
-      {
-        summary: t.summary,
-        summarizedThroughSeq: t.summarizedThroughSeq,
-        summaryTime: t.summaryTime,
-      },
-      snap.messages,
-      { limit, degraded: degradedReason !== "" },
-    );
+    const r = recalled ?? recallOf(snap, limit, degradedReason !== "");
     const res = create(GetResponseSchema, {
       summary: r.summary,
-      thread: threadToPb(t),
+      thread: threadToPb(snap.thread),
       degraded: degradedReason !== "",
       degradedReason,
     });
@@ -447,6 +438,34 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       await folds.close();
     },
   };
+}
+
+/** A snapshot read for a Get, with its recall when working it out needed it. */
+interface GetRead {
+  snap: ThreadSnapshot;
+  recalled: Recalled | undefined;
+}
+
+function recallOf(snap: ThreadSnapshot, limit: number | undefined, degraded: boolean): Recalled {
+  const t = snap.thread;
+  return recall(
+    t.strategy,
+    {
+      summary: t.summary,
+      summarizedThroughSeq: t.summarizedThroughSeq,
+      summaryTime: t.summaryTime,
+    },
+    snap.messages,
+    { limit, degraded },
+  );
+}
+
+/** The first message recall may return: visibleMessages(strategy, messages)[0], without the copy. */
+function firstVisible(
+  strategy: Strategy,
+  messages: readonly StoredMessage[],
+): StoredMessage | undefined {
+  return strategy.excludeSystem ? messages.find((m) => m.role !== "system") : messages[0];
 }
 
 /** Digest of what an Add asks for, to tell a retry from another request with the same id. */
