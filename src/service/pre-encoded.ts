@@ -42,9 +42,16 @@ interface WithEncodedMessages {
 
 /** Sets `res.messages` from stored messages and remembers their bytes for toBinary. */
 export function setMessages(res: GetResponse, messages: readonly StoredMessage[]): GetResponse {
-  const wire = messages.map(wireMessage);
-  res.messages = wire.map((w) => w.pb);
-  Object.defineProperty(res, ENCODED_MESSAGES, { value: wire.map((w) => w.bytes) });
+  const pbs: ChatMessagePb[] = new Array(messages.length);
+  const bytes: Uint8Array[] = new Array(messages.length);
+  for (let i = 0; i < messages.length; i++) {
+    const w = wireMessage(messages[i] as StoredMessage);
+    pbs[i] = w.pb;
+    bytes[i] = w.bytes;
+  }
+  res.messages = pbs;
+  // Not enumerable: the bytes are no field of the message.
+  Object.defineProperty(res, ENCODED_MESSAGES, { value: bytes });
   return res;
 }
 
@@ -58,7 +65,16 @@ export function encodeGetResponse(res: GetResponse): Uint8Array {
   if (parts === undefined || parts.length !== res.messages.length) {
     return toBinary(GetResponseSchema, res);
   }
-  const rest = toBinary(GetResponseSchema, { ...res, messages: [] });
+  // The other fields through protobuf-es, on the response itself with its
+  // messages set aside for the moment (a copy of it would cost more).
+  const messages = res.messages;
+  let rest: Uint8Array;
+  res.messages = [];
+  try {
+    rest = toBinary(GetResponseSchema, res);
+  } finally {
+    res.messages = messages;
+  }
   let size = rest.length;
   for (const p of parts) size += 1 + varintSize(p.length) + p.length;
   const out = Buffer.allocUnsafe(size);
