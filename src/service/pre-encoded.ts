@@ -4,9 +4,11 @@ import {
   ChatMessageSchema,
   type GetResponse,
   GetResponseSchema,
+  type WatchResponse,
+  WatchResponseSchema,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
-import type { StoredMessage } from "../core/types.js";
-import { messageToPb } from "./convert.js";
+import type { MemoryEvent, StoredMessage } from "../core/types.js";
+import { encodeResumeToken, eventToPb, messageToPb } from "./convert.js";
 
 /**
  * Stored messages never change after their Add, yet a Get of a window sends
@@ -105,4 +107,41 @@ function writeVarint(buf: Uint8Array, at: number, n: number): number {
   }
   buf[at++] = n;
   return at;
+}
+
+/** Events whose wire form is kept for sharedEventToPb. */
+const SHARED_EVENTS_KEPT = 1024;
+const sharedEvents = new Map<string, WatchResponse>();
+const encodedWatchResponses = new WeakMap<WatchResponse, Uint8Array>();
+
+/**
+ * The wire form of a logged event, one object for every watcher that sends
+ * it: a fold's SummaryUpdated goes to every watcher of the namespace, and
+ * converting and encoding it once per watcher was most of the fan-out's
+ * work. Keyed by cursor, which names one event of one namespace of one
+ * database; bounded, oldest out. The object is never changed after it is
+ * made, so its bytes are encoded once too (encodeWatchResponse).
+ */
+export function sharedEventToPb(e: MemoryEvent): WatchResponse {
+  const cursor = e.cursor;
+  let res = sharedEvents.get(cursor);
+  if (res === undefined) {
+    res = eventToPb(e, encodeResumeToken(cursor));
+    if (sharedEvents.size >= SHARED_EVENTS_KEPT) {
+      const oldest = sharedEvents.keys().next();
+      if (oldest.done !== true) sharedEvents.delete(oldest.value);
+    }
+    sharedEvents.set(cursor, res);
+  }
+  return res;
+}
+
+/** The binary form of a WatchResponse, encoded once per object (see sharedEventToPb). */
+export function encodeWatchResponse(res: WatchResponse): Uint8Array {
+  let bytes = encodedWatchResponses.get(res);
+  if (bytes === undefined) {
+    bytes = toBinary(WatchResponseSchema, res);
+    encodedWatchResponses.set(res, bytes);
+  }
+  return bytes;
 }
