@@ -67,16 +67,7 @@ export function encodeGetResponse(res: GetResponse): Uint8Array {
   if (parts === undefined || parts.length !== res.messages.length) {
     return toBinary(GetResponseSchema, res);
   }
-  // The other fields through protobuf-es, on the response itself with its
-  // messages set aside for the moment (a copy of it would cost more).
-  const messages = res.messages;
-  let rest: Uint8Array;
-  res.messages = [];
-  try {
-    rest = toBinary(GetResponseSchema, res);
-  } finally {
-    res.messages = messages;
-  }
+  const rest = toBinary(GetResponseSchema, { ...res, messages: [] });
   let size = rest.length;
   for (const p of parts) size += 1 + varintSize(p.length) + p.length;
   const out = Buffer.allocUnsafe(size);
