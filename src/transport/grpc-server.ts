@@ -30,7 +30,7 @@ import { createReflectionService } from "./grpc-reflection.js";
 import { grpcServerDefinition } from "./grpc-service-definition.js";
 import { DEFAULT_MAX_MESSAGE_BYTES, MAX_CONCURRENT_STREAMS } from "./limits.js";
 import { decodeBinaryRequest } from "./request-decoding.js";
-import { recordRpc } from "./rpc-metrics.js";
+import { RpcRecorder, recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
 
@@ -147,6 +147,7 @@ function unary<I extends DescMessage, O extends DescMessage>(
     name: method.name,
     input: method.input,
     invoke,
+    rpcs: new RpcRecorder(deps.metrics, "grpc", method.name),
   };
   return (call, callback) => {
     void respondUnary(deps, unaryMethod, call, callback);
@@ -159,6 +160,7 @@ interface UnaryMethod<I extends DescMessage, O extends DescMessage> {
   readonly name: string;
   readonly input: I;
   readonly invoke: (request: MessageShape<I>, ctx: CallContext) => Promise<MessageShape<O>>;
+  readonly rpcs: RpcRecorder;
 }
 
 /**
@@ -185,7 +187,7 @@ async function respondUnary<I extends DescMessage, O extends DescMessage>(
             method.invoke(decodeBinaryRequest(method.input, call.request), ctx),
           );
     callback(null, response);
-    recordRpc(deps.metrics, "grpc", method.name, "ok", startedAt);
+    method.rpcs.record("ok", startedAt);
     endRpcSpan(span, "ok");
   } catch (err) {
     const scope: ErrorScope = {
@@ -197,7 +199,7 @@ async function respondUnary<I extends DescMessage, O extends DescMessage>(
     };
     const clientError = toClientError(err, scope);
     callback(toGrpcStatus(clientError));
-    recordRpc(deps.metrics, "grpc", method.name, clientError.code, startedAt);
+    method.rpcs.record(clientError.code, startedAt);
     endRpcSpan(span, clientError.code);
   } finally {
     active.end();
