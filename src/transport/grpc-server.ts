@@ -346,14 +346,28 @@ type SurfaceCall = Pick<
 function callContext(deps: Deps, metadata: Metadata, active: ActiveCall): CallContext {
   const [authorization] = metadata.get("authorization");
   const namespace = admitCall(deps, typeof authorization === "string" ? authorization : undefined);
-  // A getter: reading the signal is what creates it (call-registry.ts).
-  return {
-    namespace,
-    get signal() {
-      return active.signal;
-    },
-    deadline: active.deadline,
-  };
+  return new GrpcCallContext(namespace, active);
+}
+
+/**
+ * A call's context. `signal` is a getter, as reading the signal is what
+ * creates it (call-registry.ts); a class, because an object literal with a
+ * getter costs more to make, once per call.
+ */
+class GrpcCallContext implements CallContext {
+  readonly namespace: string;
+  readonly deadline: number | undefined;
+  readonly #active: ActiveCall;
+
+  constructor(namespace: string, active: ActiveCall) {
+    this.namespace = namespace;
+    this.deadline = active.deadline;
+    this.#active = active;
+  }
+
+  get signal(): AbortSignal {
+    return this.#active.signal;
+  }
 }
 
 function deadlineOf(call: SurfaceCall): number | undefined {
