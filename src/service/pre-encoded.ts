@@ -103,7 +103,12 @@ function writeVarint(buf: Uint8Array, at: number, n: number): number {
 /** Events whose wire form is kept for sharedEventToPb. */
 const SHARED_EVENTS_KEPT = 1024;
 const sharedEvents = new Map<string, WatchResponse>();
-const encodedWatchResponses = new WeakMap<WatchResponse, Uint8Array>();
+
+const SHARED_BYTES = Symbol("windlass.sharedBytes");
+
+interface WithSharedBytes {
+  [SHARED_BYTES]?: { bytes: Uint8Array | undefined };
+}
 
 /**
  * The wire form of a logged event, one object for every watcher that sends
@@ -118,6 +123,8 @@ export function sharedEventToPb(e: MemoryEvent): WatchResponse {
   let res = sharedEvents.get(cursor);
   if (res === undefined) {
     res = eventToPb(e, encodeResumeToken(cursor));
+    // Not enumerable: the bytes are no field of the message.
+    Object.defineProperty(res, SHARED_BYTES, { value: { bytes: undefined } });
     if (sharedEvents.size >= SHARED_EVENTS_KEPT) {
       const oldest = sharedEvents.keys().next();
       if (oldest.done !== true) sharedEvents.delete(oldest.value);
@@ -127,12 +134,14 @@ export function sharedEventToPb(e: MemoryEvent): WatchResponse {
   return res;
 }
 
-/** The binary form of a WatchResponse, encoded once per object (see sharedEventToPb). */
+/**
+ * The binary form of a WatchResponse: encoded once for a shared event
+ * (sharedEventToPb), plainly for any other (initial state, Progress), which
+ * is sent once.
+ */
 export function encodeWatchResponse(res: WatchResponse): Uint8Array {
-  let bytes = encodedWatchResponses.get(res);
-  if (bytes === undefined) {
-    bytes = toBinary(WatchResponseSchema, res);
-    encodedWatchResponses.set(res, bytes);
-  }
-  return bytes;
+  const shared = (res as WatchResponse & WithSharedBytes)[SHARED_BYTES];
+  if (shared === undefined) return toBinary(WatchResponseSchema, res);
+  shared.bytes ??= toBinary(WatchResponseSchema, res);
+  return shared.bytes;
 }
