@@ -68,6 +68,27 @@ export class Counter implements Collected {
     else s.value += by;
   }
 
+  /**
+   * The series of `labels`, for a caller that records into it on every call:
+   * no key lookup per inc. The series appears on its first inc, as with inc.
+   */
+  child(labels: Labels): { inc(by?: number): void } {
+    let s: { labels: Labels; value: number } | undefined;
+    return {
+      inc: (by = 1) => {
+        if (s === undefined) {
+          const key = labelKey(labels);
+          s = this.#values.get(key);
+          if (s === undefined) {
+            s = { labels, value: 0 };
+            this.#values.set(key, s);
+          }
+        }
+        s.value += by;
+      },
+    };
+  }
+
   async get(): Promise<Snapshot> {
     return {
       name: this.name,
@@ -127,12 +148,31 @@ export class Histogram implements Collected {
   ) {}
 
   observe(value: number, labels: Labels = {}): void {
+    this.#record(this.#seriesOf(labels), value);
+  }
+
+  /** The series of `labels` (see Counter.child); it appears on its first observe. */
+  child(labels: Labels): { observe(value: number): void } {
+    let s: HistogramSeries | undefined;
+    return {
+      observe: (value) => {
+        s ??= this.#seriesOf(labels);
+        this.#record(s, value);
+      },
+    };
+  }
+
+  #seriesOf(labels: Labels): HistogramSeries {
     const key = labelKey(labels);
     let s = this.#series.get(key);
     if (s === undefined) {
       s = { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 };
       this.#series.set(key, s);
     }
+    return s;
+  }
+
+  #record(s: HistogramSeries, value: number): void {
     for (let i = 0; i < this.buckets.length; i++) {
       if (value <= (this.buckets[i] ?? Number.POSITIVE_INFINITY)) {
         s.counts[i] = (s.counts[i] ?? 0) + 1;

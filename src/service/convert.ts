@@ -66,12 +66,16 @@ export function threadIdFrom(raw: string, field = "thread_id"): string {
   return id;
 }
 
-/** Domain message from a wire message; `field` is its path, e.g. "messages[2]". */
-export function messageFromPb(m: ChatMessagePb, field: string): ChatMessage {
+/**
+ * Domain message from a wire message; `field` is its path, e.g.
+ * "messages[2]", given as a function so the hot path builds no text unless
+ * a check fails.
+ */
+export function messageFromPb(m: ChatMessagePb, field: () => string): ChatMessage {
   const role = ROLE_FROM_PB[m.role];
   if (role === undefined) {
     throw invalidArgument(
-      `${field}.role`,
+      `${field()}.role`,
       "must be ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL",
     );
   }
@@ -79,20 +83,23 @@ export function messageFromPb(m: ChatMessagePb, field: string): ChatMessage {
   if (m.name !== "") out.name = m.name;
   if (m.toolCalls.length > 0) {
     if (role !== "assistant") {
-      throw invalidArgument(`${field}.tool_calls`, "only assistant messages may carry tool calls");
+      throw invalidArgument(
+        `${field()}.tool_calls`,
+        "only assistant messages may carry tool calls",
+      );
     }
     out.toolCalls = m.toolCalls.map((c, i) => {
-      if (c.id === "") throw invalidArgument(`${field}.tool_calls[${i}].id`, "must not be empty");
+      if (c.id === "") throw invalidArgument(`${field()}.tool_calls[${i}].id`, "must not be empty");
       return { id: c.id, name: c.name, arguments: c.arguments };
     });
   }
   if (role === "tool") {
     if (m.toolCallId === "") {
-      throw invalidArgument(`${field}.tool_call_id`, "must be set on tool messages");
+      throw invalidArgument(`${field()}.tool_call_id`, "must be set on tool messages");
     }
     out.toolCallId = m.toolCallId;
   } else if (m.toolCallId !== "") {
-    throw invalidArgument(`${field}.tool_call_id`, "only tool messages may carry a tool_call_id");
+    throw invalidArgument(`${field()}.tool_call_id`, "only tool messages may carry a tool_call_id");
   }
   const keys = Object.keys(m.metadata);
   if (keys.length > 0) out.metadata = { ...m.metadata };
@@ -167,7 +174,24 @@ export function strategyDraftFromPb(s: StrategyPb | undefined): StrategyDraft | 
   }
 }
 
+/**
+ * Wire forms of strategies, by object: a thread keeps its Strategy object
+ * from Add to Add (memory store), and every Add and Get answers with it.
+ * Responses are encoded and dropped, never changed, so one wire form serves
+ * them all.
+ */
+const strategyWireForms = new WeakMap<Strategy, StrategyPb>();
+
 export function strategyToPb(s: Strategy): StrategyPb {
+  let pb = strategyWireForms.get(s);
+  if (pb === undefined) {
+    pb = newStrategyPb(s);
+    strategyWireForms.set(s, pb);
+  }
+  return pb;
+}
+
+function newStrategyPb(s: Strategy): StrategyPb {
   const base = { excludeSystem: s.excludeSystem, maxStored: s.maxStored };
   switch (s.kind) {
     case "buffer":

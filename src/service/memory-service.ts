@@ -19,7 +19,7 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { lastSeqMismatchError } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
-import { planFold, recall, recallSize, visibleMessages } from "../core/recall.js";
+import { planFold, type Recalled, recall, recallSize } from "../core/recall.js";
 import {
   encodingOf,
   MAX_TOKENS_LIMIT,
@@ -28,7 +28,7 @@ import {
   strategyKey,
 } from "../core/strategy.js";
 import { countMessageTokensSliced, DEFAULT_TOKEN_ENCODING } from "../core/tokens.js";
-import type { ChatMessage, Strategy, ThreadState } from "../core/types.js";
+import type { ChatMessage, StoredMessage, Strategy, ThreadState } from "../core/types.js";
 import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { Store, ThreadSnapshot } from "../store/store.js";
@@ -174,7 +174,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     if (Buffer.byteLength(req.requestId, "utf8") > MAX_REQUEST_ID_BYTES) {
       throw invalidArgument("request_id", `must be at most ${MAX_REQUEST_ID_BYTES} bytes`);
     }
-    const messages = req.messages.map((m, i) => messageFromPb(m, `messages[${i}]`));
+    const messages = req.messages.map((m, i) => messageFromPb(m, () => `messages[${i}]`));
     const draft = strategyDraftFromPb(req.strategy);
     const strategy = draft === undefined ? undefined : resolve(draft);
     if (req.replaceStrategy && strategy === undefined) {
@@ -265,9 +265,12 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       throw invalidArgument("max_tokens", `must be at most ${MAX_TOKENS_LIMIT}`);
     }
     const shape = { limit, maxTokens };
-    let snap = await readForGet(ctx.namespace, threadId, shape);
-    if (snap === undefined) return create(GetResponseSchema, {});
-    if (snap.thread.strategy.kind !== "summary" || req.allowStale) return respond(snap, shape);
+    const read = await readForGet(ctx.namespace, threadId, shape);
+    if (read === undefined) return create(GetResponseSchema, {});
+    let snap = read.snap;
+    if (snap.thread.strategy.kind !== "summary" || req.allowStale) {
+      return respond(snap, shape, "", read.recalled);
+    }
 
     const size = recallSize(snap.thread.strategy, limit);
     const started = now();
@@ -331,7 +334,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       assertOpen();
       const next = await readForGet(ctx.namespace, threadId, shape);
       if (next === undefined) return create(GetResponseSchema, {});
-      snap = next;
+      snap = next.snap;
     }
   }
 
@@ -346,42 +349,33 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     namespace: string,
     threadId: string,
     shape: Shape,
-  ): Promise<ThreadSnapshot | undefined> {
-    const limit = shape.limit;
-    const snap = await store.read(namespace, threadId, { limit });
-    if (snap === undefined || snap.complete || snap.thread.strategy.kind === "summary") return snap;
-    const oldestVisible = visibleMessages(snap.thread.strategy, snap.messages)[0];
-    const t = snap.thread;
-    const first = recall(
-      t.strategy,
-      {
-        summary: t.summary,
-        summarizedThroughSeq: t.summarizedThroughSeq,
-        summaryTime: t.summaryTime,
-      },
-      snap.messages,
-      shape,
-    ).messages[0];
-    if (first !== undefined && first !== oldestVisible) return snap;
-    return store.read(namespace, threadId);
+  ): Promise<GetRead | undefined> {
+    const snap = await store.read(namespace, threadId, { limit: shape.limit });
+    if (snap === undefined) return undefined;
+    if (snap.complete || snap.thread.strategy.kind === "summary") {
+      return { snap, recalled: undefined };
+    }
+    const recalled = recallOf(snap, shape, false);
+    const first = recalled.messages[0];
+    if (first !== undefined && first !== firstVisible(snap.thread.strategy, snap.messages)) {
+      return { snap, recalled };
+    }
+    const full = await store.read(namespace, threadId);
+    return full === undefined ? undefined : { snap: full, recalled: undefined };
   }
 
-  function respond(snap: ThreadSnapshot, shape: Shape, degradedReason = ""): GetResponse {
+  /** `recalled`: recallOf(snap, shape, false) when readForGet has it already. */
+  function respond(
+    snap: ThreadSnapshot,
+    shape: Shape,
+    degradedReason = "",
+    recalled?: Recalled,
+  ): GetResponse {
     if (degradedReason !== "") opts.metrics?.degradedGets.inc();
-    const t = snap.thread;
-    const r = recall(
-      t.strategy,
-      {
-        summary: t.summary,
-        summarizedThroughSeq: t.summarizedThroughSeq,
-        summaryTime: t.summaryTime,
-      },
-      snap.messages,
-      { ...shape, degraded: degradedReason !== "" },
-    );
+    const r = recalled ?? recallOf(snap, shape, degradedReason !== "");
     const res = create(GetResponseSchema, {
       summary: r.summary,
-      thread: threadToPb(t),
+      thread: threadToPb(snap.thread),
       degraded: degradedReason !== "",
       degradedReason,
       tokens: r.tokens,
@@ -496,12 +490,41 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
   };
 }
 
-/** Digest of what an Add asks for, to tell a retry from another request with the same id. */
+/** A snapshot read for a Get, with its recall when working it out needed it. */
+interface GetRead {
+  snap: ThreadSnapshot;
+  recalled: Recalled | undefined;
+}
+
+function recallOf(snap: ThreadSnapshot, shape: Shape, degraded: boolean): Recalled {
+  const t = snap.thread;
+  return recall(
+    t.strategy,
+    {
+      summary: t.summary,
+      summarizedThroughSeq: t.summarizedThroughSeq,
+      summaryTime: t.summaryTime,
+    },
+    snap.messages,
+    { ...shape, degraded },
+  );
+}
+
+/** The first message recall may return: visibleMessages(strategy, messages)[0], without the copy. */
+function firstVisible(
+  strategy: Strategy,
+  messages: readonly StoredMessage[],
+): StoredMessage | undefined {
+  return strategy.excludeSystem ? messages.find((m) => m.role !== "system") : messages[0];
+}
+
 /** What a Get asks for beyond the strategy: its limit and max_tokens overrides. */
 interface Shape {
   limit: number | undefined;
   maxTokens: number | undefined;
 }
+
+/** Digest of what an Add asks for, to tell a retry from another request with the same id. */
 
 function requestHash(
   messages: ChatMessage[],

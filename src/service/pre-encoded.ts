@@ -4,9 +4,11 @@ import {
   ChatMessageSchema,
   type GetResponse,
   GetResponseSchema,
+  type WatchResponse,
+  WatchResponseSchema,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
-import type { StoredMessage } from "../core/types.js";
-import { messageToPb } from "./convert.js";
+import type { MemoryEvent, StoredMessage } from "../core/types.js";
+import { encodeResumeToken, eventToPb, messageToPb } from "./convert.js";
 
 /**
  * Stored messages never change after their Add, yet a Get of a window sends
@@ -42,9 +44,16 @@ interface WithEncodedMessages {
 
 /** Sets `res.messages` from stored messages and remembers their bytes for toBinary. */
 export function setMessages(res: GetResponse, messages: readonly StoredMessage[]): GetResponse {
-  const wire = messages.map(wireMessage);
-  res.messages = wire.map((w) => w.pb);
-  Object.defineProperty(res, ENCODED_MESSAGES, { value: wire.map((w) => w.bytes) });
+  const pbs: ChatMessagePb[] = new Array(messages.length);
+  const bytes: Uint8Array[] = new Array(messages.length);
+  for (let i = 0; i < messages.length; i++) {
+    const w = wireMessage(messages[i] as StoredMessage);
+    pbs[i] = w.pb;
+    bytes[i] = w.bytes;
+  }
+  res.messages = pbs;
+  // Not enumerable: the bytes are no field of the message.
+  Object.defineProperty(res, ENCODED_MESSAGES, { value: bytes });
   return res;
 }
 
@@ -89,4 +98,50 @@ function writeVarint(buf: Uint8Array, at: number, n: number): number {
   }
   buf[at++] = n;
   return at;
+}
+
+/** Events whose wire form is kept for sharedEventToPb. */
+const SHARED_EVENTS_KEPT = 1024;
+const sharedEvents = new Map<string, WatchResponse>();
+
+const SHARED_BYTES = Symbol("windlass.sharedBytes");
+
+interface WithSharedBytes {
+  [SHARED_BYTES]?: { bytes: Uint8Array | undefined };
+}
+
+/**
+ * The wire form of a logged event, one object for every watcher that sends
+ * it: a fold's SummaryUpdated goes to every watcher of the namespace, and
+ * converting and encoding it once per watcher was most of the fan-out's
+ * work. Keyed by cursor, which names one event of one namespace of one
+ * database; bounded, oldest out. The object is never changed after it is
+ * made, so its bytes are encoded once too (encodeWatchResponse).
+ */
+export function sharedEventToPb(e: MemoryEvent): WatchResponse {
+  const cursor = e.cursor;
+  let res = sharedEvents.get(cursor);
+  if (res === undefined) {
+    res = eventToPb(e, encodeResumeToken(cursor));
+    // Not enumerable: the bytes are no field of the message.
+    Object.defineProperty(res, SHARED_BYTES, { value: { bytes: undefined } });
+    if (sharedEvents.size >= SHARED_EVENTS_KEPT) {
+      const oldest = sharedEvents.keys().next();
+      if (oldest.done !== true) sharedEvents.delete(oldest.value);
+    }
+    sharedEvents.set(cursor, res);
+  }
+  return res;
+}
+
+/**
+ * The binary form of a WatchResponse: encoded once for a shared event
+ * (sharedEventToPb), plainly for any other (initial state, Progress), which
+ * is sent once.
+ */
+export function encodeWatchResponse(res: WatchResponse): Uint8Array {
+  const shared = (res as WatchResponse & WithSharedBytes)[SHARED_BYTES];
+  if (shared === undefined) return toBinary(WatchResponseSchema, res);
+  shared.bytes ??= toBinary(WatchResponseSchema, res);
+  return shared.bytes;
 }

@@ -14,6 +14,7 @@ import {
   threadIdFrom,
 } from "./convert.js";
 import type { EventHub } from "./event-hub.js";
+import { sharedEventToPb } from "./pre-encoded.js";
 
 export interface WatchDeps {
   store: Store;
@@ -124,7 +125,7 @@ export async function* watchEvents(
             behind = Math.max(0, behind - 1);
             if (threadIds.size > 0 && !threadIds.has(e.threadId)) continue;
             if (types.size > 0 && !types.has(e.type)) continue;
-            yield eventToPb(e, encodeResumeToken(e.cursor));
+            yield sharedEventToPb(e);
             lastSent = deps.now();
             throwIfStopped(stop, ctx, deps.shutdown);
             throwIfTooFarBehind();

@@ -102,6 +102,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   );
   const namespaces = new Map<string, NamespaceState>();
   const leases = new Map<string, Lease>();
+  const issued = new IssuedCursors(ISSUED_CURSORS_KEPT);
   let leaseCounter = 0;
 
   function ns(name: string): NamespaceState {
@@ -124,7 +125,21 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 
   function log(s: NamespaceState, threadId: string, time: number, body: EventBody): MemoryEvent {
     const no = s.nextEventNo++;
-    const event: MemoryEvent = { ...body, cursor: tokens.issue(s.name, no), threadId, time };
+    const name = s.name;
+    let cursor: string | undefined;
+    // The cursor's MAC costs microseconds and only Watch reads it: made on first read.
+    const event: MemoryEvent = {
+      ...body,
+      get cursor() {
+        if (cursor === undefined) {
+          cursor = tokens.issue(name, no);
+          issued.remember(cursor, name, no);
+        }
+        return cursor;
+      },
+      threadId,
+      time,
+    };
     s.events.push(event);
     // Drop a whole retention's worth at once, so trimming costs O(1) per event
     // amortised; the log keeps between 1x and 2x eventRetention events.
@@ -245,14 +260,16 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         lastSeq,
         replayed: false,
       };
-      if (cmd.requestId !== "") {
+      const kept = cmd.requestId !== "";
+      if (kept) {
         rec.requests.set(cmd.requestId, { hash: cmd.requestHash, result, time: cmd.now });
         dropExpiredRequests(rec, cmd.now);
       }
       if (cmd.messages.length > 0) {
         publish(s, [log(s, cmd.threadId, cmd.now, { type: "messages_added", firstSeq, lastSeq })]);
       }
-      return { ...result, thread: copyThread(rec.state) };
+      // A kept result is the store's own, for replays: the caller gets a copy.
+      return kept ? { ...result, thread: copyThread(rec.state) } : result;
     },
 
     async read(
@@ -370,7 +387,9 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
-      const no = tokens.open(namespace, cursor);
+      // Every watcher of a namespace reads on from the cursor of the event it
+      // sent last, which this process issued: checked by equality, not a MAC.
+      const no = issued.positionOf(cursor, namespace) ?? tokens.open(namespace, cursor);
       const s = ns(namespace);
       if (no >= s.nextEventNo) {
         throw invalidArgument("resume_token", "refers to an event this server never logged");
@@ -406,6 +425,33 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       for (const s of namespaces.values()) s.listeners.clear();
     },
   };
+}
+
+/** Cursors of the newest events kept for IssuedCursors. */
+const ISSUED_CURSORS_KEPT = 4096;
+
+/**
+ * Cursors this store issued lately, with their namespace and position: a
+ * cursor given back exactly as issued, for the namespace it was issued for,
+ * needs no MAC check (Watch reads on from its last event's cursor once per
+ * event and watcher). Bounded; oldest out.
+ */
+class IssuedCursors {
+  readonly #byCursor = new Map<string, { namespace: string; position: number }>();
+  constructor(readonly max: number) {}
+
+  remember(cursor: string, namespace: string, position: number): void {
+    if (this.#byCursor.size >= this.max) {
+      const oldest = this.#byCursor.keys().next();
+      if (oldest.done !== true) this.#byCursor.delete(oldest.value);
+    }
+    this.#byCursor.set(cursor, { namespace, position });
+  }
+
+  positionOf(cursor: string, namespace: string): number | undefined {
+    const known = this.#byCursor.get(cursor);
+    return known !== undefined && known.namespace === namespace ? known.position : undefined;
+  }
 }
 
 function sumBytes(

@@ -102,14 +102,94 @@ export interface ActiveCall {
 // days away) are treated as none.
 const MAX_TIMER_DELAY_MS = 2_147_483_647;
 
-interface Entry {
+/**
+ * Where a client's cancel comes from (a grpc-js call): `cancelled` once the
+ * client has gone, and a "cancelled" event when it goes.
+ */
+export interface CancelSource {
+  readonly cancelled: boolean;
+  on(event: "cancelled", listener: () => void): unknown;
+  off(event: "cancelled", listener: () => void): unknown;
+}
+
+/**
+ * One registered call. A class rather than closures: a unary call on the
+ * hot path makes one object here, and nothing else until its signal is read.
+ */
+class RegisteredCall implements ActiveCall {
   readonly kind: CallKind;
-  abort(reason: MemoryError): void;
+  readonly deadline: number | undefined;
+  readonly begunAt: number;
+  readonly #entries: Set<RegisteredCall>;
+  readonly #source: CancelSource | undefined;
+  #controller: AbortController | undefined;
+  #pending: MemoryError | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #onCancelled: (() => void) | undefined;
+
+  constructor(
+    entries: Set<RegisteredCall>,
+    kind: CallKind,
+    deadline: number | undefined,
+    source: CancelSource | undefined,
+  ) {
+    this.#entries = entries;
+    this.kind = kind;
+    this.deadline = deadline;
+    this.begunAt = Date.now();
+    this.#source = source;
+  }
+
+  get signal(): AbortSignal {
+    if (this.#controller !== undefined) return this.#controller.signal;
+    const c = new AbortController();
+    this.#controller = c;
+    const source = this.#source;
+    if (source !== undefined && this.#pending === undefined) {
+      // The client's cancel matters only to code that reads the signal, so
+      // the listener is added now rather than on every call.
+      if (source.cancelled) {
+        this.#pending = clientStopReason(this.deadline, this.begunAt);
+      } else {
+        this.#onCancelled = () => this.abort(clientStopReason(this.deadline, this.begunAt));
+        source.on("cancelled", this.#onCancelled);
+      }
+    }
+    const deadline = this.deadline;
+    if (this.#pending !== undefined) {
+      c.abort(this.#pending);
+    } else if (deadline !== undefined) {
+      const delay = deadline - Date.now();
+      if (delay <= 0) {
+        c.abort(deadlineExceeded());
+      } else if (delay <= MAX_TIMER_DELAY_MS) {
+        this.#timer = setTimeout(() => this.abort(deadlineExceeded()), delay);
+        // A call's deadline must not keep the process alive on its own.
+        this.#timer.unref();
+      }
+    }
+    return c.signal;
+  }
+
+  abort(reason: MemoryError): void {
+    const c = this.#controller;
+    if (c === undefined) this.#pending ??= reason;
+    else if (!c.signal.aborted) c.abort(reason);
+  }
+
+  end(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    if (this.#onCancelled !== undefined) {
+      this.#source?.off("cancelled", this.#onCancelled);
+      this.#onCancelled = undefined;
+    }
+    this.#entries.delete(this);
+  }
 }
 
 /** Tracks the calls in flight of one or more servers. */
 export class CallRegistry {
-  readonly #entries = new Set<Entry>();
+  readonly #entries = new Set<RegisteredCall>();
   #refuseStreams = false;
   #refuseAll = false;
 
@@ -120,59 +200,23 @@ export class CallRegistry {
 
   /**
    * Registers a call. Its signal aborts with `deadlineExceeded()` when
-   * `deadline` passes; it is already aborted when the call arrives after
+   * `deadline` passes, and with clientStopReason when `source` reports the
+   * client's cancel; it is already aborted when the call arrives after
    * shutdown has ended calls of its kind.
    *
    * Most calls (an Add, a window Get) never look at their signal, and an
-   * AbortController plus a deadline timer cost several microseconds per call:
-   * both are made the first time `signal` is read. An abort before that is
-   * remembered and applied then.
+   * AbortController, a deadline timer and a cancel listener cost several
+   * microseconds per call: they are made the first time `signal` is read. An
+   * abort before that is remembered and applied then.
    */
-  begin(kind: CallKind, deadline: number | undefined): ActiveCall {
-    const begunAt = Date.now();
-    let controller: AbortController | undefined;
-    let pending: MemoryError | undefined;
-    let timer: NodeJS.Timeout | undefined;
-    const abort = (reason: MemoryError): void => {
-      if (controller === undefined) pending ??= reason;
-      else if (!controller.signal.aborted) controller.abort(reason);
-    };
-    const signal = (): AbortSignal => {
-      if (controller !== undefined) return controller.signal;
-      const c = new AbortController();
-      controller = c;
-      if (pending !== undefined) {
-        c.abort(pending);
-      } else if (deadline !== undefined) {
-        const delay = deadline - Date.now();
-        if (delay <= 0) {
-          c.abort(deadlineExceeded());
-        } else if (delay <= MAX_TIMER_DELAY_MS) {
-          timer = setTimeout(() => abort(deadlineExceeded()), delay);
-          // A call's deadline must not keep the process alive on its own.
-          timer.unref();
-        }
-      }
-      return c.signal;
-    };
-    if (deadline !== undefined && deadline <= Date.now()) abort(deadlineExceeded());
+  begin(kind: CallKind, deadline: number | undefined, source?: CancelSource): ActiveCall {
+    const call = new RegisteredCall(this.#entries, kind, deadline, source);
+    if (deadline !== undefined && deadline <= call.begunAt) call.abort(deadlineExceeded());
     if (this.#refuseAll || (kind === "stream" && this.#refuseStreams)) {
-      abort(serverShuttingDown());
+      call.abort(serverShuttingDown());
     }
-    const entry: Entry = { kind, abort };
-    this.#entries.add(entry);
-    return {
-      get signal() {
-        return signal();
-      },
-      deadline,
-      begunAt,
-      abort,
-      end: () => {
-        if (timer !== undefined) clearTimeout(timer);
-        this.#entries.delete(entry);
-      },
-    };
+    this.#entries.add(call);
+    return call;
   }
 
   /**
@@ -194,6 +238,6 @@ export class CallRegistry {
   }
 }
 
-function abortWith(entry: Entry, reason: MemoryError): void {
+function abortWith(entry: RegisteredCall, reason: MemoryError): void {
   entry.abort(reason);
 }

@@ -289,7 +289,7 @@ function beginConnectCall(calls: CallRegistry, kind: CallKind, hctx: HandlerCont
     },
     deadline: active.deadline,
     begunAt: active.begunAt,
-    abort: active.abort,
+    abort: (reason) => active.abort(reason),
     end() {
       hctx.signal.removeEventListener("abort", onAbort);
       active.end();

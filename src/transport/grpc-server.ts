@@ -14,6 +14,7 @@ import {
   ServerCredentials,
   type ServerUnaryCall,
   type ServerWritableStream,
+  type sendUnaryData,
   type UntypedHandleCall,
 } from "@grpc/grpc-js";
 import { HealthImplementation } from "grpc-health-check";
@@ -21,14 +22,7 @@ import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
 import { endRpcSpan, type RpcSpan, startRpcSpan, withSpan } from "../tracing.js";
 import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
-import {
-  type ActiveCall,
-  admitCall,
-  type CallKind,
-  type CallRegistry,
-  clientStopReason,
-  watchStalled,
-} from "./call-registry.js";
+import { type ActiveCall, admitCall, watchStalled } from "./call-registry.js";
 import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
 import { grpcAuthGate } from "./grpc-auth-gate.js";
 import { type GrpcListener, listenForGrpc } from "./grpc-listener.js";
@@ -36,7 +30,7 @@ import { createReflectionService } from "./grpc-reflection.js";
 import { grpcServerDefinition } from "./grpc-service-definition.js";
 import { DEFAULT_MAX_MESSAGE_BYTES, MAX_CONCURRENT_STREAMS } from "./limits.js";
 import { decodeBinaryRequest } from "./request-decoding.js";
-import { recordRpc } from "./rpc-metrics.js";
+import { RpcRecorder, recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
 
@@ -147,39 +141,69 @@ function unary<I extends DescMessage, O extends DescMessage>(
   method: DescMethodUnary<I, O>,
   invoke: (request: MessageShape<I>, ctx: CallContext) => Promise<MessageShape<O>>,
 ): handleUnaryCall<Buffer, MessageShape<O>> {
-  const name = `${method.parent.typeName}/${method.name}`;
+  const unaryMethod: UnaryMethod<I, O> = {
+    fullName: `${method.parent.typeName}/${method.name}`,
+    service: method.parent.typeName,
+    name: method.name,
+    input: method.input,
+    invoke,
+    rpcs: new RpcRecorder(deps.metrics, "grpc", method.name),
+  };
   return (call, callback) => {
-    const startedAt = performance.now();
-    const active = beginGrpcCall(deps.calls, "unary", call);
-    const span = startRpcSpan("grpc", method.parent.typeName, method.name, call.metadata);
+    void respondUnary(deps, unaryMethod, call, callback);
+  };
+}
+
+interface UnaryMethod<I extends DescMessage, O extends DescMessage> {
+  readonly fullName: string;
+  readonly service: string;
+  readonly name: string;
+  readonly input: I;
+  readonly invoke: (request: MessageShape<I>, ctx: CallContext) => Promise<MessageShape<O>>;
+  readonly rpcs: RpcRecorder;
+}
+
+/**
+ * One unary call. This is the hot path: it makes the call's registry entry,
+ * its context and one promise, and nothing else unless tracing is on or the
+ * call fails (the error scope is built only then).
+ */
+async function respondUnary<I extends DescMessage, O extends DescMessage>(
+  deps: Deps,
+  method: UnaryMethod<I, O>,
+  call: ServerUnaryCall<Buffer, MessageShape<O>>,
+  callback: sendUnaryData<MessageShape<O>>,
+): Promise<void> {
+  const startedAt = performance.now();
+  const active = deps.calls.begin("unary", deadlineOf(call), call);
+  const span = startRpcSpan("grpc", method.service, method.name, call.metadata);
+  try {
+    // Authenticate first: a caller without a good token never gets its body decoded.
+    const ctx = callContext(deps, call.metadata, active);
+    const response =
+      span === undefined
+        ? await method.invoke(decodeBinaryRequest(method.input, call.request), ctx)
+        : await withSpan(span, () =>
+            method.invoke(decodeBinaryRequest(method.input, call.request), ctx),
+          );
+    callback(null, response);
+    method.rpcs.record("ok", startedAt);
+    endRpcSpan(span, "ok");
+  } catch (err) {
     const scope: ErrorScope = {
-      method: name,
+      method: method.fullName,
       get signal() {
         return active.signal;
       },
       logger: deps.logger,
     };
-    const respond = async (): Promise<void> => {
-      try {
-        // Authenticate first: a caller without a good token never gets its body decoded.
-        const ctx = callContext(deps, call.metadata, active);
-        const response = await withSpan(span, () =>
-          invoke(decodeBinaryRequest(method.input, call.request), ctx),
-        );
-        callback(null, response);
-        recordRpc(deps.metrics, "grpc", method.name, "ok", startedAt);
-        endRpcSpan(span, "ok");
-      } catch (err) {
-        const clientError = toClientError(err, scope);
-        callback(toGrpcStatus(clientError));
-        recordRpc(deps.metrics, "grpc", method.name, clientError.code, startedAt);
-        endRpcSpan(span, clientError.code);
-      } finally {
-        active.end();
-      }
-    };
-    void respond();
-  };
+    const clientError = toClientError(err, scope);
+    callback(toGrpcStatus(clientError));
+    method.rpcs.record(clientError.code, startedAt);
+    endRpcSpan(span, clientError.code);
+  } finally {
+    active.end();
+  }
 }
 
 function serverStreaming<I extends DescMessage, O extends DescMessage>(
@@ -218,7 +242,7 @@ async function pump<O extends DescMessage>(
   open: (request: Buffer, ctx: CallContext) => AsyncIterable<MessageShape<O>>,
   span: RpcSpan,
 ): Promise<void> {
-  const active = beginGrpcCall(deps.calls, "stream", call);
+  const active = deps.calls.begin("stream", deadlineOf(call), call);
   const { signal } = active;
   const scope: ErrorScope = {
     method: `${MemoryService.typeName}/${name}`,
@@ -305,34 +329,15 @@ function isClosableHttp2Stream(
   );
 }
 
+/**
+ * What of a grpc-js call the registry watches: 'cancelled' fires when the
+ * client cancels, and also when grpc-js ends the call at its deadline, so a
+ * cancel at the deadline counts as the deadline (clientStopReason).
+ */
 type SurfaceCall = Pick<
   ServerUnaryCall<unknown, unknown>,
   "cancelled" | "getDeadline" | "on" | "off"
 >;
-
-/**
- * Tracks a call and ties its signal to grpc-js events: 'cancelled' fires when
- * the client cancels, and also when grpc-js ends the call at its deadline,
- * so a cancel at the deadline counts as the deadline.
- */
-function beginGrpcCall(calls: CallRegistry, kind: CallKind, call: SurfaceCall): ActiveCall {
-  const active = calls.begin(kind, deadlineOf(call));
-  const onCancelled = (): void => active.abort(clientStopReason(active.deadline, active.begunAt));
-  call.on("cancelled", onCancelled);
-  if (call.cancelled) onCancelled();
-  return {
-    get signal() {
-      return active.signal;
-    },
-    deadline: active.deadline,
-    begunAt: active.begunAt,
-    abort: active.abort,
-    end() {
-      call.off("cancelled", onCancelled);
-      active.end();
-    },
-  };
-}
 
 /**
  * Throws MemoryError("unauthenticated") when auth is on and the token is not
@@ -341,14 +346,28 @@ function beginGrpcCall(calls: CallRegistry, kind: CallKind, call: SurfaceCall): 
 function callContext(deps: Deps, metadata: Metadata, active: ActiveCall): CallContext {
   const [authorization] = metadata.get("authorization");
   const namespace = admitCall(deps, typeof authorization === "string" ? authorization : undefined);
-  // A getter: reading the signal is what creates it (call-registry.ts).
-  return {
-    namespace,
-    get signal() {
-      return active.signal;
-    },
-    deadline: active.deadline,
-  };
+  return new GrpcCallContext(namespace, active);
+}
+
+/**
+ * A call's context. `signal` is a getter, as reading the signal is what
+ * creates it (call-registry.ts); a class, because an object literal with a
+ * getter costs more to make, once per call.
+ */
+class GrpcCallContext implements CallContext {
+  readonly namespace: string;
+  readonly deadline: number | undefined;
+  readonly #active: ActiveCall;
+
+  constructor(namespace: string, active: ActiveCall) {
+    this.namespace = namespace;
+    this.deadline = active.deadline;
+    this.#active = active;
+  }
+
+  get signal(): AbortSignal {
+    return this.#active.signal;
+  }
 }
 
 function deadlineOf(call: SurfaceCall): number | undefined {

@@ -6,8 +6,13 @@ import {
   toBinary,
 } from "@bufbuild/protobuf";
 import type { MethodDefinition, ServiceDefinition } from "@grpc/grpc-js";
-import { type GetResponse, GetResponseSchema } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
-import { encodeGetResponse } from "../service/pre-encoded.js";
+import {
+  type GetResponse,
+  GetResponseSchema,
+  type WatchResponse,
+  WatchResponseSchema,
+} from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { encodeGetResponse, encodeWatchResponse } from "../service/pre-encoded.js";
 
 /**
  * grpc-js service definitions built from protobuf-es descriptors, so the
@@ -58,13 +63,22 @@ function grpcMethodDefinition(method: DescMethod): MethodDefinition<Message, Mes
     responseStream: kind === "server_streaming" || kind === "bidi_streaming",
     requestSerialize: (message) => asBuffer(toBinary(method.input, message)),
     requestDeserialize: (bytes) => fromBinary(method.input, bytes),
-    responseSerialize:
-      method.output.typeName === GetResponseSchema.typeName
-        ? (message) => asBuffer(encodeGetResponse(message as GetResponse))
-        : (message) => asBuffer(toBinary(method.output, message)),
+    responseSerialize: responseSerializer(method),
     responseDeserialize: (bytes) => fromBinary(method.output, bytes),
     originalName: method.name,
   };
+}
+
+/** Get and Watch responses carry bytes encoded once (service/pre-encoded.ts). */
+function responseSerializer(method: DescMethod): (message: Message) => Buffer {
+  switch (method.output.typeName) {
+    case GetResponseSchema.typeName:
+      return (message) => asBuffer(encodeGetResponse(message as GetResponse));
+    case WatchResponseSchema.typeName:
+      return (message) => asBuffer(encodeWatchResponse(message as WatchResponse));
+    default:
+      return (message) => asBuffer(toBinary(method.output, message));
+  }
 }
 
 // grpc-js wants a Buffer; wrapping the same memory avoids a copy per message.

@@ -22,6 +22,43 @@ export function recordRpc(
   }
 }
 
+/**
+ * recordRpc for one method of one transport, with the metric series of each
+ * code looked up once: a unary call's handler records through this on every
+ * call.
+ */
+export class RpcRecorder {
+  readonly #metrics: ServerMetrics | undefined;
+  readonly #transport: TransportName;
+  readonly #method: string;
+  readonly #byCode = new Map<
+    string,
+    { rpcs: { inc(): void }; seconds: { observe(value: number): void } }
+  >();
+
+  constructor(metrics: ServerMetrics | undefined, transport: TransportName, method: string) {
+    this.#metrics = metrics;
+    this.#transport = transport;
+    this.#method = method;
+  }
+
+  record(code: ErrorCode | "ok", startedAt: number | undefined): void {
+    const metrics = this.#metrics;
+    if (metrics === undefined) return;
+    let series = this.#byCode.get(code);
+    if (series === undefined) {
+      const labels = labelsOf(this.#transport, this.#method, code);
+      series = {
+        rpcs: metrics.rpcs.child(labels.rpc),
+        seconds: metrics.rpcSeconds.child(labels.duration),
+      };
+      this.#byCode.set(code, series);
+    }
+    series.rpcs.inc();
+    if (startedAt !== undefined) series.seconds.observe((performance.now() - startedAt) / 1000);
+  }
+}
+
 // The same label objects for the same call kind, so their text is built once (metrics.ts).
 const labelCache = new Map<
   string,

@@ -1,9 +1,18 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { GetResponseSchema } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
-import type { StoredMessage } from "../../src/core/types.js";
-import { encodeGetResponse, setMessages } from "../../src/service/pre-encoded.js";
+import {
+  GetResponseSchema,
+  WatchResponseSchema,
+} from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import type { MemoryEvent, StoredMessage } from "../../src/core/types.js";
+import { encodeResumeToken, eventToPb } from "../../src/service/convert.js";
+import {
+  encodeGetResponse,
+  encodeWatchResponse,
+  setMessages,
+  sharedEventToPb,
+} from "../../src/service/pre-encoded.js";
 
 const text = fc.string({ unit: "grapheme", maxLength: 300 });
 const stored: fc.Arbitrary<StoredMessage> = fc.record(
@@ -59,5 +68,40 @@ describe("pre-encoded GetResponse messages", () => {
     const res = setMessages(create(GetResponseSchema), [m]);
     res.messages = [];
     expect(encodeGetResponse(res)).toEqual(toBinary(GetResponseSchema, res));
+  });
+});
+
+describe("shared Watch events", () => {
+  const event = (cursor: string, summary: string): MemoryEvent => ({
+    type: "summary_updated",
+    summary,
+    summarizedThroughSeq: 7,
+    foldedCount: 3,
+    cursor,
+    threadId: "t",
+    time: 1234,
+  });
+
+  it("converts an event once for every watcher, with the bytes toBinary gives", () => {
+    const cursor = `c-${Math.random()}`;
+    const a = sharedEventToPb(event(cursor, "s"));
+    const b = sharedEventToPb(event(cursor, "s"));
+    expect(b).toBe(a);
+    const expected = toBinary(
+      WatchResponseSchema,
+      eventToPb(event(cursor, "s"), encodeResumeToken(cursor)),
+    );
+    expect(Buffer.from(encodeWatchResponse(a)).equals(Buffer.from(expected))).toBe(true);
+    expect(encodeWatchResponse(a)).toBe(encodeWatchResponse(b));
+  });
+
+  it("tells events apart by cursor", () => {
+    const a = sharedEventToPb(event(`c-${Math.random()}`, "one"));
+    const b = sharedEventToPb(event(`c-${Math.random()}`, "two"));
+    expect(a).not.toBe(b);
+    expect(fromBinary(WatchResponseSchema, encodeWatchResponse(b)).event).toMatchObject({
+      case: "summaryUpdated",
+      value: { summary: "two" },
+    });
   });
 });

@@ -79,3 +79,22 @@ describe("memory store trimming", () => {
     await store.close();
   });
 });
+
+describe("memory store event cursors", () => {
+  it("reads on from a cursor it issued, and refuses that cursor in another namespace", async () => {
+    const store = createMemoryStore();
+    const startA = await store.headCursor("a");
+    const startB = await store.headCursor("b");
+    await store.append(cmd({ namespace: "a" }));
+    await store.append(cmd({ namespace: "b" }));
+    await store.append(cmd({ namespace: "a" }));
+    const [e0, e1] = await store.readEvents("a", startA, 10);
+    if (e0 === undefined || e1 === undefined) throw new Error("expected two events in a");
+    // Issued (read) just now: known to the store, in namespace a only.
+    expect(await store.readEvents("a", e0.cursor, 10)).toEqual([e1]);
+    await expect(store.readEvents("b", e0.cursor, 10)).rejects.toMatchObject({
+      code: "invalid_argument",
+    });
+    expect((await store.readEvents("b", startB, 10)).map((e) => e.threadId)).toEqual(["t"]);
+  });
+});

@@ -1,4 +1,6 @@
+import { EventEmitter } from "node:events";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { MemoryError } from "../../src/core/errors.js";
 import {
   CallRegistry,
   clientStopReason,
@@ -41,6 +43,53 @@ describe("clientStopReason", () => {
     const calls = new CallRegistry();
     const call = calls.begin("unary", 9_000);
     expect(call.begunAt).toBe(5_000);
+    call.end();
+  });
+});
+
+describe("CallRegistry cancel source", () => {
+  class FakeGrpcCall extends EventEmitter {
+    cancelled = false;
+    cancel(): void {
+      this.cancelled = true;
+      this.emit("cancelled");
+    }
+  }
+
+  it("listens for the client's cancel only once the signal is read", () => {
+    const calls = new CallRegistry();
+    const grpcCall = new FakeGrpcCall();
+    const call = calls.begin("unary", undefined, grpcCall);
+    expect(grpcCall.listenerCount("cancelled")).toBe(0);
+    const { signal } = call;
+    expect(grpcCall.listenerCount("cancelled")).toBe(1);
+    expect(signal.aborted).toBe(false);
+    grpcCall.cancel();
+    expect(signal.aborted).toBe(true);
+    expect((signal.reason as MemoryError).code).toBe("cancelled");
+    call.end();
+    expect(grpcCall.listenerCount("cancelled")).toBe(0);
+    expect(calls.size).toBe(0);
+  });
+
+  it("gives a signal read after the client's cancel already aborted", () => {
+    const calls = new CallRegistry();
+    const grpcCall = new FakeGrpcCall();
+    const call = calls.begin("unary", undefined, grpcCall);
+    grpcCall.cancel();
+    expect(call.signal.aborted).toBe(true);
+    expect((call.signal.reason as MemoryError).code).toBe("cancelled");
+    expect(grpcCall.listenerCount("cancelled")).toBe(0);
+    call.end();
+  });
+
+  it("keeps the first reason: shutdown before the cancel", () => {
+    const calls = new CallRegistry();
+    const grpcCall = new FakeGrpcCall();
+    const call = calls.begin("unary", undefined, grpcCall);
+    calls.abortAll();
+    grpcCall.cancel();
+    expect((call.signal.reason as MemoryError).code).toBe("unavailable");
     call.end();
   });
 });
