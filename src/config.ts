@@ -526,6 +526,8 @@ function parseMetricsToken(v: string | undefined): string | undefined {
 export function helpText(): string {
   const lines = [
     "Usage: windlass-memory serve [flags]",
+    "       windlass-memory export [--namespace NS]... [--output FILE] [flags]",
+    "       windlass-memory import [--input FILE] [flags]",
     "",
     "Flags (each also an environment variable):",
   ];

@@ -25,6 +25,7 @@ import {
   CLEAR_BATCH,
   type CommitSummaryCommand,
   type FoldFailureCommand,
+  type ImportThreadCommand,
   READ_SLACK,
   type ReadView,
   type Store,
@@ -402,9 +403,59 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       };
     },
 
+    async importThread(cmd: ImportThreadCommand): Promise<boolean> {
+      const s = ns(cmd.namespace);
+      if (s.threads.has(cmd.threadId)) return false;
+      const messages = cmd.messages.map((m): StoredMessage => Object.freeze({ ...m }));
+      const delta: NamespaceUsage = {
+        threads: 1,
+        messages: messages.length,
+        bytes: sumBytes(messages, 0, messages.length),
+      };
+      checkQuotas(lim, s.usage, delta);
+      const state = importedState(cmd, randomUUID());
+      s.threads.set(cmd.threadId, {
+        state,
+        messages,
+        head: 0,
+        requests: new Map(),
+        bytes: delta.bytes,
+      });
+      s.ids.add(cmd.threadId);
+      s.usage.threads += delta.threads;
+      s.usage.messages += delta.messages;
+      s.usage.bytes += delta.bytes;
+      const first = messages[0];
+      if (first !== undefined) {
+        publish(s, [
+          log(s, cmd.threadId, cmd.now, {
+            type: "messages_added",
+            firstSeq: first.seq,
+            lastSeq: cmd.lastSeq,
+          }),
+        ]);
+      }
+      return true;
+    },
+
     async close(): Promise<void> {
       for (const s of namespaces.values()) s.listeners.clear();
     },
+  };
+}
+
+/** The state of a thread written by Store.importThread. */
+export function importedState(cmd: ImportThreadCommand, incarnation: string): ThreadState {
+  return {
+    threadId: cmd.threadId,
+    incarnation,
+    strategy: cmd.strategy,
+    lastSeq: cmd.lastSeq,
+    summarizedThroughSeq: cmd.summarizedThroughSeq,
+    summary: cmd.summary,
+    summaryTime: cmd.summaryTime,
+    createTime: cmd.createTime,
+    updateTime: cmd.updateTime,
   };
 }
 

@@ -25,6 +25,7 @@ import {
   CLEAR_CHUNK,
   COMMIT_SUMMARY,
   HEAD,
+  IMPORT_THREAD,
   type LuaScript,
   READ,
   READ_EVENTS,
@@ -37,6 +38,7 @@ import type {
   AppendResult,
   CommitSummaryCommand,
   FoldFailureCommand,
+  ImportThreadCommand,
   ReadView,
   Store,
   StoreLimits,
@@ -668,6 +670,50 @@ export async function createRedisStore(
           r.lingerTimer.unref();
         }
       };
+    },
+
+    async importThread(cmd: ImportThreadCommand): Promise<boolean> {
+      const k = keys(cmd.namespace);
+      const id = cmd.threadId;
+      let bytes = 0;
+      const entries = cmd.messages.map((m) => {
+        const b = messageBytes(m);
+        bytes += b;
+        return `${m.seq} ${b} ${encodeMessage(m, m.createTime)}`;
+      });
+      const reply = await run(
+        IMPORT_THREAD,
+        [k.thread(id), k.messages(id), k.threads, k.events, k.usage],
+        [
+          id,
+          randomUUID(),
+          ...strategyArgs(cmd.strategy),
+          String(cmd.lastSeq),
+          String(cmd.summarizedThroughSeq),
+          cmd.summary,
+          String(cmd.summaryTime),
+          String(cmd.createTime),
+          String(cmd.updateTime),
+          String(cmd.now),
+          String(lim.eventRetention),
+          String(lim.maxThreadsPerNamespace),
+          String(lim.maxMessagesPerNamespace),
+          String(lim.maxBytesPerNamespace),
+          String(bytes),
+          String(cmd.messages[0]?.seq ?? 0),
+          ...entries,
+        ],
+      );
+      const [status, quota, limit] = asArray(reply);
+      switch (status) {
+        case "ok":
+          return true;
+        case "exists":
+          return false;
+        case "quota":
+          throw quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
+      }
+      throw new Error(`redis store: unexpected import reply ${String(status)}`);
     },
 
     async close(): Promise<void> {

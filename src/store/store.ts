@@ -114,8 +114,38 @@ export interface Store {
    */
   subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void;
 
+  /**
+   * Writes a whole thread as given (`windlass-memory import`, src/portability)
+   * if the namespace has no thread of that id: its strategy, summary,
+   * summarized_through_seq, last_seq, times and stored messages with their
+   * seqs and create times, under a new incarnation, counted by the namespace
+   * quotas (resource_exhausted, nothing written), and logs messages_added for
+   * the stored seqs (when there are any). Returns true when written; false,
+   * changing nothing, when the thread already exists. The caller has checked
+   * the snapshot (portability/thread-line.ts): stored seqs consecutive and
+   * ending at last_seq, summarized_through_seq at most last_seq.
+   */
+  importThread(cmd: ImportThreadCommand): Promise<boolean>;
+
   /** Releases connections and timers. */
   close(): Promise<void>;
+}
+
+/** A whole thread to write as it is (Store.importThread). */
+export interface ImportThreadCommand {
+  namespace: string;
+  threadId: string;
+  strategy: Strategy;
+  lastSeq: number;
+  summarizedThroughSeq: number;
+  summary: string;
+  summaryTime: number;
+  createTime: number;
+  updateTime: number;
+  /** Oldest first; seqs consecutive, the newest equal to lastSeq. */
+  messages: StoredMessage[];
+  /** Time of the messages_added event. */
+  now: number;
 }
 
 export interface AppendCommand {

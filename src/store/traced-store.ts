@@ -51,6 +51,8 @@ export function tracedStore(store: Store, kind: "memory" | "sqlite" | "redis"): 
       span("headCursor", namespace, undefined, () => store.headCursor(namespace)),
     compareCursors: (a, b) => store.compareCursors(a, b),
     subscribe: (namespace, listener) => store.subscribe(namespace, listener),
+    importThread: (cmd) =>
+      span("importThread", cmd.namespace, cmd.threadId, () => store.importThread(cmd)),
     close: () => store.close(),
   };
 }

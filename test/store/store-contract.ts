@@ -2,9 +2,15 @@ import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import { recall, recallSize, visibleMessages } from "../../src/core/recall.js";
-import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
+import type { ChatMessage, MemoryEvent, StoredMessage, Strategy } from "../../src/core/types.js";
 import { tokenParts } from "../../src/store/resume-token.js";
-import { CLEAR_BATCH, READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
+import {
+  CLEAR_BATCH,
+  type ImportThreadCommand,
+  READ_SLACK,
+  type Store,
+  type StoreLimits,
+} from "../../src/store/store.js";
 import { appendCommands, summary, user, window20 } from "./fixtures.js";
 
 /** Makes a fresh, empty store with the limits a case needs. */
@@ -709,7 +715,129 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
         ["thread_cleared", "a"],
       ]);
     });
+
+    it("imports a whole thread as given, once; later Adds, trims and folds go on from it", async () => {
+      const given = importCommand();
+      const head = await store.headCursor("ns");
+      expect(await store.importThread(given)).toBe(true);
+      const snap = await store.read("ns", "imp");
+      const { incarnation, ...thread } = snap?.thread ?? { incarnation: "" };
+      expect(incarnation).not.toBe("");
+      expect(thread).toEqual({
+        threadId: "imp",
+        strategy: given.strategy,
+        lastSeq: 7,
+        summarizedThroughSeq: 5,
+        summary: "earlier talk",
+        summaryTime: 400,
+        createTime: 100,
+        updateTime: 500,
+      });
+      expect(snap?.messages).toEqual(given.messages);
+      expect(await store.listThreads("ns", "", 10)).toEqual(["imp"]);
+      const events = await store.readEvents("ns", head, 10);
+      expect(events.map((e) => [e.type, e.threadId, e.time])).toEqual([
+        ["messages_added", "imp", 9000],
+      ]);
+      expect(events[0]).toMatchObject({ firstSeq: 5, lastSeq: 7 });
+
+      // Importing again, even with other content, changes nothing.
+      expect(await store.importThread({ ...given, summary: "other", messages: [] })).toBe(false);
+      expect(await store.read("ns", "imp")).toEqual(snap);
+      expect(await store.readEvents("ns", head, 10)).toHaveLength(1);
+
+      // Seqs go on from last_seq; max_stored (3) trims the imported front.
+      const r = await store.append(
+        cmd({ threadId: "imp", messages: [user("next"), user("last")], now: 10_000 }),
+      );
+      expect([r.firstSeq, r.lastSeq]).toEqual([8, 9]);
+      const after = await store.read("ns", "imp");
+      expect(after?.messages.map((m) => m.seq)).toEqual([6, 7, 8, 9]);
+      expect(after?.thread.summarizedThroughSeq).toBe(5);
+      const token = (await store.acquireFoldLease("ns", "imp", 10_000)) ?? 0;
+      const folded = await store.commitSummary({
+        namespace: "ns",
+        threadId: "imp",
+        incarnation,
+        leaseToken: token,
+        fromSeq: 5,
+        throughSeq: 8,
+        summary: "all but the last",
+        foldedCount: 3,
+        now: 11_000,
+      });
+      expect(folded?.summarizedThroughSeq).toBe(8);
+      // Seq 6 goes past max_stored, then 7, a tool result left without its call.
+      expect((await store.read("ns", "imp"))?.messages.map((m) => m.seq)).toEqual([8, 9]);
+    });
+
+    it("counts an imported thread in the namespace quotas and refuses one past them", async () => {
+      const q = await factory({ maxThreadsPerNamespace: 1, maxMessagesPerNamespace: 4 });
+      try {
+        await rejects(
+          q.importThread(importCommand({ threadId: "big", messages: storedRange(1, 5, 10) })),
+          "resource_exhausted",
+        );
+        expect(await q.listThreads("ns", "", 10)).toEqual([]);
+        expect(await q.importThread(importCommand())).toBe(true);
+        const err = await rejects(q.append(cmd({ threadId: "another" })), "resource_exhausted");
+        expect(err.message).toContain("max_threads_per_namespace");
+        // The import's three messages count: three more, less the one folded
+        // message max_stored then drops, would make five.
+        await rejects(
+          q.append(cmd({ threadId: "imp", messages: [user("x"), user("y"), user("z")] })),
+          "resource_exhausted",
+        );
+        await q.append(cmd({ threadId: "imp", messages: [user("x"), user("y")] }));
+        expect(await q.clear("ns", "imp", 1)).toBe(true);
+        expect(await q.importThread(importCommand({ messages: [], lastSeq: 0 }))).toBe(true);
+        expect((await q.read("ns", "imp"))?.messages).toEqual([]);
+      } finally {
+        await q.close();
+      }
+    });
   });
+}
+
+/** Stored messages with seqs from..to, each with every optional field on one of them. */
+function storedRange(from: number, to: number, time: number): StoredMessage[] {
+  const out: StoredMessage[] = [];
+  for (let seq = from; seq <= to; seq++) {
+    out.push(
+      seq === from + 1
+        ? {
+            role: "assistant",
+            content: "",
+            name: "bot",
+            toolCalls: [{ id: "c1", name: "lookup", arguments: '{"q":"x"}' }],
+            metadata: { k: "v" },
+            seq,
+            createTime: time + seq,
+          }
+        : seq === from + 2
+          ? { role: "tool", content: "found é", toolCallId: "c1", seq, createTime: time + seq }
+          : { role: "user", content: `m${seq}`, seq, createTime: time + seq },
+    );
+  }
+  return out;
+}
+
+/** Thread "imp": a summary thread folded through 5, holding seqs 5..7, max_stored 3. */
+function importCommand(over: Partial<ImportThreadCommand> = {}): ImportThreadCommand {
+  return {
+    namespace: "ns",
+    threadId: "imp",
+    strategy: { ...summary, maxStored: 3 },
+    lastSeq: 7,
+    summarizedThroughSeq: 5,
+    summary: "earlier talk",
+    summaryTime: 400,
+    createTime: 100,
+    updateTime: 500,
+    messages: storedRange(5, 7, 200),
+    now: 9000,
+    ...over,
+  };
 }
 
 async function waitFor(cond: () => boolean, ms = 2000): Promise<void> {
