@@ -76,7 +76,12 @@ export interface ThreadState {
   /** Milliseconds since the Unix epoch. */
   createTime: number;
   updateTime: number;
+  /** The thread's labels (AddRequest.labels); absent when it has none, never empty. */
+  labels?: Labels;
 }
+
+/** Thread labels: key -> value (checked by service/labels.ts). */
+export type Labels = Record<string, string>;
 
 /** What happened to a thread, as the event log records it. */
 export type EventBody =

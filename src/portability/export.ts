@@ -35,6 +35,7 @@ export async function exportNamespace(
           summaryTime: thread.summaryTime,
           createTime: thread.createTime,
           updateTime: thread.updateTime,
+          ...(thread.labels === undefined ? {} : { labels: thread.labels }),
           messages,
         })}\n`,
       );

@@ -1,18 +1,20 @@
-import type { Role, StoredMessage, Strategy, ToolCall } from "../core/types.js";
+import type { Labels, Role, StoredMessage, Strategy, ToolCall } from "../core/types.js";
 import { threadIdFrom } from "../service/convert.js";
+import { labelsFrom } from "../service/labels.js";
 import type { ImportThreadCommand } from "../store/store.js";
 
 /**
  * One line of `windlass-memory export` (JSON Lines): a whole thread. Field
  * names are the proto's (snake_case); times are milliseconds since the Unix
- * epoch; a message's optional fields are left out when empty. `format` names
+ * epoch; a message's optional fields, and the thread's labels, are left out
+ * when empty. `format` names
  * this layout, so a later version can read (or refuse) an older file.
  *
  * ```json
  * {"format":"windlass-memory.thread.v1","namespace":"","thread_id":"t1",
  *  "strategy":{"kind":"window","window":20,"exclude_system":false,"max_stored":1000},
  *  "last_seq":2,"summarized_through_seq":0,"summary":"","summary_time":0,
- *  "create_time":1767225600000,"update_time":1767225601000,
+ *  "create_time":1767225600000,"update_time":1767225601000,"labels":{"user_id":"u-42"},
  *  "messages":[{"seq":1,"create_time":1767225600000,"role":"user","content":"hi"}, …]}
  * ```
  */
@@ -39,6 +41,7 @@ export function encodeThreadLine(t: ThreadLine): string {
     summary_time: t.summaryTime,
     create_time: t.createTime,
     update_time: t.updateTime,
+    ...(t.labels === undefined ? {} : { labels: t.labels }),
     messages: t.messages.map(encodeMessage),
   });
 }
@@ -102,6 +105,7 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
     "summary_time",
     "create_time",
     "update_time",
+    "labels",
     "messages",
   ]);
   const format = r.string(o.format, "format");
@@ -127,6 +131,16 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
   if (strategy.kind !== "summary" && (summary !== "" || summarizedThroughSeq !== 0)) {
     r.fail("summary", `must be empty (and summarized_through_seq 0) for a ${strategy.kind} thread`);
   }
+  let labels: Labels | undefined;
+  if (o.labels !== undefined) {
+    const map = r.object(o.labels, "labels", undefined);
+    for (const [k, v] of Object.entries(map)) r.string(v, `labels.${k}`);
+    try {
+      labels = labelsFrom(map as Record<string, string>, "labels");
+    } catch (err) {
+      throw new ThreadLineError(`${where}: ${(err as Error).message}`);
+    }
+  }
   const list = r.array(o.messages, "messages");
   const messages = list.map((m, i) => decodeMessage(r, m, `messages[${i}]`));
   for (const [i, m] of messages.entries()) {
@@ -149,6 +163,7 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
     summaryTime: r.count(o.summary_time, "summary_time"),
     createTime: r.count(o.create_time, "create_time"),
     updateTime: r.count(o.update_time, "update_time"),
+    ...(labels === undefined ? {} : { labels }),
     messages,
   };
 }

@@ -163,6 +163,7 @@ export function threadToPb(t: ThreadState): ThreadPb {
     summarizedThroughSeq: BigInt(t.summarizedThroughSeq),
     createTime: timestampFromMs(t.createTime),
     updateTime: timestampFromMs(t.updateTime),
+    ...(t.labels === undefined ? {} : { labels: t.labels }),
   });
 }
 

@@ -21,7 +21,7 @@ import { lastSeqMismatchError } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import { planFold, recall, recallSize, visibleMessages } from "../core/recall.js";
 import { resolveStrategy, type StrategyDraft, strategyKey } from "../core/strategy.js";
-import type { ChatMessage, Strategy, ThreadState } from "../core/types.js";
+import type { ChatMessage, Labels, Strategy, ThreadState } from "../core/types.js";
 import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { Store, ThreadSnapshot } from "../store/store.js";
@@ -37,6 +37,7 @@ import {
 } from "./convert.js";
 import { EventHub } from "./event-hub.js";
 import { FoldScheduler } from "./fold-scheduler.js";
+import { labelsFrom } from "./labels.js";
 import { setMessages } from "./pre-encoded.js";
 import { watchEvents } from "./watch.js";
 
@@ -164,6 +165,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       throw invalidArgument("request_id", `must be at most ${MAX_REQUEST_ID_BYTES} bytes`);
     }
     const messages = req.messages.map((m, i) => messageFromPb(m, `messages[${i}]`));
+    const labels = labelsFrom(req.labels, "labels");
     const draft = strategyDraftFromPb(req.strategy);
     const strategy = draft === undefined ? undefined : resolve(draft);
     if (req.replaceStrategy && strategy === undefined) {
@@ -173,7 +175,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       req.expectedLastSeq === undefined
         ? undefined
         : safeNumber(req.expectedLastSeq, "expected_last_seq");
-    if (messages.length === 0 && strategy === undefined) {
+    if (messages.length === 0 && strategy === undefined && labels === undefined) {
       return emptyAdd(ctx.namespace, threadId, expectedLastSeq);
     }
     const result = await store.append({
@@ -187,9 +189,10 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       requestHash:
         req.requestId === ""
           ? ""
-          : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq),
+          : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq, labels),
       expectedLastSeq,
       now: now(),
+      ...(labels === undefined ? {} : { labels }),
     });
     if (!result.replayed) maybeKick(ctx.namespace, result.thread);
     return create(AddResponseSchema, {
@@ -383,7 +386,8 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     assertOpen();
     const pageSize = req.pageSize === 0 ? PAGE_SIZE_DEFAULT : Math.min(req.pageSize, PAGE_SIZE_MAX);
     const after = decodePageToken(req.pageToken);
-    const ids = await store.listThreads(ctx.namespace, after, pageSize + 1);
+    const labels = labelsFrom(req.labels, "labels");
+    const ids = await store.listThreads(ctx.namespace, after, pageSize + 1, labels);
     const page = ids.slice(0, pageSize);
     const last = page[page.length - 1];
     return create(ListThreadsResponseSchema, {
@@ -455,6 +459,7 @@ function requestHash(
   strategy: Strategy | undefined,
   replace: boolean,
   expectedLastSeq: number | undefined,
+  labels: Labels | undefined,
 ): string {
   const canonical = messages.map((m) => ({
     ...m,
@@ -467,6 +472,8 @@ function requestHash(
         strategy === undefined ? null : strategyKey(strategy),
         replace,
         expectedLastSeq ?? null,
+        // Only when given, so the digests of Adds without labels stay as they were.
+        ...(labels === undefined ? [] : [Object.entries(labels).sort()]),
       ]),
     )
     .digest("base64url");

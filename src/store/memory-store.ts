@@ -11,11 +11,13 @@ import { recallSize } from "../core/recall.js";
 import type {
   ChatMessage,
   EventBody,
+  Labels,
   MemoryEvent,
   StoredMessage,
   Strategy,
   ThreadState,
 } from "../core/types.js";
+import { LabelIndex } from "./memory/labels.js";
 import { SortedIds } from "./memory/sorted-ids.js";
 import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
@@ -74,6 +76,8 @@ interface NamespaceState {
   threads: Map<string, ThreadRecord>;
   /** The keys of `threads`, in byte order, for ListThreads and Clear(all). */
   ids: SortedIds;
+  /** The threads by label, for a filtered ListThreads. */
+  labels: LabelIndex;
   /** What the quotas count, kept up to date by every change. */
   usage: NamespaceUsage;
   /** Retained events; events[i] has number firstEventNo + i. */
@@ -112,6 +116,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         name,
         threads: new Map(),
         ids: new SortedIds(),
+        labels: new LabelIndex(),
         usage: { threads: 0, messages: 0, bytes: 0 },
         events: [],
         firstEventNo: 1,
@@ -168,6 +173,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 
   /** Takes a thread out of the namespace's ids and usage (it is deleted by the caller). */
   function forget(s: NamespaceState, rec: ThreadRecord): void {
+    if (rec.state.labels !== undefined) s.labels.remove(rec.state.threadId, rec.state.labels);
     s.usage.threads -= 1;
     s.usage.messages -= storedCount(rec);
     s.usage.bytes -= rec.bytes;
@@ -229,6 +235,10 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         rec.state.summarizedThroughSeq = 0;
       }
       rec.state.strategy = strategy;
+      if (cmd.labels !== undefined) {
+        s.labels.replace(cmd.threadId, rec.state.labels, cmd.labels);
+        rec.state.labels = { ...cmd.labels };
+      }
       if (dropped > 0) dropOldest(rec, dropped);
       rec.bytes += delta.bytes;
       s.usage.threads += delta.threads;
@@ -366,8 +376,18 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       }
     },
 
-    async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
-      return namespaces.get(namespace)?.ids.after(after, Math.max(0, limit)) ?? [];
+    async listThreads(
+      namespace: string,
+      after: string,
+      limit: number,
+      labels?: Labels,
+    ): Promise<string[]> {
+      const s = namespaces.get(namespace);
+      if (s === undefined) return [];
+      if (labels !== undefined && Object.keys(labels).length > 0) {
+        return s.labels.list(labels, after, limit, (id) => s.threads.get(id)?.state.labels);
+      }
+      return s.ids.after(after, Math.max(0, limit));
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
@@ -422,6 +442,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         bytes: delta.bytes,
       });
       s.ids.add(cmd.threadId);
+      s.labels.replace(cmd.threadId, undefined, state.labels);
       s.usage.threads += delta.threads;
       s.usage.messages += delta.messages;
       s.usage.bytes += delta.bytes;
@@ -456,6 +477,7 @@ export function importedState(cmd: ImportThreadCommand, incarnation: string): Th
     summaryTime: cmd.summaryTime,
     createTime: cmd.createTime,
     updateTime: cmd.updateTime,
+    ...(cmd.labels === undefined ? {} : { labels: { ...cmd.labels } }),
   };
 }
 

@@ -10,6 +10,7 @@ import { strategyKey } from "../core/strategy.js";
 import type {
   ChatMessage,
   EventBody,
+  Labels,
   MemoryEvent,
   StoredMessage,
   Strategy,
@@ -26,6 +27,7 @@ import {
   COMMIT_SUMMARY,
   HEAD,
   IMPORT_THREAD,
+  LIST_LABELED,
   type LuaScript,
   READ,
   READ_EVENTS,
@@ -455,6 +457,7 @@ export async function createRedisStore(
           String(lim.maxThreadsPerNamespace),
           String(lim.maxMessagesPerNamespace),
           String(lim.maxBytesPerNamespace),
+          cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
           ...cmd.messages.map((m) => `${messageBytes(m)} ${encodeMessage(m, cmd.now)}`),
         ],
       );
@@ -591,8 +594,22 @@ export async function createRedisStore(
       }
     },
 
-    async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
+    async listThreads(
+      namespace: string,
+      after: string,
+      limit: number,
+      labels?: Labels,
+    ): Promise<string[]> {
       if (limit <= 0) return [];
+      if (labels !== undefined && Object.keys(labels).length > 0) {
+        const base = keys(namespace).base;
+        const reply = await run(
+          LIST_LABELED,
+          Object.entries(labels).map(([k, v]) => `${base}lb:${k}=${v}`),
+          [after, String(limit)],
+        );
+        return asArray(reply).map(asString);
+      }
       const reply = await command([
         "ZRANGE",
         keys(namespace).threads,
@@ -701,6 +718,7 @@ export async function createRedisStore(
           String(lim.maxBytesPerNamespace),
           String(bytes),
           String(cmd.messages[0]?.seq ?? 0),
+          cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
           ...entries,
         ],
       );
@@ -825,6 +843,8 @@ function decodeThread(flat: unknown): ThreadState {
     summaryTime: Number(field(f, "summary_time")),
     createTime: Number(field(f, "create_time")),
     updateTime: Number(field(f, "update_time")),
+    // Written by the scripts' set_labels from Labels.
+    ...(f.has("labels") ? { labels: JSON.parse(field(f, "labels")) as Labels } : {}),
   };
 }
 

@@ -6,6 +6,7 @@ import { recallSize } from "../core/recall.js";
 import type {
   ChatMessage,
   EventBody,
+  Labels,
   MemoryEvent,
   Role,
   StoredMessage,
@@ -15,6 +16,7 @@ import type {
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
 import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
+import { ensureLabelSchema, SqliteLabels } from "./sqlite/labels.js";
 import { MessageCache } from "./sqlite/message-cache.js";
 import {
   type AppendCommand,
@@ -167,6 +169,8 @@ interface ThreadRow {
   create_time: number;
   update_time: number;
   bytes: number;
+  /** JSON of the labels; NULL (or absent, before the column exists) for none. */
+  labels?: string | null;
 }
 
 /** seq, role, create_time, content, extra: read raw, as arrays, which is faster than objects. */
@@ -274,6 +278,7 @@ export function createSqliteStore(
     /^[0-9a-f]{12}\.\d{1,15}$/,
   );
   const cache = new MessageCache(options.cacheSize ?? 64 * 1024 * 1024);
+  const labelRows = new SqliteLabels(db);
   const listeners = new Map<string, Set<(events: MemoryEvent[]) => void>>();
   let closed = false;
 
@@ -585,6 +590,10 @@ export function createSqliteStore(
     checkQuotas(lim, sql.usage.get(cmd.namespace) ?? NO_USAGE, delta);
     use(cmd.namespace, delta, key);
     saveThread(key, state);
+    if (cmd.labels !== undefined) {
+      labelRows.set(cmd.namespace, cmd.threadId, key, cmd.labels);
+      state.labels = { ...cmd.labels };
+    }
     const result: RecordedResult = { thread: state, firstSeq, lastSeq };
     if (cmd.requestId !== "") {
       sql.recordRequest.run(key, cmd.requestId, cmd.requestHash, JSON.stringify(result), cmd.now);
@@ -743,6 +752,7 @@ export function createSqliteStore(
       sql.insertMessage.run(key, m.seq, m.role, m.createTime, m.content, extraOf(m));
     }
     use(cmd.namespace, delta, key);
+    if (cmd.labels !== undefined) labelRows.set(cmd.namespace, cmd.threadId, key, cmd.labels);
     const first = cmd.messages[0];
     const events =
       first === undefined
@@ -846,8 +856,16 @@ export function createSqliteStore(
       }
     },
 
-    async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
+    async listThreads(
+      namespace: string,
+      after: string,
+      limit: number,
+      labels?: Labels,
+    ): Promise<string[]> {
       assertOpen();
+      if (labels !== undefined && Object.keys(labels).length > 0) {
+        return labelRows.list(namespace, after, limit, labels);
+      }
       return sql.listThreads.all(namespace, after, Math.max(0, limit));
     },
 
@@ -947,6 +965,7 @@ function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
           SQLITE_SCHEMA_VERSION,
         );
       }
+      ensureLabelSchema(db);
       // Leases belong to folds of a process that no longer runs (one process per file).
       db.exec("DELETE FROM fold_leases");
     }).immediate();
@@ -1043,6 +1062,8 @@ function toThread(row: ThreadRow): ThreadState {
     summaryTime: row.summary_time,
     createTime: row.create_time,
     updateTime: row.update_time,
+    // Written by SqliteLabels.set from Labels.
+    ...(row.labels == null ? {} : { labels: JSON.parse(row.labels) as Labels }),
   };
 }
 

@@ -1,5 +1,6 @@
 import type {
   ChatMessage,
+  Labels,
   MemoryEvent,
   StoredMessage,
   Strategy,
@@ -82,8 +83,13 @@ export interface Store {
   /**
    * Thread ids of the namespace greater than `after`, ascending (byte order),
    * at most `limit`. Costs O(log n + limit): each store keeps the ids ordered.
+   *
+   * With `labels` (not empty), only threads carrying every one of them
+   * (equality, AND). Each store indexes threads by label, so this costs the
+   * threads carrying one of the labels (the rarest, where the store can
+   * tell), never a scan of the namespace.
    */
-  listThreads(namespace: string, after: string, limit: number): Promise<string[]>;
+  listThreads(namespace: string, after: string, limit: number, labels?: Labels): Promise<string[]>;
 
   /**
    * Events of the namespace after `cursor` (exclusive), oldest first, at most
@@ -144,6 +150,8 @@ export interface ImportThreadCommand {
   updateTime: number;
   /** Oldest first; seqs consecutive, the newest equal to lastSeq. */
   messages: StoredMessage[];
+  /** Absent or not empty. */
+  labels?: Labels;
   /** Time of the messages_added event. */
   now: number;
 }
@@ -163,6 +171,11 @@ export interface AppendCommand {
   requestHash: string;
   expectedLastSeq: number | undefined;
   now: number;
+  /**
+   * When given (never empty), the thread's labels after the Add, replacing
+   * those it had, in the same atomic step; absent: the labels stay.
+   */
+  labels?: Labels;
 }
 
 export interface AppendResult {

@@ -43,8 +43,10 @@ export function tracedStore(store: Store, kind: "memory" | "sqlite" | "redis"): 
       span("clear", namespace, threadId, () => store.clear(namespace, threadId, now)),
     clearAll: (namespace, now) =>
       span("clearAll", namespace, undefined, () => store.clearAll(namespace, now)),
-    listThreads: (namespace, after, limit) =>
-      span("listThreads", namespace, undefined, () => store.listThreads(namespace, after, limit)),
+    listThreads: (namespace, after, limit, labels) =>
+      span("listThreads", namespace, undefined, () =>
+        store.listThreads(namespace, after, limit, labels),
+      ),
     readEvents: (namespace, cursor, limit) =>
       span("readEvents", namespace, undefined, () => store.readEvents(namespace, cursor, limit)),
     headCursor: (namespace) =>

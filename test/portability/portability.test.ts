@@ -75,6 +75,11 @@ async function everyGet(h: Harness): Promise<Record<string, unknown>> {
       create(ListThreadsRequestSchema, { pageSize: 1000 }),
       ctx(),
     );
+    const labeled = await h.service.listThreads(
+      create(ListThreadsRequestSchema, { labels: { user_id: "ana" } }),
+      ctx(),
+    );
+    out[`${namespace} labeled`] = labeled.threadIds;
     for (const threadId of list.threadIds) {
       for (const limit of [undefined, 1, 2]) {
         const r = await h.service.get(getReq({ threadId, limit }), ctx());
@@ -92,6 +97,7 @@ async function populate(h: Harness): Promise<void> {
     addReq({
       threadId: "chat",
       strategy: windowStrategy(3),
+      labels: { user_id: "ana", agent: "weather" },
       messages: [
         msg("system", "Be brief."),
         msg("user", "Weather in Oslo?", { name: "ana", metadata: { lang: "en" } }),
@@ -173,7 +179,8 @@ describe("export and import", () => {
     const memory = await startHarness();
     await populate(memory);
     const before = await everyGet(memory);
-    expect(Object.keys(before)).toHaveLength(5 * 3);
+    expect(Object.keys(before)).toHaveLength(5 * 3 + 2);
+    expect(before[" labeled"]).toEqual(["chat"]);
     const fromMemory = join(dir, "from-memory.jsonl");
     await exportToFile(memory.store, fromMemory);
     await memory.close();

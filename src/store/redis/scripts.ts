@@ -140,6 +140,33 @@ local function log_event(stream, retention, thread_id, time, type, ...)
   end
   return id
 end
+
+-- Thread labels: the thread hash's \`labels\` field (JSON object) and, per
+-- label, the zset \`B lb:<key>=<value>\` of the ids carrying it, scored 0
+-- (byte order). Keys never contain "=". B is the thread key less "t:<id>".
+local function label_base(thread_key, thread_id)
+  return string.sub(thread_key, 1, #thread_key - #thread_id - 2)
+end
+
+local function drop_labels(thread_key, thread_id)
+  local json = redis.call('HGET', thread_key, 'labels')
+  if not json then return end
+  local base = label_base(thread_key, thread_id)
+  for k, v in pairs(cjson.decode(json)) do
+    redis.call('ZREM', base .. 'lb:' .. k .. '=' .. v, thread_id)
+  end
+end
+
+-- Replaces the thread's labels with those of \`json\` ("" keeps them).
+local function set_labels(thread_key, thread_id, json)
+  if json == '' then return end
+  drop_labels(thread_key, thread_id)
+  redis.call('HSET', thread_key, 'labels', json)
+  local base = label_base(thread_key, thread_id)
+  for k, v in pairs(cjson.decode(json)) do
+    redis.call('ZADD', base .. 'lb:' .. k .. '=' .. v, 0, thread_id)
+  end
+end
 `;
 
 /**
@@ -149,7 +176,8 @@ end
  * ms, idempotency max per thread, then the request's strategy (json, key,
  * kind, max_stored, exclude_system; json "" when the request has none) and the
  * default strategy (same five), the quotas (max threads, messages, bytes; 0
- * none), then per message "<bytes> <json>" (bytes: quota.ts messageBytes).
+ * none), the labels' JSON ("" keeps the thread's), then per message
+ * "<bytes> <json>" (bytes: quota.ts messageBytes).
  * Returns {"ok", result} | {"replayed", result} | {"request_id_reused"} |
  * {"last_seq_mismatch", last_seq} | {"strategy_mismatch", thread strategy key} |
  * {"quota", quota name, limit}.
@@ -202,11 +230,11 @@ end
 local keeps = exists and current[3] == 'summary' and kind == 'summary' and current[4] == exclude_system
 local through = 0
 if keeps then through = tonumber(current[6]) end
-local count = #ARGV - 23
+local count = #ARGV - 24
 local entries = {}
 local added_bytes = 0
 for i = 1, count do
-  entries[i] = str(last_seq + i) .. ' ' .. ARGV[23 + i]
+  entries[i] = str(last_seq + i) .. ' ' .. ARGV[24 + i]
   added_bytes = added_bytes + entry_bytes(entries[i])
 end
 local len_old = 0
@@ -263,6 +291,7 @@ if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
 -- even when this Add changed no byte (HINCRBY is skipped for 0).
 if adopt then redis.call('HSET', KEYS[1], 'counted', '1', 'bytes', '0') end
 use(KEYS[7], KEYS[1], delta[1], delta[2], delta[3])
+set_labels(KEYS[1], ARGV[1], ARGV[24])
 
 local added_last = 0
 if count > 0 then added_last = last_seq end
@@ -398,6 +427,7 @@ export const CLEAR = script(
   `
 local t = redis.call('HMGET', KEYS[1], 'counted', 'bytes')
 local len = redis.call('LLEN', KEYS[2])
+drop_labels(KEYS[1], ARGV[1])
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 if t[1] == '1' then use(KEYS[7], false, -1, -len, -(tonumber(t[2]) or 0)) end
@@ -426,6 +456,7 @@ for _, id in ipairs(ids) do
     messages = messages + redis.call('LLEN', ARGV[1] .. 'm:' .. id)
     bytes = bytes + (tonumber(t[2]) or 0)
   end
+  drop_labels(ARGV[1] .. 't:' .. id, id)
   redis.call('DEL', ARGV[1] .. 't:' .. id, ARGV[1] .. 'm:' .. id,
     ARGV[1] .. 'r:' .. id, ARGV[1] .. 'ri:' .. id)
   log_event(KEYS[2], ARGV[3], id, ARGV[2], 'thread_cleared')
@@ -495,14 +526,15 @@ return last
  * exclude_system), last_seq, summarized_through_seq, summary, summary_time,
  * create_time, update_time, now, event retention, the quotas (max threads,
  * messages, bytes; 0 none), the messages' bytes, the first stored seq (0:
- * none), then the message entries "<seq> <bytes> <json>", oldest first.
+ * none), the labels' JSON ("" none), then the message entries
+ * "<seq> <bytes> <json>", oldest first.
  * Returns {"exists"} | {"quota", quota name, limit} | {"ok"}.
  */
 export const IMPORT_THREAD = script(
   "import_thread",
   `
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
-local count = #ARGV - 20
+local count = #ARGV - 21
 local delta = {1, count, tonumber(ARGV[19])}
 local used = redis.call('HMGET', KEYS[5], 'threads', 'messages', 'bytes')
 local names = {'max_threads_per_namespace', 'max_messages_per_namespace', 'max_bytes_per_namespace'}
@@ -519,10 +551,11 @@ redis.call('HSET', KEYS[1], 'thread_id', ARGV[1], 'incarnation', ARGV[2], 'strat
   'counted', '1', 'bytes', '0')
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
 redis.call('DEL', KEYS[2])
-for i = 21, #ARGV, 256 do
+for i = 22, #ARGV, 256 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 255, #ARGV)))
 end
 use(KEYS[5], KEYS[1], delta[1], delta[2], delta[3])
+set_labels(KEYS[1], ARGV[1], ARGV[21])
 if count > 0 then
   log_event(KEYS[4], ARGV[15], ARGV[1], ARGV[14], 'messages_added',
     'first_seq', ARGV[20], 'last_seq', ARGV[8])
@@ -531,7 +564,46 @@ return {'ok'}
 `,
 );
 
+/**
+ * Store.listThreads with labels. KEYS: the zset of each label of the filter.
+ * ARGV: after ("" from the start), limit. Walks the smallest zset in byte
+ * order from `after`, keeping the ids every other zset holds too; returns at
+ * most `limit` ids. Costs the rarest label's threads, never the namespace.
+ */
+export const LIST_LABELED = script(
+  "list_labeled",
+  `
+local limit = tonumber(ARGV[2])
+local driver, size = 1, redis.call('ZCARD', KEYS[1])
+for i = 2, #KEYS do
+  local n = redis.call('ZCARD', KEYS[i])
+  if n < size then driver, size = i, n end
+end
+local out = {}
+if size == 0 or limit <= 0 then return out end
+local chunk = math.max(limit, 64)
+local from = '-'
+if ARGV[1] ~= '' then from = '(' .. ARGV[1] end
+while true do
+  local ids = redis.call('ZRANGE', KEYS[driver], from, '+', 'BYLEX', 'LIMIT', 0, chunk)
+  for _, id in ipairs(ids) do
+    local all = true
+    for i = 1, #KEYS do
+      if i ~= driver and not redis.call('ZSCORE', KEYS[i], id) then all = false break end
+    end
+    if all then
+      out[#out + 1] = id
+      if #out >= limit then return out end
+    end
+  end
+  if #ids < chunk then return out end
+  from = '(' .. ids[#ids]
+end
+`,
+);
+
 export const ALL_SCRIPTS: readonly LuaScript[] = [
+  LIST_LABELED,
   IMPORT_THREAD,
   APPEND,
   READ,

@@ -628,7 +628,10 @@ type Thread struct {
 	// When the thread (this incarnation of it) was created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// When the thread last changed (messages added or summary written).
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// The thread's labels, as the latest Add that gave any set them (empty:
+	// none). ListThreadsRequest.labels filters on them.
+	Labels        map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,6 +708,13 @@ func (x *Thread) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Thread) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 // AddRequest appends messages to a thread.
 type AddRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -729,8 +739,15 @@ type AddRequest struct {
 	// Optimistic concurrency: when set, the call fails with ABORTED unless the
 	// thread's last_seq equals it (0 for a thread that does not exist).
 	ExpectedLastSeq *uint64 `protobuf:"varint,6,opt,name=expected_last_seq,json=expectedLastSeq,proto3,oneof" json:"expected_last_seq,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Labels for the thread (e.g. "user_id" -> "u-42", "agent" -> "support"):
+	// when not empty, they replace the thread's labels; when empty, the
+	// thread keeps the labels it has. At most 16; keys 1 to 64 bytes of
+	// letters, digits, "_", "-", "." and "/"; values at most 256 bytes, no
+	// control characters. An Add with labels and no messages creates the
+	// thread (or updates its labels). Part of the payload request_id compares.
+	Labels        map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddRequest) Reset() {
@@ -803,6 +820,13 @@ func (x *AddRequest) GetExpectedLastSeq() uint64 {
 		return *x.ExpectedLastSeq
 	}
 	return 0
+}
+
+func (x *AddRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // AddResponse reports where the messages were stored.
@@ -1138,7 +1162,11 @@ type ListThreadsRequest struct {
 	// Page size. 0: 100; at most 1000.
 	PageSize uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
-	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only threads carrying every one of these labels with these values
+	// (equality, AND); empty: every thread. Keep the same filter across the
+	// pages of one listing. Checked like AddRequest.labels.
+	Labels        map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1185,6 +1213,13 @@ func (x *ListThreadsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListThreadsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // ListThreadsResponse is one page of thread ids.
@@ -1774,7 +1809,7 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x0fsummarize_every\x18\x02 \x01(\rH\x01R\x0esummarizeEvery\x88\x01\x01\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05modelB\t\n" +
 	"\a_windowB\x12\n" +
-	"\x10_summarize_every\"\xaa\x02\n" +
+	"\x10_summarize_every\"\xa5\x03\n" +
 	"\x06Thread\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x128\n" +
 	"\bstrategy\x18\x02 \x01(\v2\x1c.windlass.memory.v1.StrategyR\bstrategy\x12\x19\n" +
@@ -1783,7 +1818,11 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xb1\x02\n" +
+	"updateTime\x12>\n" +
+	"\x06labels\x18\x14 \x03(\v2&.windlass.memory.v1.Thread.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x03\n" +
 	"\n" +
 	"AddRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12;\n" +
@@ -1792,7 +1831,11 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x10replace_strategy\x18\x04 \x01(\bR\x0freplaceStrategy\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12/\n" +
-	"\x11expected_last_seq\x18\x06 \x01(\x04H\x00R\x0fexpectedLastSeq\x88\x01\x01B\x14\n" +
+	"\x11expected_last_seq\x18\x06 \x01(\x04H\x00R\x0fexpectedLastSeq\x88\x01\x01\x12B\n" +
+	"\x06labels\x18\x14 \x03(\v2*.windlass.memory.v1.AddRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x14\n" +
 	"\x12_expected_last_seq\"y\n" +
 	"\vAddResponse\x122\n" +
 	"\x06thread\x18\x01 \x01(\v2\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1b\n" +
@@ -1816,11 +1859,15 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"8\n" +
 	"\rClearResponse\x12'\n" +
-	"\x0fcleared_threads\x18\x01 \x01(\rR\x0eclearedThreads\"P\n" +
+	"\x0fcleared_threads\x18\x01 \x01(\rR\x0eclearedThreads\"\xd7\x01\n" +
 	"\x12ListThreadsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\\\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12J\n" +
+	"\x06labels\x18\x14 \x03(\v22.windlass.memory.v1.ListThreadsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
 	"\x13ListThreadsResponse\x12\x1d\n" +
 	"\n" +
 	"thread_ids\x18\x01 \x03(\tR\tthreadIds\x12&\n" +
@@ -1887,7 +1934,7 @@ func file_windlass_memory_v1_memory_proto_rawDescGZIP() []byte {
 }
 
 var file_windlass_memory_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(Role)(0),                     // 0: windlass.memory.v1.Role
 	(EventType)(0),                // 1: windlass.memory.v1.EventType
@@ -1914,46 +1961,52 @@ var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(*SummaryFailed)(nil),         // 22: windlass.memory.v1.SummaryFailed
 	(*Progress)(nil),              // 23: windlass.memory.v1.Progress
 	nil,                           // 24: windlass.memory.v1.ChatMessage.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	nil,                           // 25: windlass.memory.v1.Thread.LabelsEntry
+	nil,                           // 26: windlass.memory.v1.AddRequest.LabelsEntry
+	nil,                           // 27: windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
 }
 var file_windlass_memory_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: windlass.memory.v1.ChatMessage.role:type_name -> windlass.memory.v1.Role
 	2,  // 1: windlass.memory.v1.ChatMessage.tool_calls:type_name -> windlass.memory.v1.ToolCall
 	24, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
-	25, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
+	28, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
 	5,  // 4: windlass.memory.v1.Strategy.buffer:type_name -> windlass.memory.v1.BufferStrategy
 	6,  // 5: windlass.memory.v1.Strategy.window:type_name -> windlass.memory.v1.WindowStrategy
 	7,  // 6: windlass.memory.v1.Strategy.summary:type_name -> windlass.memory.v1.SummaryStrategy
 	4,  // 7: windlass.memory.v1.Thread.strategy:type_name -> windlass.memory.v1.Strategy
-	25, // 8: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
-	25, // 9: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 10: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
-	4,  // 11: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
-	8,  // 12: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
-	3,  // 13: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
-	8,  // 14: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
-	1,  // 15: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
-	25, // 16: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
-	19, // 17: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
-	20, // 18: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
-	21, // 19: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
-	22, // 20: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
-	23, // 21: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
-	9,  // 22: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
-	11, // 23: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
-	13, // 24: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
-	15, // 25: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
-	17, // 26: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
-	10, // 27: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
-	12, // 28: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
-	14, // 29: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
-	16, // 30: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
-	18, // 31: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
-	27, // [27:32] is the sub-list for method output_type
-	22, // [22:27] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	28, // 8: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
+	28, // 9: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
+	25, // 10: windlass.memory.v1.Thread.labels:type_name -> windlass.memory.v1.Thread.LabelsEntry
+	3,  // 11: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
+	4,  // 12: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
+	26, // 13: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
+	8,  // 14: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
+	3,  // 15: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
+	8,  // 16: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
+	27, // 17: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	1,  // 18: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
+	28, // 19: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
+	19, // 20: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
+	20, // 21: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
+	21, // 22: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
+	22, // 23: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
+	23, // 24: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
+	9,  // 25: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
+	11, // 26: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
+	13, // 27: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
+	15, // 28: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
+	17, // 29: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
+	10, // 30: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
+	12, // 31: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
+	14, // 32: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
+	16, // 33: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
+	18, // 34: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_windlass_memory_v1_memory_proto_init() }
@@ -1984,7 +2037,7 @@ func file_windlass_memory_v1_memory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_windlass_memory_v1_memory_proto_rawDesc), len(file_windlass_memory_v1_memory_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -110,36 +110,54 @@ class SummaryStrategy(_message.Message):
     def __init__(self, window: _Optional[int] = ..., summarize_every: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
 
 class Thread(_message.Message):
-    __slots__ = ("thread_id", "strategy", "last_seq", "summarized_through_seq", "create_time", "update_time")
+    __slots__ = ("thread_id", "strategy", "last_seq", "summarized_through_seq", "create_time", "update_time", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     SUMMARIZED_THROUGH_SEQ_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     strategy: Strategy
     last_seq: int
     summarized_through_seq: int
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, thread_id: _Optional[str] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., last_seq: _Optional[int] = ..., summarized_through_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, thread_id: _Optional[str] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., last_seq: _Optional[int] = ..., summarized_through_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AddRequest(_message.Message):
-    __slots__ = ("thread_id", "messages", "strategy", "replace_strategy", "request_id", "expected_last_seq")
+    __slots__ = ("thread_id", "messages", "strategy", "replace_strategy", "request_id", "expected_last_seq", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     REPLACE_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     strategy: Strategy
     replace_strategy: bool
     request_id: str
     expected_last_seq: int
-    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., replace_strategy: _Optional[bool] = ..., request_id: _Optional[str] = ..., expected_last_seq: _Optional[int] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., replace_strategy: _Optional[bool] = ..., request_id: _Optional[str] = ..., expected_last_seq: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AddResponse(_message.Message):
     __slots__ = ("thread", "first_seq", "last_seq")
@@ -192,12 +210,21 @@ class ClearResponse(_message.Message):
     def __init__(self, cleared_threads: _Optional[int] = ...) -> None: ...
 
 class ListThreadsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
+    __slots__ = ("page_size", "page_token", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListThreadsResponse(_message.Message):
     __slots__ = ("thread_ids", "next_page_token")
