@@ -78,6 +78,10 @@ export interface ThreadState {
   updateTime: number;
   /** The thread's labels (AddRequest.labels); absent when it has none, never empty. */
   labels?: Labels;
+  /** Retention (AddRequest.ttl), ms; absent when the thread never expires. */
+  ttlMs?: number;
+  /** When the thread expires unless written again (ms since the epoch); with ttlMs only. */
+  expireTime?: number;
 }
 
 /** Thread labels: key -> value (checked by service/labels.ts). */
@@ -87,7 +91,7 @@ export type Labels = Record<string, string>;
 export type EventBody =
   | { type: "messages_added"; firstSeq: number; lastSeq: number }
   | { type: "summary_updated"; summary: string; summarizedThroughSeq: number; foldedCount: number }
-  | { type: "thread_cleared" }
+  | { type: "thread_cleared"; reason?: "expired" }
   | { type: "summary_failed"; reason: string; attempt: number };
 
 export type EventType = EventBody["type"];

@@ -8,6 +8,7 @@ import {
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import { recallSize } from "../core/recall.js";
+import { isExpired, ttlAfterAdd, ttlFields } from "../core/ttl.js";
 import type {
   ChatMessage,
   EventBody,
@@ -17,6 +18,7 @@ import type {
   Strategy,
   ThreadState,
 } from "../core/types.js";
+import { ExpiryQueue } from "./memory/expiry-queue.js";
 import { LabelIndex } from "./memory/labels.js";
 import { SortedIds } from "./memory/sorted-ids.js";
 import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
@@ -108,6 +110,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   const namespaces = new Map<string, NamespaceState>();
   const leases = new Map<string, Lease>();
   let leaseCounter = 0;
+  const expiries = new ExpiryQueue();
 
   function ns(name: string): NamespaceState {
     let s = namespaces.get(name);
@@ -179,9 +182,26 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     s.usage.bytes -= rec.bytes;
   }
 
+  /** Removes an expired thread, logging thread_cleared {reason: expired}. */
+  function expire(s: NamespaceState, rec: ThreadRecord, now: number): void {
+    const id = rec.state.threadId;
+    s.threads.delete(id);
+    s.ids.delete(id);
+    forget(s, rec);
+    publish(s, [log(s, id, now, { type: "thread_cleared", reason: "expired" })]);
+  }
+
+  /** The thread, unless it does not exist or has expired. */
+  function live(namespace: string, threadId: string): ThreadRecord | undefined {
+    const rec = namespaces.get(namespace)?.threads.get(threadId);
+    return rec === undefined || isExpired(rec.state, Date.now()) ? undefined : rec;
+  }
+
   return {
     async append(cmd: AppendCommand): Promise<AppendResult> {
       const s = ns(cmd.namespace);
+      const found = s.threads.get(cmd.threadId);
+      if (found !== undefined && isExpired(found.state, cmd.now)) expire(s, found, cmd.now);
       const existing = s.threads.get(cmd.threadId);
       if (cmd.requestId !== "" && existing !== undefined) {
         const seen = existing.requests.get(cmd.requestId);
@@ -240,6 +260,19 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         rec.state.labels = { ...cmd.labels };
       }
       if (dropped > 0) dropOldest(rec, dropped);
+      const hadExpiry = rec.state.expireTime !== undefined;
+      const ttl = ttlAfterAdd(cmd.ttlMs, rec.state.ttlMs, existing === undefined, cmd.defaultTtlMs);
+      delete rec.state.ttlMs;
+      delete rec.state.expireTime;
+      Object.assign(rec.state, ttlFields(ttl, cmd.now));
+      if (rec.state.expireTime !== undefined && !hadExpiry) {
+        expiries.push({
+          at: rec.state.expireTime,
+          namespace: cmd.namespace,
+          threadId: cmd.threadId,
+          incarnation: rec.state.incarnation,
+        });
+      }
       rec.bytes += delta.bytes;
       s.usage.threads += delta.threads;
       s.usage.messages += delta.messages;
@@ -271,7 +304,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       threadId: string,
       view?: ReadView,
     ): Promise<ThreadSnapshot | undefined> {
-      const rec = namespaces.get(namespace)?.threads.get(threadId);
+      const rec = live(namespace, threadId);
       if (rec === undefined) return undefined;
       // Only what the view needs is copied, so a Get costs its window, not the thread.
       const start = view === undefined ? 0 : viewStart(rec, view);
@@ -280,7 +313,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     },
 
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
-      const rec = namespaces.get(namespace)?.threads.get(threadId);
+      const rec = live(namespace, threadId);
       return rec === undefined ? undefined : copyThread(rec.state);
     },
 
@@ -457,6 +490,27 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         ]);
       }
       return true;
+    },
+
+    async sweepExpired(now: number, limit: number): Promise<number> {
+      let removed = 0;
+      while (removed < limit) {
+        const due = expiries.popDue(now);
+        if (due === undefined) break;
+        const s = namespaces.get(due.namespace);
+        const rec = s?.threads.get(due.threadId);
+        if (s === undefined || rec?.state.incarnation !== due.incarnation) continue;
+        const at = rec.state.expireTime;
+        if (at === undefined) continue;
+        if (at > now) {
+          // Written since it was queued: due again at its new time.
+          expiries.push({ ...due, at });
+          continue;
+        }
+        expire(s, rec, now);
+        removed++;
+      }
+      return removed;
     },
 
     async close(): Promise<void> {

@@ -3,6 +3,7 @@ import Database from "better-sqlite3";
 import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import { recallSize } from "../core/recall.js";
+import { isExpired, ttlAfterAdd, ttlFields } from "../core/ttl.js";
 import type {
   ChatMessage,
   EventBody,
@@ -18,6 +19,7 @@ import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import { ensureLabelSchema, SqliteLabels } from "./sqlite/labels.js";
 import { MessageCache } from "./sqlite/message-cache.js";
+import { ensureTtlSchema, SqliteTtl } from "./sqlite/ttl.js";
 import {
   type AppendCommand,
   type AppendResult,
@@ -171,6 +173,9 @@ interface ThreadRow {
   bytes: number;
   /** JSON of the labels; NULL (or absent, before the column exists) for none. */
   labels?: string | null;
+  /** Retention (sqlite/ttl.ts); NULL for none. */
+  ttl_ms?: number | null;
+  expire_at?: number | null;
 }
 
 /** seq, role, create_time, content, extra: read raw, as arrays, which is faster than objects. */
@@ -279,6 +284,7 @@ export function createSqliteStore(
   );
   const cache = new MessageCache(options.cacheSize ?? 64 * 1024 * 1024);
   const labelRows = new SqliteLabels(db);
+  const ttlRows = new SqliteTtl(db);
   const listeners = new Map<string, Set<(events: MemoryEvent[]) => void>>();
   let closed = false;
 
@@ -622,6 +628,57 @@ export function createSqliteStore(
     };
   });
 
+  /**
+   * Removes the thread if it has expired at `now`, inside the caller's
+   * transaction, logging thread_cleared {reason: expired}.
+   */
+  function expireIfDue(
+    namespace: string,
+    threadId: string,
+    now: number,
+  ): { event: MemoryEvent; incarnation: string } | undefined {
+    const row = sql.thread.get(namespace, threadId);
+    if (row === undefined || row.expire_at == null || row.expire_at > now) return undefined;
+    deleteThread(namespace, row);
+    const event = logEvent(namespace, threadId, now, { type: "thread_cleared", reason: "expired" });
+    return { event, incarnation: row.incarnation };
+  }
+
+  /** An Add with retention: an expired thread goes first; the Add moves the expiry on. */
+  const appendWithTtlTx = db.transaction((cmd: AppendCommand): Committed<AppendResult> => {
+    const expired = expireIfDue(cmd.namespace, cmd.threadId, cmd.now);
+    const before = ttlRows.current.get(cmd.namespace, cmd.threadId);
+    const done = appendTx(cmd);
+    if (!done.value.replayed) {
+      const ttl = ttlAfterAdd(
+        cmd.ttlMs,
+        before?.ttl_ms ?? undefined,
+        before === undefined,
+        cmd.defaultTtlMs,
+      );
+      const fields = ttlFields(ttl, cmd.now);
+      ttlRows.set.run(fields.ttlMs ?? null, fields.expireTime ?? null, cmd.namespace, cmd.threadId);
+      const thread = { ...done.value.thread };
+      delete thread.ttlMs;
+      delete thread.expireTime;
+      done.value = { ...done.value, thread: { ...thread, ...fields } };
+    }
+    if (expired === undefined) return done;
+    return {
+      ...done,
+      events: [expired.event, ...done.events],
+      ended: [...(done.ended ?? []), expired.incarnation],
+    };
+  });
+
+  const sweepOneTx = db.transaction(
+    (namespace: string, threadId: string, now: number): Committed<boolean> => {
+      const expired = expireIfDue(namespace, threadId, now);
+      if (expired === undefined) return { value: false, events: [] };
+      return { value: true, events: [expired.event], ended: [expired.incarnation] };
+    },
+  );
+
   const commitSummaryTx = db.transaction(
     (cmd: CommitSummaryCommand): Committed<ThreadState | undefined> => {
       const row = sql.thread.get(cmd.namespace, cmd.threadId);
@@ -797,7 +854,7 @@ export function createSqliteStore(
 
   return {
     async append(cmd: AppendCommand): Promise<AppendResult> {
-      return commit(cmd.namespace, () => appendTx.immediate(cmd));
+      return commit(cmd.namespace, () => appendWithTtlTx.immediate(cmd));
     },
 
     async read(
@@ -809,6 +866,7 @@ export function createSqliteStore(
       const row = sql.thread.get(namespace, threadId);
       if (row === undefined) return undefined;
       const thread = toThread(row);
+      if (isExpired(thread, Date.now())) return undefined;
       if (view === undefined) {
         const messages = loadMessages(row.id);
         cache.set(row.incarnation, messages, true, row.last_seq);
@@ -820,7 +878,8 @@ export function createSqliteStore(
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
       assertOpen();
       const row = sql.thread.get(namespace, threadId);
-      return row === undefined ? undefined : toThread(row);
+      const thread = row === undefined ? undefined : toThread(row);
+      return thread === undefined || isExpired(thread, Date.now()) ? undefined : thread;
     },
 
     async commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {
@@ -913,6 +972,18 @@ export function createSqliteStore(
       return commit(cmd.namespace, () => importTx.immediate(cmd));
     },
 
+    async sweepExpired(now: number, limit: number): Promise<number> {
+      assertOpen();
+      let removed = 0;
+      // Each thread is its own short transaction, so a large sweep never holds the file long.
+      for (const due of ttlRows.due.all(now, Math.max(0, limit))) {
+        if (commit(due.namespace, () => sweepOneTx.immediate(due.namespace, due.thread_id, now))) {
+          removed++;
+        }
+      }
+      return removed;
+    },
+
     async close(): Promise<void> {
       if (closed) return;
       closed = true;
@@ -966,6 +1037,7 @@ function openDatabase(path: string, busyTimeoutMs: number): Database.Database {
         );
       }
       ensureLabelSchema(db);
+      ensureTtlSchema(db);
       // Leases belong to folds of a process that no longer runs (one process per file).
       db.exec("DELETE FROM fold_leases");
     }).immediate();
@@ -1064,6 +1136,9 @@ function toThread(row: ThreadRow): ThreadState {
     updateTime: row.update_time,
     // Written by SqliteLabels.set from Labels.
     ...(row.labels == null ? {} : { labels: JSON.parse(row.labels) as Labels }),
+    ...(row.ttl_ms == null || row.expire_at == null
+      ? {}
+      : { ttlMs: row.ttl_ms, expireTime: row.expire_at }),
   };
 }
 

@@ -133,6 +133,17 @@ export interface Store {
    */
   importThread(cmd: ImportThreadCommand): Promise<boolean>;
 
+  /**
+   * Removes up to `limit` threads whose expire time is at or before `now`,
+   * oldest expiry first, each with thread_cleared {reason: "expired"} in the
+   * same atomic step, and returns how many. A thread written since (its
+   * expire time moved on) stays. Called off the hot path by the service's
+   * sweeper (service/ttl-sweeper.ts), on every replica; until it runs, read,
+   * getThread and append already treat an expired thread as gone (append
+   * removes it first, logging the same event).
+   */
+  sweepExpired(now: number, limit: number): Promise<number>;
+
   /** Releases connections and timers. */
   close(): Promise<void>;
 }
@@ -176,6 +187,13 @@ export interface AppendCommand {
    * those it had, in the same atomic step; absent: the labels stay.
    */
   labels?: Labels;
+  /**
+   * The thread's ttl from this Add on, ms (0: none); absent: the thread
+   * keeps its own, a new one takes defaultTtlMs (core/ttl.ts ttlAfterAdd).
+   * Either way the Add moves expireTime to now + ttl.
+   */
+  ttlMs?: number;
+  defaultTtlMs?: number;
 }
 
 export interface AppendResult {

@@ -53,6 +53,8 @@ export function tracedStore(store: Store, kind: "memory" | "sqlite" | "redis"): 
       span("headCursor", namespace, undefined, () => store.headCursor(namespace)),
     compareCursors: (a, b) => store.compareCursors(a, b),
     subscribe: (namespace, listener) => store.subscribe(namespace, listener),
+    sweepExpired: (now, limit) =>
+      span("sweepExpired", "", undefined, () => store.sweepExpired(now, limit)),
     importThread: (cmd) =>
       span("importThread", cmd.namespace, cmd.threadId, () => store.importThread(cmd)),
     close: () => store.close(),

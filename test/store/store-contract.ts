@@ -865,6 +865,64 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       expect(await store.listThreads("ns", "", 10, { agent: "a" })).toEqual([]);
     });
 
+    it("expires an idle thread: gone at its expire time, swept with an expired thread_cleared", async () => {
+      const t0 = Date.now();
+      const keep = await store.append(cmd({ threadId: "keep", ttlMs: 3_600_000, now: t0 }));
+      expect(keep.thread).toMatchObject({ ttlMs: 3_600_000, expireTime: t0 + 3_600_000 });
+      expect((await store.getThread("ns", "keep"))?.expireTime).toBe(t0 + 3_600_000);
+      await store.append(cmd({ threadId: "old", ttlMs: 1000, now: t0 - 5000 }));
+      const plain = await store.append(cmd({ threadId: "plain", now: t0 }));
+      expect(plain.thread.ttlMs).toBeUndefined();
+      expect(plain.thread.expireTime).toBeUndefined();
+      // Expired but not swept: gone for reads already.
+      expect(await store.read("ns", "old")).toBeUndefined();
+      expect(await store.getThread("ns", "old")).toBeUndefined();
+
+      const head = await store.headCursor("ns");
+      expect(await store.sweepExpired(t0, 100)).toBe(1);
+      expect(await store.sweepExpired(t0, 100)).toBe(0);
+      const events = await store.readEvents("ns", head, 10);
+      expect(events.map((e) => [e.type, e.threadId])).toEqual([["thread_cleared", "old"]]);
+      expect(events[0]).toMatchObject({ reason: "expired" });
+      expect(await store.listThreads("ns", "", 10)).toEqual(["keep", "plain"]);
+    });
+
+    it("moves the expiry on with every Add; an Add to an expired thread starts a new one", async () => {
+      const t0 = Date.now();
+      await store.append(cmd({ threadId: "s", ttlMs: 10_000, now: t0 }));
+      const moved = await store.append(cmd({ threadId: "s", now: t0 + 5000 }));
+      expect(moved.thread).toMatchObject({ ttlMs: 10_000, expireTime: t0 + 15_000 });
+      expect(await store.sweepExpired(t0 + 12_000, 100)).toBe(0);
+      expect(await store.getThread("ns", "s")).toBeDefined();
+      expect(await store.sweepExpired(t0 + 15_000, 100)).toBe(1);
+
+      await store.append(cmd({ threadId: "r", ttlMs: 1000, now: t0 - 5000 }));
+      const head = await store.headCursor("ns");
+      const again = await store.append(cmd({ threadId: "r", now: t0 }));
+      expect(again.firstSeq).toBe(1);
+      expect(again.thread.ttlMs).toBeUndefined();
+      const events = await store.readEvents("ns", head, 10);
+      expect(events.map((e) => e.type)).toEqual(["thread_cleared", "messages_added"]);
+      expect(events[0]).toMatchObject({ reason: "expired", threadId: "r" });
+
+      // The server's default applies to a new thread; ttl 0 takes it off.
+      const d = await store.append(cmd({ threadId: "d", defaultTtlMs: 500, now: t0 }));
+      expect(d.thread.ttlMs).toBe(500);
+      const off = await store.append(cmd({ threadId: "d", defaultTtlMs: 500, ttlMs: 0, now: t0 }));
+      expect(off.thread.ttlMs).toBeUndefined();
+      expect(await store.sweepExpired(t0 + 1000, 100)).toBe(0);
+
+      // A cleared thread is no longer due; the sweep honours its limit.
+      await store.append(cmd({ threadId: "c", ttlMs: 1000, now: t0 }));
+      await store.clear("ns", "c", t0);
+      for (const id of ["x1", "x2", "x3"]) {
+        await store.append(cmd({ threadId: id, ttlMs: 1000, now: t0 }));
+      }
+      expect(await store.sweepExpired(t0 + 2000, 2)).toBe(2);
+      expect(await store.sweepExpired(t0 + 2000, 2)).toBe(1);
+      expect(await store.listThreads("ns", "", 10)).toEqual(["d", "r"]);
+    });
+
     it("counts an imported thread in the namespace quotas and refuses one past them", async () => {
       const q = await factory({ maxThreadsPerNamespace: 1, maxMessagesPerNamespace: 4 });
       try {

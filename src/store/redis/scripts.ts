@@ -157,6 +157,44 @@ local function drop_labels(thread_key, thread_id)
   end
 end
 
+-- Retention: the thread hash's ttl_ms and expire_at, and the namespace's zset
+-- \`B expiry\` of thread ids by expire_at (swept by EXPIRE_DUE on every replica).
+-- Sets the thread's ttl (0: none) and moves its expiry to now + ttl.
+local function set_ttl(thread_key, thread_id, ttl, now)
+  local expiry = label_base(thread_key, thread_id) .. 'expiry'
+  if ttl > 0 then
+    redis.call('HSET', thread_key, 'ttl_ms', str(ttl), 'expire_at', str(now + ttl))
+    redis.call('ZADD', expiry, now + ttl, thread_id)
+  else
+    redis.call('HDEL', thread_key, 'ttl_ms', 'expire_at')
+    redis.call('ZREM', expiry, thread_id)
+  end
+end
+
+-- Whether the thread exists and has expired at \`now\`.
+local function expired(thread_key, now)
+  local at = redis.call('HGET', thread_key, 'expire_at')
+  return at ~= false and tonumber(at) <= now
+end
+
+-- Removes a thread (as CLEAR does) and logs thread_cleared with \`reason\`
+-- ("" none). B is the key base; usage and stream are the namespace's.
+local function remove_thread(base, thread_id, threads, stream, usage, retention, now, reason)
+  local key = base .. 't:' .. thread_id
+  local t = redis.call('HMGET', key, 'counted', 'bytes')
+  local len = redis.call('LLEN', base .. 'm:' .. thread_id)
+  drop_labels(key, thread_id)
+  redis.call('DEL', key, base .. 'm:' .. thread_id, base .. 'r:' .. thread_id, base .. 'ri:' .. thread_id)
+  if t[1] == '1' then use(usage, false, -1, -len, -(tonumber(t[2]) or 0)) end
+  redis.call('ZREM', threads, thread_id)
+  redis.call('ZREM', base .. 'expiry', thread_id)
+  if reason == '' then
+    log_event(stream, retention, thread_id, str(now), 'thread_cleared')
+  else
+    log_event(stream, retention, thread_id, str(now), 'thread_cleared', 'reason', reason)
+  end
+end
+
 -- Replaces the thread's labels with those of \`json\` ("" keeps them).
 local function set_labels(thread_key, thread_id, json)
   if json == '' then return end
@@ -176,8 +214,11 @@ end
  * ms, idempotency max per thread, then the request's strategy (json, key,
  * kind, max_stored, exclude_system; json "" when the request has none) and the
  * default strategy (same five), the quotas (max threads, messages, bytes; 0
- * none), the labels' JSON ("" keeps the thread's), then per message
- * "<bytes> <json>" (bytes: quota.ts messageBytes).
+ * none), the labels' JSON ("" keeps the thread's), the ttl in ms ("": the
+ * thread's own, or the default for a new thread), the default ttl, then per
+ * message "<bytes> <json>" (bytes: quota.ts messageBytes). Returns
+ * {"expired"} (nothing written) when the thread has expired: the store
+ * removes it with EXPIRE_THREAD and calls again.
  * Returns {"ok", result} | {"replayed", result} | {"request_id_reused"} |
  * {"last_seq_mismatch", last_seq} | {"strategy_mismatch", thread strategy key} |
  * {"quota", quota name, limit}.
@@ -188,6 +229,8 @@ export const APPEND = script(
 local now = tonumber(ARGV[2])
 local request_id = ARGV[3]
 local exists = redis.call('EXISTS', KEYS[1]) == 1
+if exists and expired(KEYS[1], now) then return {'expired'} end
+local ttl_before = exists and redis.call('HGET', KEYS[1], 'ttl_ms')
 if request_id ~= '' and exists then
   local record = redis.call('HGET', KEYS[3], request_id)
   if record then
@@ -230,11 +273,11 @@ end
 local keeps = exists and current[3] == 'summary' and kind == 'summary' and current[4] == exclude_system
 local through = 0
 if keeps then through = tonumber(current[6]) end
-local count = #ARGV - 24
+local count = #ARGV - 26
 local entries = {}
 local added_bytes = 0
 for i = 1, count do
-  entries[i] = str(last_seq + i) .. ' ' .. ARGV[24 + i]
+  entries[i] = str(last_seq + i) .. ' ' .. ARGV[26 + i]
   added_bytes = added_bytes + entry_bytes(entries[i])
 end
 local len_old = 0
@@ -292,6 +335,12 @@ if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
 if adopt then redis.call('HSET', KEYS[1], 'counted', '1', 'bytes', '0') end
 use(KEYS[7], KEYS[1], delta[1], delta[2], delta[3])
 set_labels(KEYS[1], ARGV[1], ARGV[24])
+do
+  local ttl = ARGV[25]
+  if ttl == '' and exists then ttl = ttl_before or '0' end
+  if ttl == '' then ttl = ARGV[26] end
+  set_ttl(KEYS[1], ARGV[1], tonumber(ttl), now)
+end
 
 local added_last = 0
 if count > 0 then added_last = last_seq end
@@ -428,6 +477,7 @@ export const CLEAR = script(
 local t = redis.call('HMGET', KEYS[1], 'counted', 'bytes')
 local len = redis.call('LLEN', KEYS[2])
 drop_labels(KEYS[1], ARGV[1])
+redis.call('ZREM', label_base(KEYS[1], ARGV[1]) .. 'expiry', ARGV[1])
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 if t[1] == '1' then use(KEYS[7], false, -1, -len, -(tonumber(t[2]) or 0)) end
@@ -457,6 +507,7 @@ for _, id in ipairs(ids) do
     bytes = bytes + (tonumber(t[2]) or 0)
   end
   drop_labels(ARGV[1] .. 't:' .. id, id)
+  redis.call('ZREM', ARGV[1] .. 'expiry', id)
   redis.call('DEL', ARGV[1] .. 't:' .. id, ARGV[1] .. 'm:' .. id,
     ARGV[1] .. 'r:' .. id, ARGV[1] .. 'ri:' .. id)
   log_event(KEYS[2], ARGV[3], id, ARGV[2], 'thread_cleared')
@@ -602,7 +653,50 @@ end
 `,
 );
 
+/**
+ * Removes one thread if it has expired. KEYS: thread, threads, events, usage.
+ * ARGV: thread_id, now, event retention. Returns 1 if removed, else 0.
+ */
+export const EXPIRE_THREAD = script(
+  "expire_thread",
+  `
+local now = tonumber(ARGV[2])
+if not expired(KEYS[1], now) then return 0 end
+remove_thread(label_base(KEYS[1], ARGV[1]), ARGV[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], now, 'expired')
+return 1
+`,
+);
+
+/**
+ * Store.sweepExpired for one namespace. KEYS: expiry, threads, events, usage.
+ * ARGV: key base, now, event retention, limit. Removes up to `limit` expired
+ * threads, oldest expiry first; an entry whose thread was written since (or
+ * is gone) is brought up to date instead. Returns how many were removed.
+ */
+export const EXPIRE_DUE = script(
+  "expire_due",
+  `
+local now = tonumber(ARGV[2])
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[4]))
+local removed = 0
+for _, id in ipairs(ids) do
+  local at = redis.call('HGET', ARGV[1] .. 't:' .. id, 'expire_at')
+  if not at then
+    redis.call('ZREM', KEYS[1], id)
+  elseif tonumber(at) > now then
+    redis.call('ZADD', KEYS[1], tonumber(at), id)
+  else
+    remove_thread(ARGV[1], id, KEYS[2], KEYS[3], KEYS[4], ARGV[3], now, 'expired')
+    removed = removed + 1
+  end
+end
+return removed
+`,
+);
+
 export const ALL_SCRIPTS: readonly LuaScript[] = [
+  EXPIRE_THREAD,
+  EXPIRE_DUE,
   LIST_LABELED,
   IMPORT_THREAD,
   APPEND,
