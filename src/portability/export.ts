@@ -36,6 +36,9 @@ export async function exportNamespace(
           createTime: thread.createTime,
           updateTime: thread.updateTime,
           ...(thread.labels === undefined ? {} : { labels: thread.labels }),
+          ...(thread.ttlMs === undefined || thread.expireTime === undefined
+            ? {}
+            : { ttlMs: thread.ttlMs, expireTime: thread.expireTime }),
           messages,
         })}\n`,
       );

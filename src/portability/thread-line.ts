@@ -42,6 +42,9 @@ export function encodeThreadLine(t: ThreadLine): string {
     create_time: t.createTime,
     update_time: t.updateTime,
     ...(t.labels === undefined ? {} : { labels: t.labels }),
+    ...(t.ttlMs === undefined || t.expireTime === undefined
+      ? {}
+      : { ttl_ms: t.ttlMs, expire_time: t.expireTime }),
     messages: t.messages.map(encodeMessage),
   });
 }
@@ -106,6 +109,8 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
     "create_time",
     "update_time",
     "labels",
+    "ttl_ms",
+    "expire_time",
     "messages",
   ]);
   const format = r.string(o.format, "format");
@@ -141,6 +146,14 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
       throw new ThreadLineError(`${where}: ${(err as Error).message}`);
     }
   }
+  if ((o.ttl_ms === undefined) !== (o.expire_time === undefined)) {
+    r.fail("ttl_ms", "and expire_time go together: give both or neither");
+  }
+  const ttl =
+    o.ttl_ms === undefined
+      ? undefined
+      : { ttlMs: r.count(o.ttl_ms, "ttl_ms"), expireTime: r.count(o.expire_time, "expire_time") };
+  if (ttl !== undefined && ttl.ttlMs === 0) r.fail("ttl_ms", "must be positive when given");
   const list = r.array(o.messages, "messages");
   const messages = list.map((m, i) => decodeMessage(r, m, `messages[${i}]`));
   for (const [i, m] of messages.entries()) {
@@ -164,6 +177,7 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
     createTime: r.count(o.create_time, "create_time"),
     updateTime: r.count(o.update_time, "update_time"),
     ...(labels === undefined ? {} : { labels }),
+    ...(ttl ?? {}),
     messages,
   };
 }

@@ -34,11 +34,13 @@ import {
   strategyDraftFromPb,
   threadIdFrom,
   threadToPb,
+  ttlMsFromPb,
 } from "./convert.js";
 import { EventHub } from "./event-hub.js";
 import { FoldScheduler } from "./fold-scheduler.js";
 import { labelsFrom } from "./labels.js";
 import { setMessages } from "./pre-encoded.js";
+import { startTtlSweeper } from "./ttl-sweeper.js";
 import { watchEvents } from "./watch.js";
 
 /** Limits and timings of the service; src/config.ts fills them from flags and env. */
@@ -65,6 +67,10 @@ export interface ServiceLimits {
   foldLeaseMs: number;
   foldRetryInitialMs: number;
   foldRetryMaxMs: number;
+  /** Ttl of threads created without one (AddRequest.ttl), ms; 0: none. */
+  defaultTtlMs: number;
+  /** How often expired threads are swept (service/ttl-sweeper.ts). */
+  ttlSweepIntervalMs: number;
 }
 
 export const DEFAULT_SERVICE_LIMITS: ServiceLimits = {
@@ -79,6 +85,8 @@ export const DEFAULT_SERVICE_LIMITS: ServiceLimits = {
   foldLeaseMs: 60_000,
   foldRetryInitialMs: 1000,
   foldRetryMaxMs: 60_000,
+  defaultTtlMs: 0,
+  ttlSweepIntervalMs: 1000,
 };
 
 export interface MemoryServiceOptions {
@@ -128,6 +136,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     () => folds.pending,
   );
   const shutdown = new AbortController();
+  const sweeper = startTtlSweeper(store, { intervalMs: limits.ttlSweepIntervalMs, logger, now });
 
   const resolve = (draft: StrategyDraft): Strategy =>
     resolveStrategy(draft, {
@@ -166,6 +175,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     }
     const messages = req.messages.map((m, i) => messageFromPb(m, `messages[${i}]`));
     const labels = labelsFrom(req.labels, "labels");
+    const ttlMs = req.ttl === undefined ? undefined : ttlMsFromPb(req.ttl, "ttl");
     const draft = strategyDraftFromPb(req.strategy);
     const strategy = draft === undefined ? undefined : resolve(draft);
     if (req.replaceStrategy && strategy === undefined) {
@@ -175,7 +185,12 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       req.expectedLastSeq === undefined
         ? undefined
         : safeNumber(req.expectedLastSeq, "expected_last_seq");
-    if (messages.length === 0 && strategy === undefined && labels === undefined) {
+    if (
+      messages.length === 0 &&
+      strategy === undefined &&
+      labels === undefined &&
+      ttlMs === undefined
+    ) {
       return emptyAdd(ctx.namespace, threadId, expectedLastSeq);
     }
     const result = await store.append({
@@ -189,10 +204,12 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       requestHash:
         req.requestId === ""
           ? ""
-          : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq, labels),
+          : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq, labels, ttlMs),
       expectedLastSeq,
       now: now(),
       ...(labels === undefined ? {} : { labels }),
+      ...(ttlMs === undefined ? {} : { ttlMs }),
+      defaultTtlMs: limits.defaultTtlMs,
     });
     if (!result.replayed) maybeKick(ctx.namespace, result.thread);
     return create(AddResponseSchema, {
@@ -448,6 +465,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     watch,
     async close() {
       shutdown.abort(new MemoryError("unavailable", "the server is shutting down"));
+      await sweeper.stop();
       await folds.close();
     },
   };
@@ -460,6 +478,7 @@ function requestHash(
   replace: boolean,
   expectedLastSeq: number | undefined,
   labels: Labels | undefined,
+  ttlMs: number | undefined,
 ): string {
   const canonical = messages.map((m) => ({
     ...m,
@@ -474,6 +493,7 @@ function requestHash(
         expectedLastSeq ?? null,
         // Only when given, so the digests of Adds without labels stay as they were.
         ...(labels === undefined ? [] : [Object.entries(labels).sort()]),
+        ...(ttlMs === undefined ? [] : [{ ttlMs }]),
       ]),
     )
     .digest("base64url");

@@ -476,6 +476,14 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       });
       s.ids.add(cmd.threadId);
       s.labels.replace(cmd.threadId, undefined, state.labels);
+      if (state.expireTime !== undefined) {
+        expiries.push({
+          at: state.expireTime,
+          namespace: cmd.namespace,
+          threadId: cmd.threadId,
+          incarnation: state.incarnation,
+        });
+      }
       s.usage.threads += delta.threads;
       s.usage.messages += delta.messages;
       s.usage.bytes += delta.bytes;
@@ -532,6 +540,9 @@ export function importedState(cmd: ImportThreadCommand, incarnation: string): Th
     createTime: cmd.createTime,
     updateTime: cmd.updateTime,
     ...(cmd.labels === undefined ? {} : { labels: { ...cmd.labels } }),
+    ...(cmd.ttlMs === undefined || cmd.expireTime === undefined
+      ? {}
+      : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime }),
   };
 }
 

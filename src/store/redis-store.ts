@@ -748,6 +748,13 @@ export async function createRedisStore(
     async importThread(cmd: ImportThreadCommand): Promise<boolean> {
       const k = keys(cmd.namespace);
       const id = cmd.threadId;
+      const ttl =
+        cmd.ttlMs === undefined || cmd.expireTime === undefined
+          ? undefined
+          : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime };
+      if (ttl !== undefined) {
+        await command(["SADD", `${prefix}:${TTL_NAMESPACES_KEY}`, cmd.namespace]);
+      }
       let bytes = 0;
       const entries = cmd.messages.map((m) => {
         const b = messageBytes(m);
@@ -775,6 +782,8 @@ export async function createRedisStore(
           String(bytes),
           String(cmd.messages[0]?.seq ?? 0),
           cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
+          ttl === undefined ? "" : String(ttl.ttlMs),
+          ttl === undefined ? "" : String(ttl.expireTime),
           ...entries,
         ],
       );

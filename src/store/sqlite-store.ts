@@ -810,6 +810,9 @@ export function createSqliteStore(
     }
     use(cmd.namespace, delta, key);
     if (cmd.labels !== undefined) labelRows.set(cmd.namespace, cmd.threadId, key, cmd.labels);
+    if (cmd.ttlMs !== undefined && cmd.expireTime !== undefined) {
+      ttlRows.set.run(cmd.ttlMs, cmd.expireTime, cmd.namespace, cmd.threadId);
+    }
     const first = cmd.messages[0];
     const events =
       first === undefined

@@ -163,6 +163,9 @@ export interface ImportThreadCommand {
   messages: StoredMessage[];
   /** Absent or not empty. */
   labels?: Labels;
+  /** Retention, both or neither (an expire time already past makes the thread due at once). */
+  ttlMs?: number;
+  expireTime?: number;
   /** Time of the messages_added event. */
   now: number;
 }

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { promisify } from "node:util";
 import { create, toJson } from "@bufbuild/protobuf";
+import { DurationSchema } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   GetResponseSchema,
@@ -98,6 +99,7 @@ async function populate(h: Harness): Promise<void> {
       threadId: "chat",
       strategy: windowStrategy(3),
       labels: { user_id: "ana", agent: "weather" },
+      ttl: create(DurationSchema, { seconds: 3600n }),
       messages: [
         msg("system", "Be brief."),
         msg("user", "Weather in Oslo?", { name: "ana", metadata: { lang: "en" } }),
@@ -181,6 +183,7 @@ describe("export and import", () => {
     const before = await everyGet(memory);
     expect(Object.keys(before)).toHaveLength(5 * 3 + 2);
     expect(before[" labeled"]).toEqual(["chat"]);
+    expect(before["/chat/undefined"]).toMatchObject({ thread: { ttl: "3600s" } });
     const fromMemory = join(dir, "from-memory.jsonl");
     await exportToFile(memory.store, fromMemory);
     await memory.close();

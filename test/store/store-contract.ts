@@ -856,6 +856,19 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       ]);
     });
 
+    it("imports a thread's ttl and expire time with it", async () => {
+      const t0 = Date.now();
+      const given = importCommand({ ttlMs: 60_000, expireTime: t0 + 30_000 });
+      expect(await store.importThread(given)).toBe(true);
+      expect(await store.getThread("ns", "imp")).toMatchObject({
+        ttlMs: 60_000,
+        expireTime: t0 + 30_000,
+      });
+      expect(await store.sweepExpired(t0 + 29_999, 10)).toBe(0);
+      expect(await store.sweepExpired(t0 + 30_000, 10)).toBe(1);
+      expect(await store.listThreads("ns", "", 10)).toEqual([]);
+    });
+
     it("imports a thread's labels with it", async () => {
       const labels = { user_id: "u1", agent: "a" };
       expect(await store.importThread(importCommand({ labels }))).toBe(true);

@@ -17,6 +17,7 @@ package memoryv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -631,7 +632,12 @@ type Thread struct {
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// The thread's labels, as the latest Add that gave any set them (empty:
 	// none). ListThreadsRequest.labels filters on them.
-	Labels        map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How long the thread may stay idle before it expires; unset: never.
+	Ttl *durationpb.Duration `protobuf:"bytes,21,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// When the thread expires unless written again (each Add moves it to the
+	// Add's time plus ttl); unset when it has no ttl.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -715,6 +721,20 @@ func (x *Thread) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *Thread) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *Thread) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
 // AddRequest appends messages to a thread.
 type AddRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -745,7 +765,14 @@ type AddRequest struct {
 	// letters, digits, "_", "-", "." and "/"; values at most 256 bytes, no
 	// control characters. An Add with labels and no messages creates the
 	// thread (or updates its labels). Part of the payload request_id compares.
-	Labels        map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Retention: when set, the thread's ttl from now on (0 s: none). Every
+	// Add moves the thread's expire_time to the Add's time plus its ttl; a
+	// thread idle past it is gone for every call (as if cleared) and Watch sees
+	// ThreadCleared with reason "expired". Unset: a new thread takes the
+	// server's --default-ttl, an existing one keeps its ttl. Whole
+	// milliseconds, at most 10 years. Part of the payload request_id compares.
+	Ttl           *durationpb.Duration `protobuf:"bytes,21,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -825,6 +852,13 @@ func (x *AddRequest) GetExpectedLastSeq() uint64 {
 func (x *AddRequest) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *AddRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
 	}
 	return nil
 }
@@ -1638,7 +1672,9 @@ func (x *MessagesAdded) GetLastSeq() uint64 {
 
 // ThreadCleared: the thread was cleared.
 type ThreadCleared struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why: "" for a Clear; "expired" when the thread was idle past its ttl.
+	Reason        string `protobuf:"bytes,20,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1671,6 +1707,13 @@ func (x *ThreadCleared) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ThreadCleared.ProtoReflect.Descriptor instead.
 func (*ThreadCleared) Descriptor() ([]byte, []int) {
 	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ThreadCleared) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // SummaryFailed: a fold failed; Get returns degraded until a retry succeeds.
@@ -1769,7 +1812,7 @@ var File_windlass_memory_v1_memory_proto protoreflect.FileDescriptor
 
 const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x1fwindlass/memory/v1/memory.proto\x12\x12windlass.memory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n" +
+	"\x1fwindlass/memory/v1/memory.proto\x12\x12windlass.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -1809,7 +1852,7 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x0fsummarize_every\x18\x02 \x01(\rH\x01R\x0esummarizeEvery\x88\x01\x01\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05modelB\t\n" +
 	"\a_windowB\x12\n" +
-	"\x10_summarize_every\"\xa5\x03\n" +
+	"\x10_summarize_every\"\x8f\x04\n" +
 	"\x06Thread\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x128\n" +
 	"\bstrategy\x18\x02 \x01(\v2\x1c.windlass.memory.v1.StrategyR\bstrategy\x12\x19\n" +
@@ -1819,10 +1862,13 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12>\n" +
-	"\x06labels\x18\x14 \x03(\v2&.windlass.memory.v1.Thread.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x14 \x03(\v2&.windlass.memory.v1.Thread.LabelsEntryR\x06labels\x12+\n" +
+	"\x03ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12;\n" +
+	"\vexpire_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdd\x03\n" +
 	"\n" +
 	"AddRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12;\n" +
@@ -1832,7 +1878,8 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12/\n" +
 	"\x11expected_last_seq\x18\x06 \x01(\x04H\x00R\x0fexpectedLastSeq\x88\x01\x01\x12B\n" +
-	"\x06labels\x18\x14 \x03(\v2*.windlass.memory.v1.AddRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x14 \x03(\v2*.windlass.memory.v1.AddRequest.LabelsEntryR\x06labels\x12+\n" +
+	"\x03ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x14\n" +
@@ -1895,8 +1942,9 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\ffolded_count\x18\x03 \x01(\rR\vfoldedCount\"G\n" +
 	"\rMessagesAdded\x12\x1b\n" +
 	"\tfirst_seq\x18\x01 \x01(\x04R\bfirstSeq\x12\x19\n" +
-	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\"\x0f\n" +
-	"\rThreadCleared\"A\n" +
+	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\"'\n" +
+	"\rThreadCleared\x12\x16\n" +
+	"\x06reason\x18\x14 \x01(\tR\x06reason\"A\n" +
 	"\rSummaryFailed\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\"\n" +
@@ -1965,6 +2013,7 @@ var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	nil,                           // 26: windlass.memory.v1.AddRequest.LabelsEntry
 	nil,                           // 27: windlass.memory.v1.ListThreadsRequest.LabelsEntry
 	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
 }
 var file_windlass_memory_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: windlass.memory.v1.ChatMessage.role:type_name -> windlass.memory.v1.Role
@@ -1978,35 +2027,38 @@ var file_windlass_memory_v1_memory_proto_depIdxs = []int32{
 	28, // 8: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
 	28, // 9: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
 	25, // 10: windlass.memory.v1.Thread.labels:type_name -> windlass.memory.v1.Thread.LabelsEntry
-	3,  // 11: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
-	4,  // 12: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
-	26, // 13: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
-	8,  // 14: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
-	3,  // 15: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
-	8,  // 16: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
-	27, // 17: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
-	1,  // 18: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
-	28, // 19: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
-	19, // 20: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
-	20, // 21: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
-	21, // 22: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
-	22, // 23: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
-	23, // 24: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
-	9,  // 25: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
-	11, // 26: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
-	13, // 27: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
-	15, // 28: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
-	17, // 29: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
-	10, // 30: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
-	12, // 31: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
-	14, // 32: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
-	16, // 33: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
-	18, // 34: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
-	30, // [30:35] is the sub-list for method output_type
-	25, // [25:30] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	29, // 11: windlass.memory.v1.Thread.ttl:type_name -> google.protobuf.Duration
+	28, // 12: windlass.memory.v1.Thread.expire_time:type_name -> google.protobuf.Timestamp
+	3,  // 13: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
+	4,  // 14: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
+	26, // 15: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
+	29, // 16: windlass.memory.v1.AddRequest.ttl:type_name -> google.protobuf.Duration
+	8,  // 17: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
+	3,  // 18: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
+	8,  // 19: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
+	27, // 20: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	1,  // 21: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
+	28, // 22: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
+	19, // 23: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
+	20, // 24: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
+	21, // 25: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
+	22, // 26: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
+	23, // 27: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
+	9,  // 28: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
+	11, // 29: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
+	13, // 30: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
+	15, // 31: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
+	17, // 32: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
+	10, // 33: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
+	12, // 34: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
+	14, // 35: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
+	16, // 36: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
+	18, // 37: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
+	33, // [33:38] is the sub-list for method output_type
+	28, // [28:33] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_windlass_memory_v1_memory_proto_init() }
