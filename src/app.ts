@@ -59,6 +59,8 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       maxWatchersPerNamespace: config.maxWatchersPerNamespace,
       maxConcurrentFolds: config.maxConcurrentFolds,
       foldLeaseMs: config.foldLeaseMs,
+      defaultTtlMs: config.defaultTtlMs,
+      ttlSweepIntervalMs: config.ttlSweepIntervalMs,
     },
   });
   let servers: Awaited<ReturnType<typeof startServers>>;

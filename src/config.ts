@@ -31,6 +31,10 @@ export interface Config {
   maxThreadsPerNamespace: number;
   maxMessagesPerNamespace: number;
   maxBytesPerNamespace: number;
+  /** Ttl of threads created without one, ms; 0: none (README "Thread lifecycle"). */
+  defaultTtlMs: number;
+  /** How often each replica sweeps expired threads. */
+  ttlSweepIntervalMs: number;
   maxConcurrentFolds: number;
   foldLeaseMs: number;
   shutdownGraceMs: number;
@@ -220,6 +224,18 @@ export const SETTINGS = {
     env: "WINDLASS_MAX_BYTES_PER_NAMESPACE",
     default: String(1024 * 1024 * 1024),
     help: "UTF-8 bytes of stored message text and fields a namespace may hold (0: unlimited)",
+  },
+  defaultTtl: {
+    flag: "default-ttl",
+    env: "WINDLASS_DEFAULT_TTL",
+    default: "0",
+    help: "ttl of threads whose first Add gives none, e.g. 30m, 24h, 7d (ms, s, m, h, d); 0: never expire",
+  },
+  ttlSweepIntervalMs: {
+    flag: "ttl-sweep-interval-ms",
+    env: "WINDLASS_TTL_SWEEP_INTERVAL_MS",
+    default: "1000",
+    help: "how often each replica removes expired threads (and Watch sees them cleared)",
   },
   maxConcurrentFolds: {
     flag: "max-concurrent-folds",
@@ -415,6 +431,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     maxThreadsPerNamespace: int("maxThreadsPerNamespace", 0),
     maxMessagesPerNamespace: int("maxMessagesPerNamespace", 0),
     maxBytesPerNamespace: int("maxBytesPerNamespace", 0),
+    defaultTtlMs: parseTtl(str("defaultTtl")),
+    ttlSweepIntervalMs: int("ttlSweepIntervalMs", 10, MAX_TIMER_MS),
     maxConcurrentFolds: int("maxConcurrentFolds", 1, 10_000),
     // At least 2 s: the model call gets the lease less a second.
     foldLeaseMs: int("foldLeaseMs", 2000, 3_600_000),
@@ -471,6 +489,29 @@ function parseFlags(argv: readonly string[]): Map<string, string> {
     out.set(name, earlier !== undefined && repeatable.has(name) ? `${earlier},${value}` : value);
   }
   return out;
+}
+
+const TTL_UNITS: Record<string, number> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+/** Ten years, the longest ttl (as AddRequest.ttl). */
+const MAX_TTL_MS = 10 * 365 * 86_400_000;
+
+/** "0", or a whole number with a unit: 500ms, 90s, 30m, 24h, 7d. */
+function parseTtl(v: string): number {
+  const m = /^(\d{1,12})(ms|s|m|h|d)?$/.exec(v);
+  const unit = m?.[2] ?? (m?.[1] === "0" ? "ms" : undefined);
+  const ms = m === null || unit === undefined ? Number.NaN : Number(m[1]) * (TTL_UNITS[unit] ?? 0);
+  if (!(ms >= 0 && ms <= MAX_TTL_MS)) {
+    throw new ConfigError(
+      `--default-ttl / WINDLASS_DEFAULT_TTL: "${v}" is not 0 or a duration like 30m, 24h or 7d (at most 10 years)`,
+    );
+  }
+  return ms;
 }
 
 function parseStore(v: string, sqliteCacheMb: number): StoreConfig {
@@ -532,6 +573,8 @@ function parseMetricsToken(v: string | undefined): string | undefined {
 export function helpText(): string {
   const lines = [
     "Usage: windlass-memory serve [flags]",
+    "       windlass-memory export [--namespace NS]... [--output FILE] [flags]",
+    "       windlass-memory import [--input FILE] [flags]",
     "",
     "Flags (each also an environment variable):",
   ];

@@ -1,6 +1,7 @@
 import { startApp } from "./app.js";
 import { ConfigError, helpText, loadConfig } from "./config.js";
 import { createJsonLogger } from "./logger.js";
+import { runExport, runImport } from "./portability/command.js";
 import { startTracing } from "./tracing.js";
 
 /**
@@ -12,6 +13,15 @@ export async function main(argv: readonly string[]): Promise<number> {
   if (command === "--help" || command === "-h" || command === "help") {
     process.stdout.write(`${helpText()}\n`);
     return 0;
+  }
+  if (command === "export" || command === "import") {
+    const io = {
+      stdin: process.stdin,
+      stdout: process.stdout,
+      stderr: process.stderr,
+      env: process.env,
+    };
+    return command === "export" ? runExport(rest, io) : runImport(rest, io);
   }
   if (command !== "serve") {
     process.stderr.write(`windlass-memory: unknown command "${command}" (try --help)\n`);

@@ -170,3 +170,30 @@ describe("limits per caller and per connection", () => {
     }
   });
 });
+
+describe("thread retention settings", () => {
+  it("reads --default-ttl as a duration and the sweep interval in ms, refusing anything else", () => {
+    expect(loadConfig([], {}).defaultTtlMs).toBe(0);
+    expect(loadConfig([], {}).ttlSweepIntervalMs).toBe(1000);
+    for (const [text, ms] of [
+      ["0", 0],
+      ["500ms", 500],
+      ["90s", 90_000],
+      ["30m", 1_800_000],
+      ["24h", 86_400_000],
+      ["7d", 604_800_000],
+    ] as const) {
+      expect(loadConfig(["--default-ttl", text], {}).defaultTtlMs, text).toBe(ms);
+    }
+    expect(loadConfig([], { WINDLASS_DEFAULT_TTL: "2h" }).defaultTtlMs).toBe(7_200_000);
+    for (const bad of ["10", "1.5h", "-1s", "3w", "h", "4000d"]) {
+      expect(() => loadConfig(["--default-ttl", bad], {}), bad).toThrow(
+        `--default-ttl / WINDLASS_DEFAULT_TTL: "${bad}" is not 0 or a duration`,
+      );
+    }
+    expect(loadConfig(["--ttl-sweep-interval-ms", "50"], {}).ttlSweepIntervalMs).toBe(50);
+    expect(() => loadConfig(["--ttl-sweep-interval-ms", "5"], {})).toThrow(
+      "--ttl-sweep-interval-ms",
+    );
+  });
+});

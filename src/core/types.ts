@@ -105,13 +105,22 @@ export interface ThreadState {
   /** Milliseconds since the Unix epoch. */
   createTime: number;
   updateTime: number;
+  /** The thread's labels (AddRequest.labels); absent when it has none, never empty. */
+  labels?: Labels;
+  /** Retention (AddRequest.ttl), ms; absent when the thread never expires. */
+  ttlMs?: number;
+  /** When the thread expires unless written again (ms since the epoch); with ttlMs only. */
+  expireTime?: number;
 }
+
+/** Thread labels: key -> value (checked by service/labels.ts). */
+export type Labels = Record<string, string>;
 
 /** What happened to a thread, as the event log records it. */
 export type EventBody =
   | { type: "messages_added"; firstSeq: number; lastSeq: number }
   | { type: "summary_updated"; summary: string; summarizedThroughSeq: number; foldedCount: number }
-  | { type: "thread_cleared" }
+  | { type: "thread_cleared"; reason?: "expired" }
   | { type: "summary_failed"; reason: string; attempt: number };
 
 export type EventType = EventBody["type"];

@@ -1,5 +1,10 @@
 import { create } from "@bufbuild/protobuf";
-import { type Timestamp, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import {
+  type Duration,
+  DurationSchema,
+  type Timestamp,
+  timestampFromMs,
+} from "@bufbuild/protobuf/wkt";
 import {
   type ChatMessage as ChatMessagePb,
   ChatMessageSchema,
@@ -243,6 +248,32 @@ export function threadToPb(t: ThreadState): ThreadPb {
     summarizedThroughSeq: BigInt(t.summarizedThroughSeq),
     createTime: timestampFromMs(t.createTime),
     updateTime: timestampFromMs(t.updateTime),
+    ...(t.labels === undefined ? {} : { labels: t.labels }),
+    ...(t.ttlMs === undefined || t.expireTime === undefined
+      ? {}
+      : { ttl: durationFromMs(t.ttlMs), expireTime: timestampFromMs(t.expireTime) }),
+  });
+}
+
+/** The longest ttl an Add may set: 10 years. */
+export const MAX_TTL_MS = 10 * 365 * 24 * 3600 * 1000;
+
+/** A Duration as milliseconds, checked: whole ms, 0 to MAX_TTL_MS. */
+export function ttlMsFromPb(d: Duration, field: string): number {
+  const seconds = Number(d.seconds);
+  if (d.seconds < 0n || d.nanos < 0 || seconds * 1000 > MAX_TTL_MS) {
+    throw invalidArgument(field, "must be from 0 to 10 years");
+  }
+  if (d.nanos % 1_000_000 !== 0) throw invalidArgument(field, "must be whole milliseconds");
+  const ms = seconds * 1000 + d.nanos / 1_000_000;
+  if (ms > MAX_TTL_MS) throw invalidArgument(field, "must be from 0 to 10 years");
+  return ms;
+}
+
+function durationFromMs(ms: number): Duration {
+  return create(DurationSchema, {
+    seconds: BigInt(Math.floor(ms / 1000)),
+    nanos: (ms % 1000) * 1_000_000,
   });
 }
 
@@ -294,7 +325,7 @@ export function eventToPb(e: MemoryEvent, resumeToken: string): WatchResponse {
     case "thread_cleared":
       return create(WatchResponseSchema, {
         ...common,
-        event: { case: "threadCleared", value: {} },
+        event: { case: "threadCleared", value: e.reason === undefined ? {} : { reason: e.reason } },
       });
     case "summary_failed":
       return create(WatchResponseSchema, {

@@ -28,7 +28,7 @@ import {
   strategyKey,
 } from "../core/strategy.js";
 import { countMessageTokensSliced, DEFAULT_TOKEN_ENCODING } from "../core/tokens.js";
-import type { ChatMessage, StoredMessage, Strategy, ThreadState } from "../core/types.js";
+import type { ChatMessage, Labels, StoredMessage, Strategy, ThreadState } from "../core/types.js";
 import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { Store, ThreadSnapshot } from "../store/store.js";
@@ -41,10 +41,13 @@ import {
   strategyDraftFromPb,
   threadIdFrom,
   threadToPb,
+  ttlMsFromPb,
 } from "./convert.js";
 import { EventHub } from "./event-hub.js";
 import { FoldScheduler } from "./fold-scheduler.js";
+import { labelsFrom } from "./labels.js";
 import { setMessages } from "./pre-encoded.js";
+import { startTtlSweeper } from "./ttl-sweeper.js";
 import { watchEvents } from "./watch.js";
 
 /** Limits and timings of the service; src/config.ts fills them from flags and env. */
@@ -71,6 +74,10 @@ export interface ServiceLimits {
   foldLeaseMs: number;
   foldRetryInitialMs: number;
   foldRetryMaxMs: number;
+  /** Ttl of threads created without one (AddRequest.ttl), ms; 0: none. */
+  defaultTtlMs: number;
+  /** How often expired threads are swept (service/ttl-sweeper.ts). */
+  ttlSweepIntervalMs: number;
 }
 
 export const DEFAULT_SERVICE_LIMITS: ServiceLimits = {
@@ -85,6 +92,8 @@ export const DEFAULT_SERVICE_LIMITS: ServiceLimits = {
   foldLeaseMs: 60_000,
   foldRetryInitialMs: 1000,
   foldRetryMaxMs: 60_000,
+  defaultTtlMs: 0,
+  ttlSweepIntervalMs: 1000,
 };
 
 export interface MemoryServiceOptions {
@@ -134,6 +143,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     () => folds.pending,
   );
   const shutdown = new AbortController();
+  const sweeper = startTtlSweeper(store, { intervalMs: limits.ttlSweepIntervalMs, logger, now });
 
   const resolve = (draft: StrategyDraft): Strategy =>
     resolveStrategy(draft, {
@@ -175,6 +185,8 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       throw invalidArgument("request_id", `must be at most ${MAX_REQUEST_ID_BYTES} bytes`);
     }
     const messages = req.messages.map((m, i) => messageFromPb(m, () => `messages[${i}]`));
+    const labels = labelsFrom(req.labels, "labels");
+    const ttlMs = req.ttl === undefined ? undefined : ttlMsFromPb(req.ttl, "ttl");
     const draft = strategyDraftFromPb(req.strategy);
     const strategy = draft === undefined ? undefined : resolve(draft);
     if (req.replaceStrategy && strategy === undefined) {
@@ -184,14 +196,19 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       req.expectedLastSeq === undefined
         ? undefined
         : safeNumber(req.expectedLastSeq, "expected_last_seq");
-    if (messages.length === 0 && strategy === undefined) {
+    if (
+      messages.length === 0 &&
+      strategy === undefined &&
+      labels === undefined &&
+      ttlMs === undefined
+    ) {
       return emptyAdd(ctx.namespace, threadId, expectedLastSeq);
     }
     // Hashed before the counts are added, so a retry's hash matches whatever counted it.
     const hash =
       req.requestId === ""
         ? ""
-        : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq);
+        : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq, labels, ttlMs);
     await countTokens(messages, strategy ?? opts.defaultStrategy, ctx.signal);
     const result = await store.append({
       namespace: ctx.namespace,
@@ -204,6 +221,9 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       requestHash: hash,
       expectedLastSeq,
       now: now(),
+      ...(labels === undefined ? {} : { labels }),
+      ...(ttlMs === undefined ? {} : { ttlMs }),
+      defaultTtlMs: limits.defaultTtlMs,
     });
     if (!result.replayed) maybeKick(ctx.namespace, result.thread);
     return create(AddResponseSchema, {
@@ -424,7 +444,8 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     assertOpen();
     const pageSize = req.pageSize === 0 ? PAGE_SIZE_DEFAULT : Math.min(req.pageSize, PAGE_SIZE_MAX);
     const after = decodePageToken(req.pageToken);
-    const ids = await store.listThreads(ctx.namespace, after, pageSize + 1);
+    const labels = labelsFrom(req.labels, "labels");
+    const ids = await store.listThreads(ctx.namespace, after, pageSize + 1, labels);
     const page = ids.slice(0, pageSize);
     const last = page[page.length - 1];
     return create(ListThreadsResponseSchema, {
@@ -485,6 +506,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     watch,
     async close() {
       shutdown.abort(new MemoryError("unavailable", "the server is shutting down"));
+      await sweeper.stop();
       await folds.close();
     },
   };
@@ -531,6 +553,8 @@ function requestHash(
   strategy: Strategy | undefined,
   replace: boolean,
   expectedLastSeq: number | undefined,
+  labels: Labels | undefined,
+  ttlMs: number | undefined,
 ): string {
   const canonical = messages.map((m) => ({
     ...m,
@@ -543,6 +567,9 @@ function requestHash(
         strategy === undefined ? null : strategyKey(strategy),
         replace,
         expectedLastSeq ?? null,
+        // Only when given, so the digests of Adds without labels stay as they were.
+        ...(labels === undefined ? [] : [Object.entries(labels).sort()]),
+        ...(ttlMs === undefined ? [] : [{ ttlMs }]),
       ]),
     )
     .digest("base64url");

@@ -8,14 +8,18 @@ import {
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import { recallSize } from "../core/recall.js";
+import { isExpired, ttlAfterAdd, ttlFields } from "../core/ttl.js";
 import type {
   ChatMessage,
   EventBody,
+  Labels,
   MemoryEvent,
   StoredMessage,
   Strategy,
   ThreadState,
 } from "../core/types.js";
+import { ExpiryQueue } from "./memory/expiry-queue.js";
+import { LabelIndex } from "./memory/labels.js";
 import { SortedIds } from "./memory/sorted-ids.js";
 import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
@@ -25,6 +29,7 @@ import {
   CLEAR_BATCH,
   type CommitSummaryCommand,
   type FoldFailureCommand,
+  type ImportThreadCommand,
   READ_SLACK,
   type ReadView,
   type Store,
@@ -73,6 +78,8 @@ interface NamespaceState {
   threads: Map<string, ThreadRecord>;
   /** The keys of `threads`, in byte order, for ListThreads and Clear(all). */
   ids: SortedIds;
+  /** The threads by label, for a filtered ListThreads. */
+  labels: LabelIndex;
   /** What the quotas count, kept up to date by every change. */
   usage: NamespaceUsage;
   /** Retained events; events[i] has number firstEventNo + i. */
@@ -104,6 +111,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   const leases = new Map<string, Lease>();
   const issued = new IssuedCursors(ISSUED_CURSORS_KEPT);
   let leaseCounter = 0;
+  const expiries = new ExpiryQueue();
 
   function ns(name: string): NamespaceState {
     let s = namespaces.get(name);
@@ -112,6 +120,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         name,
         threads: new Map(),
         ids: new SortedIds(),
+        labels: new LabelIndex(),
         usage: { threads: 0, messages: 0, bytes: 0 },
         events: [],
         firstEventNo: 1,
@@ -182,14 +191,32 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 
   /** Takes a thread out of the namespace's ids and usage (it is deleted by the caller). */
   function forget(s: NamespaceState, rec: ThreadRecord): void {
+    if (rec.state.labels !== undefined) s.labels.remove(rec.state.threadId, rec.state.labels);
     s.usage.threads -= 1;
     s.usage.messages -= storedCount(rec);
     s.usage.bytes -= rec.bytes;
   }
 
+  /** Removes an expired thread, logging thread_cleared {reason: expired}. */
+  function expire(s: NamespaceState, rec: ThreadRecord, now: number): void {
+    const id = rec.state.threadId;
+    s.threads.delete(id);
+    s.ids.delete(id);
+    forget(s, rec);
+    publish(s, [log(s, id, now, { type: "thread_cleared", reason: "expired" })]);
+  }
+
+  /** The thread, unless it does not exist or has expired. */
+  function live(namespace: string, threadId: string): ThreadRecord | undefined {
+    const rec = namespaces.get(namespace)?.threads.get(threadId);
+    return rec === undefined || isExpired(rec.state, Date.now()) ? undefined : rec;
+  }
+
   return {
     async append(cmd: AppendCommand): Promise<AppendResult> {
       const s = ns(cmd.namespace);
+      const found = s.threads.get(cmd.threadId);
+      if (found !== undefined && isExpired(found.state, cmd.now)) expire(s, found, cmd.now);
       const existing = s.threads.get(cmd.threadId);
       if (cmd.requestId !== "" && existing !== undefined) {
         const seen = existing.requests.get(cmd.requestId);
@@ -243,7 +270,24 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         rec.state.summarizedThroughSeq = 0;
       }
       rec.state.strategy = strategy;
+      if (cmd.labels !== undefined) {
+        s.labels.replace(cmd.threadId, rec.state.labels, cmd.labels);
+        rec.state.labels = { ...cmd.labels };
+      }
       if (dropped > 0) dropOldest(rec, dropped);
+      const hadExpiry = rec.state.expireTime !== undefined;
+      const ttl = ttlAfterAdd(cmd.ttlMs, rec.state.ttlMs, existing === undefined, cmd.defaultTtlMs);
+      delete rec.state.ttlMs;
+      delete rec.state.expireTime;
+      Object.assign(rec.state, ttlFields(ttl, cmd.now));
+      if (rec.state.expireTime !== undefined && !hadExpiry) {
+        expiries.push({
+          at: rec.state.expireTime,
+          namespace: cmd.namespace,
+          threadId: cmd.threadId,
+          incarnation: rec.state.incarnation,
+        });
+      }
       rec.bytes += delta.bytes;
       s.usage.threads += delta.threads;
       s.usage.messages += delta.messages;
@@ -277,7 +321,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       threadId: string,
       view?: ReadView,
     ): Promise<ThreadSnapshot | undefined> {
-      const rec = namespaces.get(namespace)?.threads.get(threadId);
+      const rec = live(namespace, threadId);
       if (rec === undefined) return undefined;
       // Only what the view needs is copied, so a Get costs its window, not the thread.
       const start = view === undefined ? 0 : viewStart(rec, view);
@@ -286,7 +330,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
     },
 
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
-      const rec = namespaces.get(namespace)?.threads.get(threadId);
+      const rec = live(namespace, threadId);
       return rec === undefined ? undefined : copyThread(rec.state);
     },
 
@@ -382,8 +426,18 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       }
     },
 
-    async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
-      return namespaces.get(namespace)?.ids.after(after, Math.max(0, limit)) ?? [];
+    async listThreads(
+      namespace: string,
+      after: string,
+      limit: number,
+      labels?: Labels,
+    ): Promise<string[]> {
+      const s = namespaces.get(namespace);
+      if (s === undefined) return [];
+      if (labels !== undefined && Object.keys(labels).length > 0) {
+        return s.labels.list(labels, after, limit, (id) => s.threads.get(id)?.state.labels);
+      }
+      return s.ids.after(after, Math.max(0, limit));
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
@@ -421,6 +475,71 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       };
     },
 
+    async importThread(cmd: ImportThreadCommand): Promise<boolean> {
+      const s = ns(cmd.namespace);
+      if (s.threads.has(cmd.threadId)) return false;
+      const messages = cmd.messages.map((m): StoredMessage => Object.freeze({ ...m }));
+      const delta: NamespaceUsage = {
+        threads: 1,
+        messages: messages.length,
+        bytes: sumBytes(messages, 0, messages.length),
+      };
+      checkQuotas(lim, s.usage, delta);
+      const state = importedState(cmd, randomUUID());
+      s.threads.set(cmd.threadId, {
+        state,
+        messages,
+        head: 0,
+        requests: new Map(),
+        bytes: delta.bytes,
+      });
+      s.ids.add(cmd.threadId);
+      s.labels.replace(cmd.threadId, undefined, state.labels);
+      if (state.expireTime !== undefined) {
+        expiries.push({
+          at: state.expireTime,
+          namespace: cmd.namespace,
+          threadId: cmd.threadId,
+          incarnation: state.incarnation,
+        });
+      }
+      s.usage.threads += delta.threads;
+      s.usage.messages += delta.messages;
+      s.usage.bytes += delta.bytes;
+      const first = messages[0];
+      if (first !== undefined) {
+        publish(s, [
+          log(s, cmd.threadId, cmd.now, {
+            type: "messages_added",
+            firstSeq: first.seq,
+            lastSeq: cmd.lastSeq,
+          }),
+        ]);
+      }
+      return true;
+    },
+
+    async sweepExpired(now: number, limit: number): Promise<number> {
+      let removed = 0;
+      while (removed < limit) {
+        const due = expiries.popDue(now);
+        if (due === undefined) break;
+        const s = namespaces.get(due.namespace);
+        const rec = s?.threads.get(due.threadId);
+        if (s === undefined || rec?.state.incarnation !== due.incarnation) continue;
+        const at = rec.state.expireTime;
+        if (at === undefined) continue;
+        if (at > now) {
+          // Written since it was queued: due again at its new time.
+          expiries.push({ ...due, at });
+          continue;
+        }
+        expire(s, rec, now);
+        removed++;
+      }
+      return removed;
+    },
+
     async close(): Promise<void> {
       for (const s of namespaces.values()) s.listeners.clear();
     },
@@ -452,6 +571,25 @@ class IssuedCursors {
     const known = this.#byCursor.get(cursor);
     return known !== undefined && known.namespace === namespace ? known.position : undefined;
   }
+}
+
+/** The state of a thread written by Store.importThread. */
+export function importedState(cmd: ImportThreadCommand, incarnation: string): ThreadState {
+  return {
+    threadId: cmd.threadId,
+    incarnation,
+    strategy: cmd.strategy,
+    lastSeq: cmd.lastSeq,
+    summarizedThroughSeq: cmd.summarizedThroughSeq,
+    summary: cmd.summary,
+    summaryTime: cmd.summaryTime,
+    createTime: cmd.createTime,
+    updateTime: cmd.updateTime,
+    ...(cmd.labels === undefined ? {} : { labels: { ...cmd.labels } }),
+    ...(cmd.ttlMs === undefined || cmd.expireTime === undefined
+      ? {}
+      : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime }),
+  };
 }
 
 function sumBytes(

@@ -7,9 +7,11 @@ import {
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import { strategyKey } from "../core/strategy.js";
+import { isExpired } from "../core/ttl.js";
 import type {
   ChatMessage,
   EventBody,
+  Labels,
   MemoryEvent,
   StoredMessage,
   Strategy,
@@ -24,7 +26,11 @@ import {
   CLEAR,
   CLEAR_CHUNK,
   COMMIT_SUMMARY,
+  EXPIRE_DUE,
+  EXPIRE_THREAD,
   HEAD,
+  IMPORT_THREAD,
+  LIST_LABELED,
   type LuaScript,
   READ,
   READ_EVENTS,
@@ -37,6 +43,7 @@ import type {
   AppendResult,
   CommitSummaryCommand,
   FoldFailureCommand,
+  ImportThreadCommand,
   ReadView,
   Store,
   StoreLimits,
@@ -107,6 +114,12 @@ const READER_LINGER_MS = 30_000;
 const BUFFER_LIMIT = 10_000;
 /** A stream id this store writes: "0-<n>", n the event's number in its namespace. */
 const STREAM_ID = /^0-(0|[1-9]\d{0,14})$/;
+/**
+ * The set of namespaces that have had a thread with a ttl, under the key
+ * prefix: what the sweep (every replica) walks. Written before the Add that
+ * sets the ttl, so no expiring thread is ever missed by the sweep.
+ */
+const TTL_NAMESPACES_KEY = "ttl-namespaces";
 /** The key holding "<store id>.<secret>" of the resume tokens, under the key prefix. */
 const TOKEN_KEY = "resume-token-key";
 /** Server replies that mean "not now" rather than "wrong": the call may be retried. */
@@ -420,42 +433,64 @@ export async function createRedisStore(
     if (readers.get(reader.namespace) === reader) readers.delete(reader.namespace);
   }
 
+  /** One APPEND call (see scripts.ts APPEND for its replies). */
+  function appendOnce(cmd: AppendCommand): Promise<unknown> {
+    const k = keys(cmd.namespace);
+    const id = cmd.threadId;
+    return run(
+      APPEND,
+      [
+        k.thread(id),
+        k.messages(id),
+        k.requests(id),
+        k.requestTimes(id),
+        k.threads,
+        k.events,
+        k.usage,
+      ],
+      [
+        id,
+        String(cmd.now),
+        cmd.requestId,
+        cmd.requestHash,
+        cmd.expectedLastSeq === undefined ? "" : String(cmd.expectedLastSeq),
+        cmd.replaceStrategy ? "1" : "0",
+        randomUUID(),
+        String(lim.eventRetention),
+        String(lim.idempotencyRetentionMs),
+        String(lim.idempotencyMaxPerThread),
+        ...strategyArgs(cmd.strategy),
+        ...strategyArgs(cmd.defaultStrategy),
+        String(lim.maxThreadsPerNamespace),
+        String(lim.maxMessagesPerNamespace),
+        String(lim.maxBytesPerNamespace),
+        cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
+        cmd.ttlMs === undefined ? "" : String(cmd.ttlMs),
+        String(cmd.defaultTtlMs ?? 0),
+        ...cmd.messages.map((m) => `${messageBytes(m)} ${encodeMessage(m, cmd.now)}`),
+      ],
+    );
+  }
+
   // --- The Store -----------------------------------------------------------
 
   return {
     async append(cmd: AppendCommand): Promise<AppendResult> {
       const k = keys(cmd.namespace);
       const id = cmd.threadId;
-      const reply = await run(
-        APPEND,
-        [
-          k.thread(id),
-          k.messages(id),
-          k.requests(id),
-          k.requestTimes(id),
-          k.threads,
-          k.events,
-          k.usage,
-        ],
-        [
-          id,
-          String(cmd.now),
-          cmd.requestId,
-          cmd.requestHash,
-          cmd.expectedLastSeq === undefined ? "" : String(cmd.expectedLastSeq),
-          cmd.replaceStrategy ? "1" : "0",
-          randomUUID(),
-          String(lim.eventRetention),
-          String(lim.idempotencyRetentionMs),
-          String(lim.idempotencyMaxPerThread),
-          ...strategyArgs(cmd.strategy),
-          ...strategyArgs(cmd.defaultStrategy),
-          String(lim.maxThreadsPerNamespace),
-          String(lim.maxMessagesPerNamespace),
-          String(lim.maxBytesPerNamespace),
-          ...cmd.messages.map((m) => `${messageBytes(m)} ${encodeMessage(m, cmd.now)}`),
-        ],
-      );
+      if ((cmd.ttlMs ?? 0) > 0 || (cmd.defaultTtlMs ?? 0) > 0) {
+        await command(["SADD", `${prefix}:${TTL_NAMESPACES_KEY}`, cmd.namespace]);
+      }
+      let reply = await appendOnce(cmd);
+      if (asArray(reply)[0] === "expired") {
+        // Removed (with its event) in its own atomic step, then the Add goes to a new thread.
+        await run(
+          EXPIRE_THREAD,
+          [k.thread(id), k.threads, k.events, k.usage],
+          [id, String(cmd.now), String(lim.eventRetention)],
+        );
+        reply = await appendOnce(cmd);
+      }
       const [status, value] = asArray(reply);
       switch (status) {
         case "ok":
@@ -490,8 +525,10 @@ export async function createRedisStore(
       const reply = await run(READ, [k.thread(threadId), k.messages(threadId)], args);
       if (reply === null) return undefined;
       const [thread, entries, complete] = asArray(reply);
+      const state = decodeThread(thread);
+      if (isExpired(state, Date.now())) return undefined;
       return {
-        thread: decodeThread(thread),
+        thread: state,
         messages: asArray(entries).map((e) => decoded.get(asString(e))),
         complete: complete === 1,
       };
@@ -499,7 +536,8 @@ export async function createRedisStore(
 
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
       const fields = asArray(await command(["HGETALL", keys(namespace).thread(threadId)]));
-      return fields.length === 0 ? undefined : decodeThread(fields);
+      const thread = fields.length === 0 ? undefined : decodeThread(fields);
+      return thread === undefined || isExpired(thread, Date.now()) ? undefined : thread;
     },
 
     async commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {
@@ -589,8 +627,22 @@ export async function createRedisStore(
       }
     },
 
-    async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
+    async listThreads(
+      namespace: string,
+      after: string,
+      limit: number,
+      labels?: Labels,
+    ): Promise<string[]> {
       if (limit <= 0) return [];
+      if (labels !== undefined && Object.keys(labels).length > 0) {
+        const base = keys(namespace).base;
+        const reply = await run(
+          LIST_LABELED,
+          Object.entries(labels).map(([k, v]) => `${base}lb:${k}=${v}`),
+          [after, String(limit)],
+        );
+        return asArray(reply).map(asString);
+      }
       const reply = await command([
         "ZRANGE",
         keys(namespace).threads,
@@ -668,6 +720,83 @@ export async function createRedisStore(
           r.lingerTimer.unref();
         }
       };
+    },
+
+    async sweepExpired(now: number, limit: number): Promise<number> {
+      let removed = 0;
+      let cursor = "0";
+      do {
+        const [next, names] = asArray(
+          await command(["SSCAN", `${prefix}:${TTL_NAMESPACES_KEY}`, cursor, "COUNT", "100"]),
+        );
+        cursor = asString(next);
+        for (const namespace of asArray(names).map(asString)) {
+          if (removed >= limit) return removed;
+          const k = keys(namespace);
+          removed += Number(
+            await run(
+              EXPIRE_DUE,
+              [`${k.base}expiry`, k.threads, k.events, k.usage],
+              [k.base, String(now), String(lim.eventRetention), String(limit - removed)],
+            ),
+          );
+        }
+      } while (cursor !== "0");
+      return removed;
+    },
+
+    async importThread(cmd: ImportThreadCommand): Promise<boolean> {
+      const k = keys(cmd.namespace);
+      const id = cmd.threadId;
+      const ttl =
+        cmd.ttlMs === undefined || cmd.expireTime === undefined
+          ? undefined
+          : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime };
+      if (ttl !== undefined) {
+        await command(["SADD", `${prefix}:${TTL_NAMESPACES_KEY}`, cmd.namespace]);
+      }
+      let bytes = 0;
+      const entries = cmd.messages.map((m) => {
+        const b = messageBytes(m);
+        bytes += b;
+        return `${m.seq} ${b} ${encodeMessage(m, m.createTime)}`;
+      });
+      const reply = await run(
+        IMPORT_THREAD,
+        [k.thread(id), k.messages(id), k.threads, k.events, k.usage],
+        [
+          id,
+          randomUUID(),
+          ...strategyArgs(cmd.strategy),
+          String(cmd.lastSeq),
+          String(cmd.summarizedThroughSeq),
+          cmd.summary,
+          String(cmd.summaryTime),
+          String(cmd.createTime),
+          String(cmd.updateTime),
+          String(cmd.now),
+          String(lim.eventRetention),
+          String(lim.maxThreadsPerNamespace),
+          String(lim.maxMessagesPerNamespace),
+          String(lim.maxBytesPerNamespace),
+          String(bytes),
+          String(cmd.messages[0]?.seq ?? 0),
+          cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
+          ttl === undefined ? "" : String(ttl.ttlMs),
+          ttl === undefined ? "" : String(ttl.expireTime),
+          ...entries,
+        ],
+      );
+      const [status, quota, limit] = asArray(reply);
+      switch (status) {
+        case "ok":
+          return true;
+        case "exists":
+          return false;
+        case "quota":
+          throw quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
+      }
+      throw new Error(`redis store: unexpected import reply ${String(status)}`);
     },
 
     async close(): Promise<void> {
@@ -782,6 +911,11 @@ function decodeThread(flat: unknown): ThreadState {
     summaryTime: Number(field(f, "summary_time")),
     createTime: Number(field(f, "create_time")),
     updateTime: Number(field(f, "update_time")),
+    // Written by the scripts' set_labels from Labels.
+    ...(f.has("labels") ? { labels: JSON.parse(field(f, "labels")) as Labels } : {}),
+    ...(f.has("expire_at")
+      ? { ttlMs: Number(field(f, "ttl_ms")), expireTime: Number(field(f, "expire_at")) }
+      : {}),
   };
 }
 
@@ -819,7 +953,7 @@ function decodeEvent(entry: unknown, namespace: string, tokens: ResumeTokens): M
       };
       break;
     case "thread_cleared":
-      body = { type };
+      body = f.get("reason") === "expired" ? { type, reason: "expired" } : { type };
       break;
     case "summary_failed":
       body = { type, reason: field(f, "reason"), attempt: Number(field(f, "attempt")) };

@@ -4,9 +4,11 @@ import { Worker } from "node:worker_threads";
 import type Database from "better-sqlite3";
 import { invalidArgument, MemoryError } from "../core/errors.js";
 import { recallSize } from "../core/recall.js";
-import type { MemoryEvent, StoredMessage, Strategy, ThreadState } from "../core/types.js";
+import { isExpired } from "../core/ttl.js";
+import type { Labels, MemoryEvent, StoredMessage, Strategy, ThreadState } from "../core/types.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
 import { ResumeTokens } from "./resume-token.js";
+import { SqliteLabels } from "./sqlite/labels.js";
 import { MessageCache } from "./sqlite/message-cache.js";
 import {
   type EventRow,
@@ -18,6 +20,7 @@ import {
   toMessage,
   toThread,
 } from "./sqlite/schema.js";
+import { SqliteTtl } from "./sqlite/ttl.js";
 import type { WriteWorkerData } from "./sqlite/write-worker.js";
 import {
   type Committed,
@@ -33,6 +36,7 @@ import {
   CLEAR_BATCH,
   type CommitSummaryCommand,
   type FoldFailureCommand,
+  type ImportThreadCommand,
   READ_SLACK,
   type ReadView,
   type Store,
@@ -188,6 +192,9 @@ export function createSqliteStore(
     /^[0-9a-f]{12}\.\d{1,15}$/,
   );
   const cache = new MessageCache(budget.messageCacheBytes);
+  // Read side of labels and retention (their writes run in the worker).
+  const labelRows = new SqliteLabels(db);
+  const ttlRows = new SqliteTtl(db);
   const listeners = new Map<string, Set<(events: MemoryEvent[]) => void>>();
   let closed = false;
   /** Why the worker stopped, once it has (then every write is refused). */
@@ -407,6 +414,8 @@ export function createSqliteStore(
       const row = sql.thread.get(namespace, threadId);
       if (row === undefined) return undefined;
       const thread = toThread(row);
+      // Expired but not swept yet: gone for every call already.
+      if (isExpired(thread, Date.now())) return undefined;
       const useCache = !writing(namespace, threadId);
       if (view === undefined) {
         const messages = sql.messages.all(row.id).map(toMessage);
@@ -453,7 +462,8 @@ export function createSqliteStore(
     async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
       assertOpen();
       const row = sql.thread.get(namespace, threadId);
-      return row === undefined ? undefined : toThread(row);
+      const thread = row === undefined ? undefined : toThread(row);
+      return thread === undefined || isExpired(thread, Date.now()) ? undefined : thread;
     },
 
     async commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {
@@ -494,9 +504,37 @@ export function createSqliteStore(
       }
     },
 
-    async listThreads(namespace: string, after: string, limit: number): Promise<string[]> {
+    async listThreads(
+      namespace: string,
+      after: string,
+      limit: number,
+      labels?: Labels,
+    ): Promise<string[]> {
       assertOpen();
+      if (labels !== undefined && Object.keys(labels).length > 0) {
+        return labelRows.list(namespace, after, limit, labels);
+      }
       return sql.listThreads.all(namespace, after, Math.max(0, limit));
+    },
+
+    async importThread(cmd: ImportThreadCommand): Promise<boolean> {
+      return commitNs<boolean>({ kind: "import", cmd }, cmd.namespace, cmd.threadId);
+    },
+
+    async sweepExpired(now: number, limit: number): Promise<number> {
+      assertOpen();
+      let removed = 0;
+      // Each thread is its own write (checked again in the worker), so a large
+      // sweep never holds the file long and other writes go in between.
+      for (const due of ttlRows.due.all(now, Math.max(0, limit))) {
+        const swept = await commitNs<boolean>(
+          { kind: "sweepOne", namespace: due.namespace, threadId: due.thread_id, now },
+          due.namespace,
+          due.thread_id,
+        );
+        if (swept) removed++;
+      }
+      return removed;
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {

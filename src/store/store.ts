@@ -1,5 +1,6 @@
 import type {
   ChatMessage,
+  Labels,
   MemoryEvent,
   StoredMessage,
   Strategy,
@@ -82,8 +83,13 @@ export interface Store {
   /**
    * Thread ids of the namespace greater than `after`, ascending (byte order),
    * at most `limit`. Costs O(log n + limit): each store keeps the ids ordered.
+   *
+   * With `labels` (not empty), only threads carrying every one of them
+   * (equality, AND). Each store indexes threads by label, so this costs the
+   * threads carrying one of the labels (the rarest, where the store can
+   * tell), never a scan of the namespace.
    */
-  listThreads(namespace: string, after: string, limit: number): Promise<string[]>;
+  listThreads(namespace: string, after: string, limit: number, labels?: Labels): Promise<string[]>;
 
   /**
    * Events of the namespace after `cursor` (exclusive), oldest first, at most
@@ -114,8 +120,54 @@ export interface Store {
    */
   subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void;
 
+  /**
+   * Writes a whole thread as given (`windlass-memory import`, src/portability)
+   * if the namespace has no thread of that id: its strategy, summary,
+   * summarized_through_seq, last_seq, times and stored messages with their
+   * seqs and create times, under a new incarnation, counted by the namespace
+   * quotas (resource_exhausted, nothing written), and logs messages_added for
+   * the stored seqs (when there are any). Returns true when written; false,
+   * changing nothing, when the thread already exists. The caller has checked
+   * the snapshot (portability/thread-line.ts): stored seqs consecutive and
+   * ending at last_seq, summarized_through_seq at most last_seq.
+   */
+  importThread(cmd: ImportThreadCommand): Promise<boolean>;
+
+  /**
+   * Removes up to `limit` threads whose expire time is at or before `now`,
+   * oldest expiry first, each with thread_cleared {reason: "expired"} in the
+   * same atomic step, and returns how many. A thread written since (its
+   * expire time moved on) stays. Called off the hot path by the service's
+   * sweeper (service/ttl-sweeper.ts), on every replica; until it runs, read,
+   * getThread and append already treat an expired thread as gone (append
+   * removes it first, logging the same event).
+   */
+  sweepExpired(now: number, limit: number): Promise<number>;
+
   /** Releases connections and timers. */
   close(): Promise<void>;
+}
+
+/** A whole thread to write as it is (Store.importThread). */
+export interface ImportThreadCommand {
+  namespace: string;
+  threadId: string;
+  strategy: Strategy;
+  lastSeq: number;
+  summarizedThroughSeq: number;
+  summary: string;
+  summaryTime: number;
+  createTime: number;
+  updateTime: number;
+  /** Oldest first; seqs consecutive, the newest equal to lastSeq. */
+  messages: StoredMessage[];
+  /** Absent or not empty. */
+  labels?: Labels;
+  /** Retention, both or neither (an expire time already past makes the thread due at once). */
+  ttlMs?: number;
+  expireTime?: number;
+  /** Time of the messages_added event. */
+  now: number;
 }
 
 export interface AppendCommand {
@@ -133,6 +185,18 @@ export interface AppendCommand {
   requestHash: string;
   expectedLastSeq: number | undefined;
   now: number;
+  /**
+   * When given (never empty), the thread's labels after the Add, replacing
+   * those it had, in the same atomic step; absent: the labels stay.
+   */
+  labels?: Labels;
+  /**
+   * The thread's ttl from this Add on, ms (0: none); absent: the thread
+   * keeps its own, a new one takes defaultTtlMs (core/ttl.ts ttlAfterAdd).
+   * Either way the Add moves expireTime to now + ttl.
+   */
+  ttlMs?: number;
+  defaultTtlMs?: number;
 }
 
 export interface AppendResult {

@@ -43,14 +43,20 @@ export function tracedStore(store: Store, kind: "memory" | "sqlite" | "redis"): 
       span("clear", namespace, threadId, () => store.clear(namespace, threadId, now)),
     clearAll: (namespace, now) =>
       span("clearAll", namespace, undefined, () => store.clearAll(namespace, now)),
-    listThreads: (namespace, after, limit) =>
-      span("listThreads", namespace, undefined, () => store.listThreads(namespace, after, limit)),
+    listThreads: (namespace, after, limit, labels) =>
+      span("listThreads", namespace, undefined, () =>
+        store.listThreads(namespace, after, limit, labels),
+      ),
     readEvents: (namespace, cursor, limit) =>
       span("readEvents", namespace, undefined, () => store.readEvents(namespace, cursor, limit)),
     headCursor: (namespace) =>
       span("headCursor", namespace, undefined, () => store.headCursor(namespace)),
     compareCursors: (a, b) => store.compareCursors(a, b),
     subscribe: (namespace, listener) => store.subscribe(namespace, listener),
+    sweepExpired: (now, limit) =>
+      span("sweepExpired", "", undefined, () => store.sweepExpired(now, limit)),
+    importThread: (cmd) =>
+      span("importThread", cmd.namespace, cmd.threadId, () => store.importThread(cmd)),
     close: () => store.close(),
   };
 }

@@ -8,6 +8,7 @@ import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, Strategy } from "../../src/core/types.js";
 import { compareBytes, createMemoryStore } from "../../src/store/memory-store.js";
 import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
+import { labeledListSql } from "../../src/store/sqlite/labels.js";
 import {
   createSqliteStore,
   MESSAGE_QUERIES,
@@ -417,6 +418,39 @@ describe("SQLite store", () => {
           /SEARCH threads USING (COVERING )?INDEX sqlite_autoindex_threads_1 \(namespace=\?/,
         );
         expect(plan).not.toMatch(/TEMP B-TREE|SCAN/);
+      }
+    } finally {
+      db.close();
+    }
+  });
+
+  it("lists by labels with searches of the label index, never a scan or a sort", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await s.append(cmd({ labels: { a: "1", b: "2", c: "3" } }));
+    await s.close();
+    const db = new Database(path, { readonly: true });
+    try {
+      for (const count of [1, 2, 3]) {
+        const params = [
+          ...Array.from({ length: count - 1 }, () => ["k", "v"]).flat(),
+          "ns",
+          "a",
+          "1",
+          "",
+          10,
+        ];
+        const plan = db
+          .prepare(`EXPLAIN QUERY PLAN ${labeledListSql(count)}`)
+          .all(...params)
+          .map((row) => String((row as { detail: string }).detail));
+        expect(plan).toHaveLength(count);
+        for (const step of plan) {
+          expect(step).toMatch(
+            /SEARCH l\d USING PRIMARY KEY \(namespace=\? AND key=\? AND value=\?/,
+          );
+        }
+        expect(plan.join("\n")).not.toMatch(/TEMP B-TREE|SCAN/);
       }
     } finally {
       db.close();

@@ -2,9 +2,15 @@ import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import { recall, recallSize, visibleMessages } from "../../src/core/recall.js";
-import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
+import type { ChatMessage, MemoryEvent, StoredMessage, Strategy } from "../../src/core/types.js";
 import { tokenParts } from "../../src/store/resume-token.js";
-import { CLEAR_BATCH, READ_SLACK, type Store, type StoreLimits } from "../../src/store/store.js";
+import {
+  CLEAR_BATCH,
+  type ImportThreadCommand,
+  READ_SLACK,
+  type Store,
+  type StoreLimits,
+} from "../../src/store/store.js";
 import { appendCommands, summary, user, window20 } from "./fixtures.js";
 
 /** Makes a fresh, empty store with the limits a case needs. */
@@ -732,7 +738,294 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
         ["thread_cleared", "a"],
       ]);
     });
+
+    it("imports a whole thread as given, once; later Adds, trims and folds go on from it", async () => {
+      const given = importCommand();
+      const head = await store.headCursor("ns");
+      expect(await store.importThread(given)).toBe(true);
+      const snap = await store.read("ns", "imp");
+      const { incarnation, ...thread } = snap?.thread ?? { incarnation: "" };
+      expect(incarnation).not.toBe("");
+      expect(thread).toEqual({
+        threadId: "imp",
+        strategy: given.strategy,
+        lastSeq: 7,
+        summarizedThroughSeq: 5,
+        summary: "earlier talk",
+        summaryTime: 400,
+        createTime: 100,
+        updateTime: 500,
+      });
+      expect(snap?.messages).toEqual(given.messages);
+      expect(await store.listThreads("ns", "", 10)).toEqual(["imp"]);
+      const events = await store.readEvents("ns", head, 10);
+      expect(events.map((e) => [e.type, e.threadId, e.time])).toEqual([
+        ["messages_added", "imp", 9000],
+      ]);
+      expect(events[0]).toMatchObject({ firstSeq: 5, lastSeq: 7 });
+
+      // Importing again, even with other content, changes nothing.
+      expect(await store.importThread({ ...given, summary: "other", messages: [] })).toBe(false);
+      expect(await store.read("ns", "imp")).toEqual(snap);
+      expect(await store.readEvents("ns", head, 10)).toHaveLength(1);
+
+      // Seqs go on from last_seq; max_stored (3) trims the imported front.
+      const r = await store.append(
+        cmd({ threadId: "imp", messages: [user("next"), user("last")], now: 10_000 }),
+      );
+      expect([r.firstSeq, r.lastSeq]).toEqual([8, 9]);
+      const after = await store.read("ns", "imp");
+      expect(after?.messages.map((m) => m.seq)).toEqual([6, 7, 8, 9]);
+      expect(after?.thread.summarizedThroughSeq).toBe(5);
+      const token = (await store.acquireFoldLease("ns", "imp", 10_000)) ?? 0;
+      const folded = await store.commitSummary({
+        namespace: "ns",
+        threadId: "imp",
+        incarnation,
+        leaseToken: token,
+        fromSeq: 5,
+        throughSeq: 8,
+        summary: "all but the last",
+        foldedCount: 3,
+        now: 11_000,
+      });
+      expect(folded?.summarizedThroughSeq).toBe(8);
+      // Seq 6 goes past max_stored, then 7, a tool result left without its call.
+      expect((await store.read("ns", "imp"))?.messages.map((m) => m.seq)).toEqual([8, 9]);
+    });
+
+    it("sets labels with an Add, keeps them without, replaces them with others, and lists by them", async () => {
+      const alice = { user_id: "alice", agent: "support" };
+      const r = await store.append(cmd({ threadId: "a1", labels: alice }));
+      expect(r.thread.labels).toEqual(alice);
+      await store.append(cmd({ threadId: "a2", labels: { user_id: "alice", agent: "sales" } }));
+      await store.append(cmd({ threadId: "a3", labels: alice, messages: [] }));
+      await store.append(cmd({ threadId: "b1", labels: { user_id: "bob", agent: "support" } }));
+      await store.append(cmd({ threadId: "none" }));
+      await store.append(cmd({ namespace: "other", threadId: "a1", labels: alice }));
+      expect((await store.getThread("ns", "a1"))?.labels).toEqual(alice);
+      expect((await store.read("ns", "a3"))?.thread.labels).toEqual(alice);
+      expect((await store.getThread("ns", "none"))?.labels).toBeUndefined();
+
+      const list = (labels: Record<string, string>, after = "", limit = 10) =>
+        store.listThreads("ns", after, limit, labels);
+      expect(await list({ user_id: "alice" })).toEqual(["a1", "a2", "a3"]);
+      expect(await list({ agent: "support" })).toEqual(["a1", "a3", "b1"]);
+      expect(await list({ user_id: "alice", agent: "support" })).toEqual(["a1", "a3"]);
+      expect(await list({ user_id: "alice", agent: "support" }, "a1")).toEqual(["a3"]);
+      expect(await list({ user_id: "alice" }, "", 2)).toEqual(["a1", "a2"]);
+      expect(await list({ user_id: "carol" })).toEqual([]);
+      expect(await list({ user_id: "alice", agent: "nobody" })).toEqual([]);
+      expect(await list({})).toEqual(["a1", "a2", "a3", "b1", "none"]);
+
+      // An Add without labels keeps them; one with labels replaces them all.
+      await store.append(cmd({ threadId: "a1", now: 2000 }));
+      expect((await store.getThread("ns", "a1"))?.labels).toEqual(alice);
+      const moved = await store.append(cmd({ threadId: "a1", labels: { user_id: "bob" } }));
+      expect(moved.thread.labels).toEqual({ user_id: "bob" });
+      expect(await list({ user_id: "alice" })).toEqual(["a2", "a3"]);
+      expect(await list({ agent: "support" })).toEqual(["a3", "b1"]);
+      expect(await list({ user_id: "bob" })).toEqual(["a1", "b1"]);
+
+      // A retried Add answers with the labels it set.
+      const first = await store.append(
+        cmd({ threadId: "r", requestId: "q", requestHash: "h", labels: { k: "v" } }),
+      );
+      const again = await store.append(
+        cmd({ threadId: "r", requestId: "q", requestHash: "h", labels: { k: "v" } }),
+      );
+      expect(again).toEqual({ ...first, replayed: true });
+      expect(again.thread.labels).toEqual({ k: "v" });
+
+      // Clear takes a thread out of every label; a new incarnation starts without.
+      await store.clear("ns", "a3", 3000);
+      await store.append(cmd({ threadId: "a3" }));
+      expect(await list({ user_id: "alice" })).toEqual(["a2"]);
+      expect((await store.getThread("ns", "a3"))?.labels).toBeUndefined();
+      await store.clearAll("ns", 4000);
+      expect(await list({ user_id: "bob" })).toEqual([]);
+      expect(await store.listThreads("other", "", 10, { user_id: "alice" })).toEqual(["a1"]);
+      await store.append(cmd({ threadId: "b1" }));
+      expect(await list({ user_id: "bob" })).toEqual([]);
+    });
+
+    it("lists by a label across many threads, in pages, without missing or repeating any", async () => {
+      for (let i = 0; i < 300; i++) {
+        const id = `t${String(i).padStart(3, "0")}`;
+        await store.append(
+          cmd({
+            threadId: id,
+            labels: { parity: String(i % 2), tens: String(Math.floor(i / 10)) },
+          }),
+        );
+      }
+      const seen: string[] = [];
+      let after = "";
+      for (;;) {
+        const page = await store.listThreads("ns", after, 7, { parity: "1" });
+        seen.push(...page);
+        if (page.length < 7) break;
+        after = page[page.length - 1] ?? "";
+      }
+      expect(seen).toEqual(
+        Array.from({ length: 150 }, (_, k) => `t${String(2 * k + 1).padStart(3, "0")}`),
+      );
+      expect(await store.listThreads("ns", "", 100, { parity: "0", tens: "29" })).toEqual([
+        "t290",
+        "t292",
+        "t294",
+        "t296",
+        "t298",
+      ]);
+    });
+
+    it("imports a thread's ttl and expire time with it", async () => {
+      const t0 = Date.now();
+      const given = importCommand({ ttlMs: 60_000, expireTime: t0 + 30_000 });
+      expect(await store.importThread(given)).toBe(true);
+      expect(await store.getThread("ns", "imp")).toMatchObject({
+        ttlMs: 60_000,
+        expireTime: t0 + 30_000,
+      });
+      expect(await store.sweepExpired(t0 + 29_999, 10)).toBe(0);
+      expect(await store.sweepExpired(t0 + 30_000, 10)).toBe(1);
+      expect(await store.listThreads("ns", "", 10)).toEqual([]);
+    });
+
+    it("imports a thread's labels with it", async () => {
+      const labels = { user_id: "u1", agent: "a" };
+      expect(await store.importThread(importCommand({ labels }))).toBe(true);
+      expect((await store.getThread("ns", "imp"))?.labels).toEqual(labels);
+      expect(await store.listThreads("ns", "", 10, { agent: "a" })).toEqual(["imp"]);
+      await store.clear("ns", "imp", 1);
+      expect(await store.listThreads("ns", "", 10, { agent: "a" })).toEqual([]);
+    });
+
+    it("expires an idle thread: gone at its expire time, swept with an expired thread_cleared", async () => {
+      const t0 = Date.now();
+      const keep = await store.append(cmd({ threadId: "keep", ttlMs: 3_600_000, now: t0 }));
+      expect(keep.thread).toMatchObject({ ttlMs: 3_600_000, expireTime: t0 + 3_600_000 });
+      expect((await store.getThread("ns", "keep"))?.expireTime).toBe(t0 + 3_600_000);
+      await store.append(cmd({ threadId: "old", ttlMs: 1000, now: t0 - 5000 }));
+      const plain = await store.append(cmd({ threadId: "plain", now: t0 }));
+      expect(plain.thread.ttlMs).toBeUndefined();
+      expect(plain.thread.expireTime).toBeUndefined();
+      // Expired but not swept: gone for reads already.
+      expect(await store.read("ns", "old")).toBeUndefined();
+      expect(await store.getThread("ns", "old")).toBeUndefined();
+
+      const head = await store.headCursor("ns");
+      expect(await store.sweepExpired(t0, 100)).toBe(1);
+      expect(await store.sweepExpired(t0, 100)).toBe(0);
+      const events = await store.readEvents("ns", head, 10);
+      expect(events.map((e) => [e.type, e.threadId])).toEqual([["thread_cleared", "old"]]);
+      expect(events[0]).toMatchObject({ reason: "expired" });
+      expect(await store.listThreads("ns", "", 10)).toEqual(["keep", "plain"]);
+    });
+
+    it("moves the expiry on with every Add; an Add to an expired thread starts a new one", async () => {
+      const t0 = Date.now();
+      await store.append(cmd({ threadId: "s", ttlMs: 10_000, now: t0 }));
+      const moved = await store.append(cmd({ threadId: "s", now: t0 + 5000 }));
+      expect(moved.thread).toMatchObject({ ttlMs: 10_000, expireTime: t0 + 15_000 });
+      expect(await store.sweepExpired(t0 + 12_000, 100)).toBe(0);
+      expect(await store.getThread("ns", "s")).toBeDefined();
+      expect(await store.sweepExpired(t0 + 15_000, 100)).toBe(1);
+
+      await store.append(cmd({ threadId: "r", ttlMs: 1000, now: t0 - 5000 }));
+      const head = await store.headCursor("ns");
+      const again = await store.append(cmd({ threadId: "r", now: t0 }));
+      expect(again.firstSeq).toBe(1);
+      expect(again.thread.ttlMs).toBeUndefined();
+      const events = await store.readEvents("ns", head, 10);
+      expect(events.map((e) => e.type)).toEqual(["thread_cleared", "messages_added"]);
+      expect(events[0]).toMatchObject({ reason: "expired", threadId: "r" });
+
+      // The server's default applies to a new thread; ttl 0 takes it off.
+      const d = await store.append(cmd({ threadId: "d", defaultTtlMs: 500, now: t0 }));
+      expect(d.thread.ttlMs).toBe(500);
+      const off = await store.append(cmd({ threadId: "d", defaultTtlMs: 500, ttlMs: 0, now: t0 }));
+      expect(off.thread.ttlMs).toBeUndefined();
+      expect(await store.sweepExpired(t0 + 1000, 100)).toBe(0);
+
+      // A cleared thread is no longer due; the sweep honours its limit.
+      await store.append(cmd({ threadId: "c", ttlMs: 1000, now: t0 }));
+      await store.clear("ns", "c", t0);
+      for (const id of ["x1", "x2", "x3"]) {
+        await store.append(cmd({ threadId: id, ttlMs: 1000, now: t0 }));
+      }
+      expect(await store.sweepExpired(t0 + 2000, 2)).toBe(2);
+      expect(await store.sweepExpired(t0 + 2000, 2)).toBe(1);
+      expect(await store.listThreads("ns", "", 10)).toEqual(["d", "r"]);
+    });
+
+    it("counts an imported thread in the namespace quotas and refuses one past them", async () => {
+      const q = await factory({ maxThreadsPerNamespace: 1, maxMessagesPerNamespace: 4 });
+      try {
+        await rejects(
+          q.importThread(importCommand({ threadId: "big", messages: storedRange(1, 5, 10) })),
+          "resource_exhausted",
+        );
+        expect(await q.listThreads("ns", "", 10)).toEqual([]);
+        expect(await q.importThread(importCommand())).toBe(true);
+        const err = await rejects(q.append(cmd({ threadId: "another" })), "resource_exhausted");
+        expect(err.message).toContain("max_threads_per_namespace");
+        // The import's three messages count: three more, less the one folded
+        // message max_stored then drops, would make five.
+        await rejects(
+          q.append(cmd({ threadId: "imp", messages: [user("x"), user("y"), user("z")] })),
+          "resource_exhausted",
+        );
+        await q.append(cmd({ threadId: "imp", messages: [user("x"), user("y")] }));
+        expect(await q.clear("ns", "imp", 1)).toBe(true);
+        expect(await q.importThread(importCommand({ messages: [], lastSeq: 0 }))).toBe(true);
+        expect((await q.read("ns", "imp"))?.messages).toEqual([]);
+      } finally {
+        await q.close();
+      }
+    });
   });
+}
+
+/** Stored messages with seqs from..to, each with every optional field on one of them. */
+function storedRange(from: number, to: number, time: number): StoredMessage[] {
+  const out: StoredMessage[] = [];
+  for (let seq = from; seq <= to; seq++) {
+    out.push(
+      seq === from + 1
+        ? {
+            role: "assistant",
+            content: "",
+            name: "bot",
+            toolCalls: [{ id: "c1", name: "lookup", arguments: '{"q":"x"}' }],
+            metadata: { k: "v" },
+            seq,
+            createTime: time + seq,
+          }
+        : seq === from + 2
+          ? { role: "tool", content: "found é", toolCallId: "c1", seq, createTime: time + seq }
+          : { role: "user", content: `m${seq}`, seq, createTime: time + seq },
+    );
+  }
+  return out;
+}
+
+/** Thread "imp": a summary thread folded through 5, holding seqs 5..7, max_stored 3. */
+function importCommand(over: Partial<ImportThreadCommand> = {}): ImportThreadCommand {
+  return {
+    namespace: "ns",
+    threadId: "imp",
+    strategy: { ...summary, maxStored: 3 },
+    lastSeq: 7,
+    summarizedThroughSeq: 5,
+    summary: "earlier talk",
+    summaryTime: 400,
+    createTime: 100,
+    updateTime: 500,
+    messages: storedRange(5, 7, 200),
+    now: 9000,
+    ...over,
+  };
 }
 
 async function waitFor(cond: () => boolean, ms = 2000): Promise<void> {

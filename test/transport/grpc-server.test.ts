@@ -288,10 +288,13 @@ describe("gRPC server (grpc-js)", () => {
           "Watch",
         ]);
         expect(memory?.messageType.map((m) => m.name)).toContain("AddRequest");
-        // Its import comes along, so a client can resolve every type.
-        const timestamp = answer.files.find((f) => f.package === "google.protobuf");
-        expect(timestamp?.messageType.map((m) => m.name)).toContain("Timestamp");
-        expect(memory?.dependency).toEqual([timestamp?.name]);
+        // Its imports come along, so a client can resolve every type.
+        const wellKnown = answer.files.filter((f) => f.package === "google.protobuf");
+        expect(wellKnown.flatMap((f) => f.messageType.map((m) => m.name)).sort()).toEqual([
+          "Duration",
+          "Timestamp",
+        ]);
+        expect(memory?.dependency).toEqual(wellKnown.map((f) => f.name).sort());
         // A client can link what it got: every import is resolved by name.
         const [asked] = answer.files;
         if (asked === undefined) throw new Error("no files");

@@ -140,6 +140,71 @@ local function log_event(stream, retention, thread_id, time, type, ...)
   end
   return id
 end
+
+-- Thread labels: the thread hash's \`labels\` field (JSON object) and, per
+-- label, the zset \`B lb:<key>=<value>\` of the ids carrying it, scored 0
+-- (byte order). Keys never contain "=". B is the thread key less "t:<id>".
+local function label_base(thread_key, thread_id)
+  return string.sub(thread_key, 1, #thread_key - #thread_id - 2)
+end
+
+local function drop_labels(thread_key, thread_id)
+  local json = redis.call('HGET', thread_key, 'labels')
+  if not json then return end
+  local base = label_base(thread_key, thread_id)
+  for k, v in pairs(cjson.decode(json)) do
+    redis.call('ZREM', base .. 'lb:' .. k .. '=' .. v, thread_id)
+  end
+end
+
+-- Retention: the thread hash's ttl_ms and expire_at, and the namespace's zset
+-- \`B expiry\` of thread ids by expire_at (swept by EXPIRE_DUE on every replica).
+-- Sets the thread's ttl (0: none) and moves its expiry to now + ttl.
+local function set_ttl(thread_key, thread_id, ttl, now)
+  local expiry = label_base(thread_key, thread_id) .. 'expiry'
+  if ttl > 0 then
+    redis.call('HSET', thread_key, 'ttl_ms', str(ttl), 'expire_at', str(now + ttl))
+    redis.call('ZADD', expiry, now + ttl, thread_id)
+  else
+    redis.call('HDEL', thread_key, 'ttl_ms', 'expire_at')
+    redis.call('ZREM', expiry, thread_id)
+  end
+end
+
+-- Whether the thread exists and has expired at \`now\`.
+local function expired(thread_key, now)
+  local at = redis.call('HGET', thread_key, 'expire_at')
+  return at ~= false and tonumber(at) <= now
+end
+
+-- Removes a thread (as CLEAR does) and logs thread_cleared with \`reason\`
+-- ("" none). B is the key base; usage and stream are the namespace's.
+local function remove_thread(base, thread_id, threads, stream, usage, retention, now, reason)
+  local key = base .. 't:' .. thread_id
+  local t = redis.call('HMGET', key, 'counted', 'bytes')
+  local len = redis.call('LLEN', base .. 'm:' .. thread_id)
+  drop_labels(key, thread_id)
+  redis.call('DEL', key, base .. 'm:' .. thread_id, base .. 'r:' .. thread_id, base .. 'ri:' .. thread_id)
+  if t[1] == '1' then use(usage, false, -1, -len, -(tonumber(t[2]) or 0)) end
+  redis.call('ZREM', threads, thread_id)
+  redis.call('ZREM', base .. 'expiry', thread_id)
+  if reason == '' then
+    log_event(stream, retention, thread_id, str(now), 'thread_cleared')
+  else
+    log_event(stream, retention, thread_id, str(now), 'thread_cleared', 'reason', reason)
+  end
+end
+
+-- Replaces the thread's labels with those of \`json\` ("" keeps them).
+local function set_labels(thread_key, thread_id, json)
+  if json == '' then return end
+  drop_labels(thread_key, thread_id)
+  redis.call('HSET', thread_key, 'labels', json)
+  local base = label_base(thread_key, thread_id)
+  for k, v in pairs(cjson.decode(json)) do
+    redis.call('ZADD', base .. 'lb:' .. k .. '=' .. v, 0, thread_id)
+  end
+end
 `;
 
 /**
@@ -149,7 +214,11 @@ end
  * ms, idempotency max per thread, then the request's strategy (json, key,
  * kind, max_stored, exclude_system; json "" when the request has none) and the
  * default strategy (same five), the quotas (max threads, messages, bytes; 0
- * none), then per message "<bytes> <json>" (bytes: quota.ts messageBytes).
+ * none), the labels' JSON ("" keeps the thread's), the ttl in ms ("": the
+ * thread's own, or the default for a new thread), the default ttl, then per
+ * message "<bytes> <json>" (bytes: quota.ts messageBytes). Returns
+ * {"expired"} (nothing written) when the thread has expired: the store
+ * removes it with EXPIRE_THREAD and calls again.
  * Returns {"ok", result} | {"replayed", result} | {"request_id_reused"} |
  * {"last_seq_mismatch", last_seq} | {"strategy_mismatch", thread strategy key} |
  * {"quota", quota name, limit}.
@@ -160,6 +229,8 @@ export const APPEND = script(
 local now = tonumber(ARGV[2])
 local request_id = ARGV[3]
 local exists = redis.call('EXISTS', KEYS[1]) == 1
+if exists and expired(KEYS[1], now) then return {'expired'} end
+local ttl_before = exists and redis.call('HGET', KEYS[1], 'ttl_ms')
 if request_id ~= '' and exists then
   local record = redis.call('HGET', KEYS[3], request_id)
   if record then
@@ -202,11 +273,11 @@ end
 local keeps = exists and current[3] == 'summary' and kind == 'summary' and current[4] == exclude_system
 local through = 0
 if keeps then through = tonumber(current[6]) end
-local count = #ARGV - 23
+local count = #ARGV - 26
 local entries = {}
 local added_bytes = 0
 for i = 1, count do
-  entries[i] = str(last_seq + i) .. ' ' .. ARGV[23 + i]
+  entries[i] = str(last_seq + i) .. ' ' .. ARGV[26 + i]
   added_bytes = added_bytes + entry_bytes(entries[i])
 end
 local len_old = 0
@@ -263,6 +334,13 @@ if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
 -- even when this Add changed no byte (HINCRBY is skipped for 0).
 if adopt then redis.call('HSET', KEYS[1], 'counted', '1', 'bytes', '0') end
 use(KEYS[7], KEYS[1], delta[1], delta[2], delta[3])
+set_labels(KEYS[1], ARGV[1], ARGV[24])
+do
+  local ttl = ARGV[25]
+  if ttl == '' and exists then ttl = ttl_before or '0' end
+  if ttl == '' then ttl = ARGV[26] end
+  set_ttl(KEYS[1], ARGV[1], tonumber(ttl), now)
+end
 
 local added_last = 0
 if count > 0 then added_last = last_seq end
@@ -398,6 +476,8 @@ export const CLEAR = script(
   `
 local t = redis.call('HMGET', KEYS[1], 'counted', 'bytes')
 local len = redis.call('LLEN', KEYS[2])
+drop_labels(KEYS[1], ARGV[1])
+redis.call('ZREM', label_base(KEYS[1], ARGV[1]) .. 'expiry', ARGV[1])
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 if t[1] == '1' then use(KEYS[7], false, -1, -len, -(tonumber(t[2]) or 0)) end
@@ -426,6 +506,8 @@ for _, id in ipairs(ids) do
     messages = messages + redis.call('LLEN', ARGV[1] .. 'm:' .. id)
     bytes = bytes + (tonumber(t[2]) or 0)
   end
+  drop_labels(ARGV[1] .. 't:' .. id, id)
+  redis.call('ZREM', ARGV[1] .. 'expiry', id)
   redis.call('DEL', ARGV[1] .. 't:' .. id, ARGV[1] .. 'm:' .. id,
     ARGV[1] .. 'r:' .. id, ARGV[1] .. 'ri:' .. id)
   log_event(KEYS[2], ARGV[3], id, ARGV[2], 'thread_cleared')
@@ -489,7 +571,138 @@ return last
 `,
 );
 
+/**
+ * Store.importThread. KEYS: thread, messages, threads, events, usage. ARGV:
+ * thread_id, incarnation, strategy (json, key, kind, max_stored,
+ * exclude_system), last_seq, summarized_through_seq, summary, summary_time,
+ * create_time, update_time, now, event retention, the quotas (max threads,
+ * messages, bytes; 0 none), the messages' bytes, the first stored seq (0:
+ * none), the labels' JSON ("" none), the ttl and expire time ("" none), then
+ * the message entries "<seq> <bytes> <json>", oldest first.
+ * Returns {"exists"} | {"quota", quota name, limit} | {"ok"}.
+ */
+export const IMPORT_THREAD = script(
+  "import_thread",
+  `
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
+local count = #ARGV - 23
+local delta = {1, count, tonumber(ARGV[19])}
+local used = redis.call('HMGET', KEYS[5], 'threads', 'messages', 'bytes')
+local names = {'max_threads_per_namespace', 'max_messages_per_namespace', 'max_bytes_per_namespace'}
+for i = 1, 3 do
+  local limit = tonumber(ARGV[15 + i])
+  if limit > 0 and delta[i] > 0 and (tonumber(used[i]) or 0) + delta[i] > limit then
+    return {'quota', names[i], ARGV[15 + i]}
+  end
+end
+redis.call('HSET', KEYS[1], 'thread_id', ARGV[1], 'incarnation', ARGV[2], 'strategy', ARGV[3],
+  'strategy_key', ARGV[4], 'kind', ARGV[5], 'max_stored', ARGV[6], 'exclude_system', ARGV[7],
+  'last_seq', ARGV[8], 'summarized_through_seq', ARGV[9], 'summary', ARGV[10],
+  'summary_time', ARGV[11], 'create_time', ARGV[12], 'update_time', ARGV[13],
+  'counted', '1', 'bytes', '0')
+redis.call('ZADD', KEYS[3], 0, ARGV[1])
+redis.call('DEL', KEYS[2])
+for i = 24, #ARGV, 256 do
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 255, #ARGV)))
+end
+use(KEYS[5], KEYS[1], delta[1], delta[2], delta[3])
+set_labels(KEYS[1], ARGV[1], ARGV[21])
+if ARGV[22] ~= '' then
+  redis.call('HSET', KEYS[1], 'ttl_ms', ARGV[22], 'expire_at', ARGV[23])
+  redis.call('ZADD', label_base(KEYS[1], ARGV[1]) .. 'expiry', tonumber(ARGV[23]), ARGV[1])
+end
+if count > 0 then
+  log_event(KEYS[4], ARGV[15], ARGV[1], ARGV[14], 'messages_added',
+    'first_seq', ARGV[20], 'last_seq', ARGV[8])
+end
+return {'ok'}
+`,
+);
+
+/**
+ * Store.listThreads with labels. KEYS: the zset of each label of the filter.
+ * ARGV: after ("" from the start), limit. Walks the smallest zset in byte
+ * order from `after`, keeping the ids every other zset holds too; returns at
+ * most `limit` ids. Costs the rarest label's threads, never the namespace.
+ */
+export const LIST_LABELED = script(
+  "list_labeled",
+  `
+local limit = tonumber(ARGV[2])
+local driver, size = 1, redis.call('ZCARD', KEYS[1])
+for i = 2, #KEYS do
+  local n = redis.call('ZCARD', KEYS[i])
+  if n < size then driver, size = i, n end
+end
+local out = {}
+if size == 0 or limit <= 0 then return out end
+local chunk = math.max(limit, 64)
+local from = '-'
+if ARGV[1] ~= '' then from = '(' .. ARGV[1] end
+while true do
+  local ids = redis.call('ZRANGE', KEYS[driver], from, '+', 'BYLEX', 'LIMIT', 0, chunk)
+  for _, id in ipairs(ids) do
+    local all = true
+    for i = 1, #KEYS do
+      if i ~= driver and not redis.call('ZSCORE', KEYS[i], id) then all = false break end
+    end
+    if all then
+      out[#out + 1] = id
+      if #out >= limit then return out end
+    end
+  end
+  if #ids < chunk then return out end
+  from = '(' .. ids[#ids]
+end
+`,
+);
+
+/**
+ * Removes one thread if it has expired. KEYS: thread, threads, events, usage.
+ * ARGV: thread_id, now, event retention. Returns 1 if removed, else 0.
+ */
+export const EXPIRE_THREAD = script(
+  "expire_thread",
+  `
+local now = tonumber(ARGV[2])
+if not expired(KEYS[1], now) then return 0 end
+remove_thread(label_base(KEYS[1], ARGV[1]), ARGV[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], now, 'expired')
+return 1
+`,
+);
+
+/**
+ * Store.sweepExpired for one namespace. KEYS: expiry, threads, events, usage.
+ * ARGV: key base, now, event retention, limit. Removes up to `limit` expired
+ * threads, oldest expiry first; an entry whose thread was written since (or
+ * is gone) is brought up to date instead. Returns how many were removed.
+ */
+export const EXPIRE_DUE = script(
+  "expire_due",
+  `
+local now = tonumber(ARGV[2])
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[4]))
+local removed = 0
+for _, id in ipairs(ids) do
+  local at = redis.call('HGET', ARGV[1] .. 't:' .. id, 'expire_at')
+  if not at then
+    redis.call('ZREM', KEYS[1], id)
+  elseif tonumber(at) > now then
+    redis.call('ZADD', KEYS[1], tonumber(at), id)
+  else
+    remove_thread(ARGV[1], id, KEYS[2], KEYS[3], KEYS[4], ARGV[3], now, 'expired')
+    removed = removed + 1
+  end
+end
+return removed
+`,
+);
+
 export const ALL_SCRIPTS: readonly LuaScript[] = [
+  EXPIRE_THREAD,
+  EXPIRE_DUE,
+  LIST_LABELED,
+  IMPORT_THREAD,
   APPEND,
   READ,
   COMMIT_SUMMARY,

@@ -2,6 +2,7 @@ import Database from "better-sqlite3";
 import type {
   ChatMessage,
   EventBody,
+  Labels,
   Role,
   StoredMessage,
   Strategy,
@@ -10,6 +11,8 @@ import type {
 import { messageBytes, type NamespaceUsage } from "../quota.js";
 import { newStoreId, newTokenSecret } from "../resume-token.js";
 import type { AppendResult } from "../store.js";
+import { ensureLabelSchema } from "./labels.js";
+import { ensureTtlSchema } from "./ttl.js";
 
 /** Version of the schema below; stored in `meta` so later releases can migrate. */
 export const SQLITE_SCHEMA_VERSION = 3;
@@ -134,6 +137,11 @@ export interface ThreadRow {
   create_time: number;
   update_time: number;
   bytes: number;
+  /** JSON of the labels (sqlite/labels.ts); NULL for none. */
+  labels?: string | null;
+  /** Retention (sqlite/ttl.ts); NULL for none. */
+  ttl_ms?: number | null;
+  expire_at?: number | null;
 }
 
 /** seq, role, create_time, content, extra: read raw, as arrays, which is faster than objects. */
@@ -253,6 +261,9 @@ export function openDatabase(
           SQLITE_SCHEMA_VERSION,
         );
       }
+      // Columns and tables added after schema 3, each created when missing.
+      ensureLabelSchema(db);
+      ensureTtlSchema(db);
       // Leases belong to folds of a process that no longer runs (one process per file).
       db.exec("DELETE FROM fold_leases");
     }).immediate();
@@ -347,6 +358,11 @@ export function toThread(row: ThreadRow): ThreadState {
     summaryTime: row.summary_time,
     createTime: row.create_time,
     updateTime: row.update_time,
+    // Written by SqliteLabels.set from Labels.
+    ...(row.labels == null ? {} : { labels: JSON.parse(row.labels) as Labels }),
+    ...(row.ttl_ms == null || row.expire_at == null
+      ? {}
+      : { ttlMs: row.ttl_ms, expireTime: row.expire_at }),
   };
 }
 

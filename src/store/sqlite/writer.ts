@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import type Database from "better-sqlite3";
 import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../../core/append.js";
 import { invalidArgument, MemoryError } from "../../core/errors.js";
+import { ttlAfterAdd, ttlFields } from "../../core/ttl.js";
 import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../../core/types.js";
 import { checkQuotas, messageBytes, type NamespaceUsage } from "../quota.js";
 import type { ResumeTokens } from "../resume-token.js";
@@ -10,8 +11,10 @@ import type {
   AppendResult,
   CommitSummaryCommand,
   FoldFailureCommand,
+  ImportThreadCommand,
   StoreLimits,
 } from "../store.js";
+import { SqliteLabels } from "./labels.js";
 import {
   extraOf,
   MESSAGE_QUERIES,
@@ -23,6 +26,7 @@ import {
   toMessage,
   toThread,
 } from "./schema.js";
+import { SqliteTtl } from "./ttl.js";
 
 /** A write transaction's outcome, and what to do once it has committed. */
 export interface Committed<T> {
@@ -54,7 +58,9 @@ export type WriteOp =
   | { kind: "acquireLease"; namespace: string; threadId: string; ttlMs: number }
   | { kind: "releaseLease"; namespace: string; threadId: string; token: number }
   | { kind: "clear"; namespace: string; threadId: string; now: number }
-  | { kind: "clearBatch"; namespace: string; now: number; limit: number };
+  | { kind: "clearBatch"; namespace: string; now: number; limit: number }
+  | { kind: "import"; cmd: ImportThreadCommand }
+  | { kind: "sweepOne"; namespace: string; threadId: string; now: number };
 
 /** An error as it crosses from the worker: a MemoryError keeps its code and field. */
 export interface WireError {
@@ -177,6 +183,8 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
       "UPDATE event_logs SET retained = ?, dropped_through = ? WHERE namespace = ?",
     ),
   };
+  const labelRows = new SqliteLabels(db);
+  const ttlRows = new SqliteTtl(db);
 
   /** Appends an event inside the caller's transaction and drops old ones in chunks. */
   function logEvent(
@@ -344,6 +352,10 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
     checkQuotas(lim, sql.usage.get(cmd.namespace) ?? NO_USAGE, delta);
     use(cmd.namespace, delta, key);
     saveThread(key, state);
+    if (cmd.labels !== undefined) {
+      labelRows.set(cmd.namespace, cmd.threadId, key, cmd.labels);
+      state.labels = { ...cmd.labels };
+    }
     const result: RecordedResult = { thread: state, firstSeq, lastSeq };
     if (cmd.requestId !== "") {
       sql.recordRequest.run(key, cmd.requestId, cmd.requestHash, JSON.stringify(result), cmd.now);
@@ -439,6 +451,109 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
     },
   );
 
+  /**
+   * Removes the thread if it has expired at `now`, inside the caller's
+   * transaction, logging thread_cleared {reason: expired}.
+   */
+  function expireIfDue(
+    namespace: string,
+    threadId: string,
+    now: number,
+  ): { event: MemoryEvent; incarnation: string } | undefined {
+    const row = sql.thread.get(namespace, threadId);
+    if (row === undefined || row.expire_at == null || row.expire_at > now) return undefined;
+    deleteThread(namespace, row);
+    const event = logEvent(namespace, threadId, now, { type: "thread_cleared", reason: "expired" });
+    return { event, incarnation: row.incarnation };
+  }
+
+  /** An Add with retention: an expired thread goes first; the Add moves the expiry on. */
+  const appendWithTtlTx = db.transaction((cmd: AppendCommand): Committed<AppendResult> => {
+    const expired = expireIfDue(cmd.namespace, cmd.threadId, cmd.now);
+    const before = ttlRows.current.get(cmd.namespace, cmd.threadId);
+    const done = appendTx(cmd);
+    if (!done.value.replayed) {
+      const ttl = ttlAfterAdd(
+        cmd.ttlMs,
+        before?.ttl_ms ?? undefined,
+        before === undefined,
+        cmd.defaultTtlMs,
+      );
+      const fields = ttlFields(ttl, cmd.now);
+      ttlRows.set.run(fields.ttlMs ?? null, fields.expireTime ?? null, cmd.namespace, cmd.threadId);
+      const thread = { ...done.value.thread };
+      delete thread.ttlMs;
+      delete thread.expireTime;
+      done.value = { ...done.value, thread: { ...thread, ...fields } };
+    }
+    if (expired === undefined) return done;
+    return {
+      ...done,
+      events: [expired.event, ...done.events],
+      ended: [...(done.ended ?? []), expired.incarnation],
+    };
+  });
+
+  const sweepOneTx = db.transaction(
+    (namespace: string, threadId: string, now: number): Committed<boolean> => {
+      const expired = expireIfDue(namespace, threadId, now);
+      if (expired === undefined) return { value: false, events: [] };
+      return { value: true, events: [expired.event], ended: [expired.incarnation] };
+    },
+  );
+
+  /** Store.importThread, in its own statements so the hot path's stay as they are. */
+  const insertImportedThread = db.prepare<
+    [string, string, string, string, number, number, string, number, number, number]
+  >(
+    `INSERT INTO threads (namespace, thread_id, incarnation, strategy, last_seq,
+       summarized_through_seq, summary, summary_time, create_time, update_time)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  );
+  const importTx = db.transaction((cmd: ImportThreadCommand): Committed<boolean> => {
+    if (sql.thread.get(cmd.namespace, cmd.threadId) !== undefined) {
+      return { value: false, events: [] };
+    }
+    let bytes = 0;
+    for (const m of cmd.messages) bytes += messageBytes(m);
+    const delta: NamespaceUsage = { threads: 1, messages: cmd.messages.length, bytes };
+    checkQuotas(lim, sql.usage.get(cmd.namespace) ?? NO_USAGE, delta);
+    const key = Number(
+      insertImportedThread.run(
+        cmd.namespace,
+        cmd.threadId,
+        randomUUID(),
+        JSON.stringify(cmd.strategy),
+        cmd.lastSeq,
+        cmd.summarizedThroughSeq,
+        cmd.summary,
+        cmd.summaryTime,
+        cmd.createTime,
+        cmd.updateTime,
+      ).lastInsertRowid,
+    );
+    for (const m of cmd.messages) {
+      sql.insertMessage.run(key, m.seq, m.role, m.createTime, m.content, extraOf(m));
+    }
+    use(cmd.namespace, delta, key);
+    if (cmd.labels !== undefined) labelRows.set(cmd.namespace, cmd.threadId, key, cmd.labels);
+    if (cmd.ttlMs !== undefined && cmd.expireTime !== undefined) {
+      ttlRows.set.run(cmd.ttlMs, cmd.expireTime, cmd.namespace, cmd.threadId);
+    }
+    const first = cmd.messages[0];
+    const events =
+      first === undefined
+        ? []
+        : [
+            logEvent(cmd.namespace, cmd.threadId, cmd.now, {
+              type: "messages_added",
+              firstSeq: first.seq,
+              lastSeq: cmd.lastSeq,
+            }),
+          ];
+    return { value: true, events };
+  });
+
   const clearTx = db.transaction(
     (namespace: string, threadId: string, now: number): Committed<boolean> => {
       const row = sql.thread.get(namespace, threadId);
@@ -471,7 +586,11 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
   function runOne(op: WriteOp): Committed<unknown> {
     switch (op.kind) {
       case "append":
-        return appendTx(op.cmd);
+        return appendWithTtlTx(op.cmd);
+      case "import":
+        return importTx(op.cmd);
+      case "sweepOne":
+        return sweepOneTx(op.namespace, op.threadId, op.now);
       case "commitSummary":
         return commitSummaryTx(op.cmd);
       case "recordFoldFailure":

@@ -17,6 +17,7 @@ package memoryv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -760,7 +761,15 @@ type Thread struct {
 	// When the thread (this incarnation of it) was created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// When the thread last changed (messages added or summary written).
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// The thread's labels, as the latest Add that gave any set them (empty:
+	// none). ListThreadsRequest.labels filters on them.
+	Labels map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How long the thread may stay idle before it expires; unset: never.
+	Ttl *durationpb.Duration `protobuf:"bytes,21,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// When the thread expires unless written again (each Add moves it to the
+	// Add's time plus ttl); unset when it has no ttl.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -837,6 +846,27 @@ func (x *Thread) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Thread) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Thread) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *Thread) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
 // AddRequest appends messages to a thread.
 type AddRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -861,8 +891,22 @@ type AddRequest struct {
 	// Optimistic concurrency: when set, the call fails with ABORTED unless the
 	// thread's last_seq equals it (0 for a thread that does not exist).
 	ExpectedLastSeq *uint64 `protobuf:"varint,6,opt,name=expected_last_seq,json=expectedLastSeq,proto3,oneof" json:"expected_last_seq,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Labels for the thread (e.g. "user_id" -> "u-42", "agent" -> "support"):
+	// when not empty, they replace the thread's labels; when empty, the
+	// thread keeps the labels it has. At most 16; keys 1 to 64 bytes of
+	// letters, digits, "_", "-", "." and "/"; values at most 256 bytes, no
+	// control characters. An Add with labels and no messages creates the
+	// thread (or updates its labels). Part of the payload request_id compares.
+	Labels map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Retention: when set, the thread's ttl from now on (0 s: none). Every
+	// Add moves the thread's expire_time to the Add's time plus its ttl; a
+	// thread idle past it is gone for every call (as if cleared) and Watch sees
+	// ThreadCleared with reason "expired". Unset: a new thread takes the
+	// server's --default-ttl, an existing one keeps its ttl. Whole
+	// milliseconds, at most 10 years. Part of the payload request_id compares.
+	Ttl           *durationpb.Duration `protobuf:"bytes,21,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddRequest) Reset() {
@@ -935,6 +979,20 @@ func (x *AddRequest) GetExpectedLastSeq() uint64 {
 		return *x.ExpectedLastSeq
 	}
 	return 0
+}
+
+func (x *AddRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *AddRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
 }
 
 // AddResponse reports where the messages were stored.
@@ -1313,7 +1371,11 @@ type ListThreadsRequest struct {
 	// Page size. 0: 100; at most 1000.
 	PageSize uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
-	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only threads carrying every one of these labels with these values
+	// (equality, AND); empty: every thread. Keep the same filter across the
+	// pages of one listing. Checked like AddRequest.labels.
+	Labels        map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1360,6 +1422,13 @@ func (x *ListThreadsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListThreadsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // ListThreadsResponse is one page of thread ids.
@@ -1778,7 +1847,9 @@ func (x *MessagesAdded) GetLastSeq() uint64 {
 
 // ThreadCleared: the thread was cleared.
 type ThreadCleared struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why: "" for a Clear; "expired" when the thread was idle past its ttl.
+	Reason        string `protobuf:"bytes,20,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1811,6 +1882,13 @@ func (x *ThreadCleared) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ThreadCleared.ProtoReflect.Descriptor instead.
 func (*ThreadCleared) Descriptor() ([]byte, []int) {
 	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ThreadCleared) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // SummaryFailed: a fold failed; Get returns degraded until a retry succeeds.
@@ -1909,7 +1987,7 @@ var File_windlass_memory_v1_memory_proto protoreflect.FileDescriptor
 
 const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x1fwindlass/memory/v1/memory.proto\x12\x12windlass.memory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n" +
+	"\x1fwindlass/memory/v1/memory.proto\x12\x12windlass.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -1959,7 +2037,7 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x11summary_placement\x18\x06 \x01(\x0e2$.windlass.memory.v1.SummaryPlacementR\x10summaryPlacementB\t\n" +
 	"\a_windowB\x12\n" +
 	"\x10_summarize_everyB\r\n" +
-	"\v_max_tokens\"\xaa\x02\n" +
+	"\v_max_tokens\"\x8f\x04\n" +
 	"\x06Thread\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x128\n" +
 	"\bstrategy\x18\x02 \x01(\v2\x1c.windlass.memory.v1.StrategyR\bstrategy\x12\x19\n" +
@@ -1968,7 +2046,14 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xb1\x02\n" +
+	"updateTime\x12>\n" +
+	"\x06labels\x18\x14 \x03(\v2&.windlass.memory.v1.Thread.LabelsEntryR\x06labels\x12+\n" +
+	"\x03ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12;\n" +
+	"\vexpire_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdd\x03\n" +
 	"\n" +
 	"AddRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12;\n" +
@@ -1977,7 +2062,12 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x10replace_strategy\x18\x04 \x01(\bR\x0freplaceStrategy\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12/\n" +
-	"\x11expected_last_seq\x18\x06 \x01(\x04H\x00R\x0fexpectedLastSeq\x88\x01\x01B\x14\n" +
+	"\x11expected_last_seq\x18\x06 \x01(\x04H\x00R\x0fexpectedLastSeq\x88\x01\x01\x12B\n" +
+	"\x06labels\x18\x14 \x03(\v2*.windlass.memory.v1.AddRequest.LabelsEntryR\x06labels\x12+\n" +
+	"\x03ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x14\n" +
 	"\x12_expected_last_seq\"y\n" +
 	"\vAddResponse\x122\n" +
 	"\x06thread\x18\x01 \x01(\v2\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1b\n" +
@@ -2009,11 +2099,15 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"8\n" +
 	"\rClearResponse\x12'\n" +
-	"\x0fcleared_threads\x18\x01 \x01(\rR\x0eclearedThreads\"P\n" +
+	"\x0fcleared_threads\x18\x01 \x01(\rR\x0eclearedThreads\"\xd7\x01\n" +
 	"\x12ListThreadsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\\\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12J\n" +
+	"\x06labels\x18\x14 \x03(\v22.windlass.memory.v1.ListThreadsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
 	"\x13ListThreadsResponse\x12\x1d\n" +
 	"\n" +
 	"thread_ids\x18\x01 \x03(\tR\tthreadIds\x12&\n" +
@@ -2041,8 +2135,9 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\ffolded_count\x18\x03 \x01(\rR\vfoldedCount\"G\n" +
 	"\rMessagesAdded\x12\x1b\n" +
 	"\tfirst_seq\x18\x01 \x01(\x04R\bfirstSeq\x12\x19\n" +
-	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\"\x0f\n" +
-	"\rThreadCleared\"A\n" +
+	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\"'\n" +
+	"\rThreadCleared\x12\x16\n" +
+	"\x06reason\x18\x14 \x01(\tR\x06reason\"A\n" +
 	"\rSummaryFailed\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\"\n" +
@@ -2085,7 +2180,7 @@ func file_windlass_memory_v1_memory_proto_rawDescGZIP() []byte {
 }
 
 var file_windlass_memory_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(Role)(0),                     // 0: windlass.memory.v1.Role
 	(SummaryPlacement)(0),         // 1: windlass.memory.v1.SummaryPlacement
@@ -2113,47 +2208,57 @@ var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(*SummaryFailed)(nil),         // 23: windlass.memory.v1.SummaryFailed
 	(*Progress)(nil),              // 24: windlass.memory.v1.Progress
 	nil,                           // 25: windlass.memory.v1.ChatMessage.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	nil,                           // 26: windlass.memory.v1.Thread.LabelsEntry
+	nil,                           // 27: windlass.memory.v1.AddRequest.LabelsEntry
+	nil,                           // 28: windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
 }
 var file_windlass_memory_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: windlass.memory.v1.ChatMessage.role:type_name -> windlass.memory.v1.Role
 	3,  // 1: windlass.memory.v1.ChatMessage.tool_calls:type_name -> windlass.memory.v1.ToolCall
 	25, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
-	26, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
+	29, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
 	6,  // 4: windlass.memory.v1.Strategy.buffer:type_name -> windlass.memory.v1.BufferStrategy
 	7,  // 5: windlass.memory.v1.Strategy.window:type_name -> windlass.memory.v1.WindowStrategy
 	8,  // 6: windlass.memory.v1.Strategy.summary:type_name -> windlass.memory.v1.SummaryStrategy
 	1,  // 7: windlass.memory.v1.SummaryStrategy.summary_placement:type_name -> windlass.memory.v1.SummaryPlacement
 	5,  // 8: windlass.memory.v1.Thread.strategy:type_name -> windlass.memory.v1.Strategy
-	26, // 9: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
-	26, // 10: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
-	4,  // 11: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
-	5,  // 12: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
-	9,  // 13: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
-	4,  // 14: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
-	9,  // 15: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
-	2,  // 16: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
-	26, // 17: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
-	20, // 18: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
-	21, // 19: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
-	22, // 20: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
-	23, // 21: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
-	24, // 22: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
-	10, // 23: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
-	12, // 24: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
-	14, // 25: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
-	16, // 26: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
-	18, // 27: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
-	11, // 28: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
-	13, // 29: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
-	15, // 30: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
-	17, // 31: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
-	19, // 32: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
-	28, // [28:33] is the sub-list for method output_type
-	23, // [23:28] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	29, // 9: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
+	29, // 10: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
+	26, // 11: windlass.memory.v1.Thread.labels:type_name -> windlass.memory.v1.Thread.LabelsEntry
+	30, // 12: windlass.memory.v1.Thread.ttl:type_name -> google.protobuf.Duration
+	29, // 13: windlass.memory.v1.Thread.expire_time:type_name -> google.protobuf.Timestamp
+	4,  // 14: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
+	5,  // 15: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
+	27, // 16: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
+	30, // 17: windlass.memory.v1.AddRequest.ttl:type_name -> google.protobuf.Duration
+	9,  // 18: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
+	4,  // 19: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
+	9,  // 20: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
+	28, // 21: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	2,  // 22: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
+	29, // 23: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
+	20, // 24: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
+	21, // 25: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
+	22, // 26: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
+	23, // 27: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
+	24, // 28: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
+	10, // 29: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
+	12, // 30: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
+	14, // 31: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
+	16, // 32: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
+	18, // 33: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
+	11, // 34: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
+	13, // 35: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
+	15, // 36: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
+	17, // 37: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
+	19, // 38: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
+	34, // [34:39] is the sub-list for method output_type
+	29, // [29:34] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_windlass_memory_v1_memory_proto_init() }
@@ -2184,7 +2289,7 @@ func file_windlass_memory_v1_memory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_windlass_memory_v1_memory_proto_rawDesc), len(file_windlass_memory_v1_memory_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

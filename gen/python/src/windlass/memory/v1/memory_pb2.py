@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fwindlass/memory/v1/memory.proto\x12\x12windlass.memory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n\x08ToolCall\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n\targuments\x18\x03 \x01(\tR\targuments\"\xb7\x03\n\x0b\x43hatMessage\x12,\n\x04role\x18\x01 \x01(\x0e\x32\x18.windlass.memory.v1.RoleR\x04role\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\x12;\n\ntool_calls\x18\x04 \x03(\x0b\x32\x1c.windlass.memory.v1.ToolCallR\ttoolCalls\x12 \n\x0ctool_call_id\x18\x05 \x01(\tR\ntoolCallId\x12I\n\x08metadata\x18\x06 \x03(\x0b\x32-.windlass.memory.v1.ChatMessage.MetadataEntryR\x08metadata\x12\x10\n\x03seq\x18\x07 \x01(\x04R\x03seq\x12;\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12\x16\n\x06tokens\x18\t \x01(\rR\x06tokens\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\xa9\x02\n\x08Strategy\x12<\n\x06\x62uffer\x18\x01 \x01(\x0b\x32\".windlass.memory.v1.BufferStrategyH\x00R\x06\x62uffer\x12<\n\x06window\x18\x02 \x01(\x0b\x32\".windlass.memory.v1.WindowStrategyH\x00R\x06window\x12?\n\x07summary\x18\x03 \x01(\x0b\x32#.windlass.memory.v1.SummaryStrategyH\x00R\x07summary\x12%\n\x0e\x65xclude_system\x18\x04 \x01(\x08R\rexcludeSystem\x12\"\n\nmax_stored\x18\x05 \x01(\rH\x01R\tmaxStored\x88\x01\x01\x42\x06\n\x04kindB\r\n\x0b_max_stored\"I\n\x0e\x42ufferStrategy\x12&\n\x0cmax_messages\x18\x01 \x01(\rH\x00R\x0bmaxMessages\x88\x01\x01\x42\x0f\n\r_max_messages\"\x92\x01\n\x0eWindowStrategy\x12\x1b\n\x06window\x18\x01 \x01(\rH\x00R\x06window\x88\x01\x01\x12\"\n\nmax_tokens\x18\x02 \x01(\rH\x01R\tmaxTokens\x88\x01\x01\x12%\n\x0etoken_encoding\x18\x03 \x01(\tR\rtokenEncodingB\t\n\x07_windowB\r\n\x0b_max_tokens\"\xbe\x02\n\x0fSummaryStrategy\x12\x1b\n\x06window\x18\x01 \x01(\rH\x00R\x06window\x88\x01\x01\x12,\n\x0fsummarize_every\x18\x02 \x01(\rH\x01R\x0esummarizeEvery\x88\x01\x01\x12\x14\n\x05model\x18\x03 \x01(\tR\x05model\x12\"\n\nmax_tokens\x18\x04 \x01(\rH\x02R\tmaxTokens\x88\x01\x01\x12%\n\x0etoken_encoding\x18\x05 \x01(\tR\rtokenEncoding\x12Q\n\x11summary_placement\x18\x06 \x01(\x0e\x32$.windlass.memory.v1.SummaryPlacementR\x10summaryPlacementB\t\n\x07_windowB\x12\n\x10_summarize_everyB\r\n\x0b_max_tokens\"\xaa\x02\n\x06Thread\x12\x1b\n\tthread_id\x18\x01 \x01(\tR\x08threadId\x12\x38\n\x08strategy\x18\x02 \x01(\x0b\x32\x1c.windlass.memory.v1.StrategyR\x08strategy\x12\x19\n\x08last_seq\x18\x03 \x01(\x04R\x07lastSeq\x12\x34\n\x16summarized_through_seq\x18\x04 \x01(\x04R\x14summarizedThroughSeq\x12;\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12;\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nupdateTime\"\xb1\x02\n\nAddRequest\x12\x1b\n\tthread_id\x18\x01 \x01(\tR\x08threadId\x12;\n\x08messages\x18\x02 \x03(\x0b\x32\x1f.windlass.memory.v1.ChatMessageR\x08messages\x12\x38\n\x08strategy\x18\x03 \x01(\x0b\x32\x1c.windlass.memory.v1.StrategyR\x08strategy\x12)\n\x10replace_strategy\x18\x04 \x01(\x08R\x0freplaceStrategy\x12\x1d\n\nrequest_id\x18\x05 \x01(\tR\trequestId\x12/\n\x11\x65xpected_last_seq\x18\x06 \x01(\x04H\x00R\x0f\x65xpectedLastSeq\x88\x01\x01\x42\x14\n\x12_expected_last_seq\"y\n\x0b\x41\x64\x64Response\x12\x32\n\x06thread\x18\x01 \x01(\x0b\x32\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1b\n\tfirst_seq\x18\x02 \x01(\x04R\x08\x66irstSeq\x12\x19\n\x08last_seq\x18\x03 \x01(\x04R\x07lastSeq\"\xb8\x01\n\nGetRequest\x12\x1b\n\tthread_id\x18\x01 \x01(\tR\x08threadId\x12\x19\n\x05limit\x18\x02 \x01(\rH\x00R\x05limit\x88\x01\x01\x12\x14\n\x05query\x18\x03 \x01(\tR\x05query\x12\x1f\n\x0b\x61llow_stale\x18\x04 \x01(\x08R\nallowStale\x12\"\n\nmax_tokens\x18\x05 \x01(\rH\x01R\tmaxTokens\x88\x01\x01\x42\x08\n\x06_limitB\r\n\x0b_max_tokens\"\xb5\x02\n\x0bGetResponse\x12;\n\x08messages\x18\x01 \x03(\x0b\x32\x1f.windlass.memory.v1.ChatMessageR\x08messages\x12\x18\n\x07summary\x18\x02 \x01(\tR\x07summary\x12\x32\n\x06thread\x18\x03 \x01(\x0b\x32\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1a\n\x08\x64\x65graded\x18\x04 \x01(\x08R\x08\x64\x65graded\x12\'\n\x0f\x64\x65graded_reason\x18\x05 \x01(\tR\x0e\x64\x65gradedReason\x12\x16\n\x06tokens\x18\x06 \x01(\rR\x06tokens\x12\x1d\n\nmax_tokens\x18\x07 \x01(\rR\tmaxTokens\x12\x1f\n\x0bover_budget\x18\x08 \x01(\x08R\noverBudget\"=\n\x0c\x43learRequest\x12\x1b\n\tthread_id\x18\x01 \x01(\tR\x08threadId\x12\x10\n\x03\x61ll\x18\x02 \x01(\x08R\x03\x61ll\"8\n\rClearResponse\x12\'\n\x0f\x63leared_threads\x18\x01 \x01(\rR\x0e\x63learedThreads\"P\n\x12ListThreadsRequest\x12\x1b\n\tpage_size\x18\x01 \x01(\rR\x08pageSize\x12\x1d\n\npage_token\x18\x02 \x01(\tR\tpageToken\"\\\n\x13ListThreadsResponse\x12\x1d\n\nthread_ids\x18\x01 \x03(\tR\tthreadIds\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbe\x01\n\x0cWatchRequest\x12\x1d\n\nthread_ids\x18\x01 \x03(\tR\tthreadIds\x12>\n\x0b\x65vent_types\x18\x02 \x03(\x0e\x32\x1d.windlass.memory.v1.EventTypeR\neventTypes\x12!\n\x0cresume_token\x18\x03 \x01(\tR\x0bresumeToken\x12,\n\x12send_initial_state\x18\x04 \x01(\x08R\x10sendInitialState\"\xf7\x03\n\rWatchResponse\x12!\n\x0cresume_token\x18\x01 \x01(\tR\x0bresumeToken\x12\x1b\n\tthread_id\x18\x02 \x01(\tR\x08threadId\x12.\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x04time\x12M\n\x0fsummary_updated\x18\x04 \x01(\x0b\x32\".windlass.memory.v1.SummaryUpdatedH\x00R\x0esummaryUpdated\x12J\n\x0emessages_added\x18\x05 \x01(\x0b\x32!.windlass.memory.v1.MessagesAddedH\x00R\rmessagesAdded\x12J\n\x0ethread_cleared\x18\x06 \x01(\x0b\x32!.windlass.memory.v1.ThreadClearedH\x00R\rthreadCleared\x12J\n\x0esummary_failed\x18\x07 \x01(\x0b\x32!.windlass.memory.v1.SummaryFailedH\x00R\rsummaryFailed\x12:\n\x08progress\x18\x08 \x01(\x0b\x32\x1c.windlass.memory.v1.ProgressH\x00R\x08progressB\x07\n\x05\x65vent\"\x83\x01\n\x0eSummaryUpdated\x12\x18\n\x07summary\x18\x01 \x01(\tR\x07summary\x12\x34\n\x16summarized_through_seq\x18\x02 \x01(\x04R\x14summarizedThroughSeq\x12!\n\x0c\x66olded_count\x18\x03 \x01(\rR\x0b\x66oldedCount\"G\n\rMessagesAdded\x12\x1b\n\tfirst_seq\x18\x01 \x01(\x04R\x08\x66irstSeq\x12\x19\n\x08last_seq\x18\x02 \x01(\x04R\x07lastSeq\"\x0f\n\rThreadCleared\"A\n\rSummaryFailed\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n\x07\x61ttempt\x18\x02 \x01(\rR\x07\x61ttempt\"\n\n\x08Progress*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x8b\x01\n\x10SummaryPlacement\x12!\n\x1dSUMMARY_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1c\n\x18SUMMARY_PLACEMENT_SYSTEM\x10\x01\x12\x1a\n\x16SUMMARY_PLACEMENT_USER\x10\x02\x12\x1a\n\x16SUMMARY_PLACEMENT_NONE\x10\x03*\xa4\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x45VENT_TYPE_SUMMARY_UPDATED\x10\x01\x12\x1d\n\x19\x45VENT_TYPE_MESSAGES_ADDED\x10\x02\x12\x1d\n\x19\x45VENT_TYPE_THREAD_CLEARED\x10\x03\x12\x1d\n\x19\x45VENT_TYPE_SUMMARY_FAILED\x10\x04\x32\x9d\x03\n\rMemoryService\x12\x46\n\x03\x41\x64\x64\x12\x1e.windlass.memory.v1.AddRequest\x1a\x1f.windlass.memory.v1.AddResponse\x12\x46\n\x03Get\x12\x1e.windlass.memory.v1.GetRequest\x1a\x1f.windlass.memory.v1.GetResponse\x12L\n\x05\x43lear\x12 .windlass.memory.v1.ClearRequest\x1a!.windlass.memory.v1.ClearResponse\x12^\n\x0bListThreads\x12&.windlass.memory.v1.ListThreadsRequest\x1a\'.windlass.memory.v1.ListThreadsResponse\x12N\n\x05Watch\x12 .windlass.memory.v1.WatchRequest\x1a!.windlass.memory.v1.WatchResponse0\x01\x42KZIgithub.com/windlass-ai/windlass-memory/gen/go/windlass/memory/v1;memoryv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fwindlass/memory/v1/memory.proto\x12\x12windlass.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n\x08ToolCall\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n\targuments\x18\x03 \x01(\tR\targuments\"\xb7\x03\n\x0b\x43hatMessage\x12,\n\x04role\x18\x01 \x01(\x0e\x32\x18.windlass.memory.v1.RoleR\x04role\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\x12;\n\ntool_calls\x18\x04 \x03(\x0b\x32\x1c.windlass.memory.v1.ToolCallR\ttoolCalls\x12 \n\x0ctool_call_id\x18\x05 \x01(\tR\ntoolCallId\x12I\n\x08metadata\x18\x06 \x03(\x0b\x32-.windlass.memory.v1.ChatMessage.MetadataEntryR\x08metadata\x12\x10\n\x03seq\x18\x07 \x01(\x04R\x03seq\x12;\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12\x16\n\x06tokens\x18\t \x01(\rR\x06tokens\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\xa9\x02\n\x08Strategy\x12<\n\x06\x62uffer\x18\x01 \x01(\x0b\x32\".windlass.memory.v1.BufferStrategyH\x00R\x06\x62uffer\x12<\n\x06window\x18\x02 \x01(\x0b\x32\".windlass.memory.v1.WindowStrategyH\x00R\x06window\x12?\n\x07summary\x18\x03 \x01(\x0b\x32#.windlass.memory.v1.SummaryStrategyH\x00R\x07summary\x12%\n\x0e\x65xclude_system\x18\x04 \x01(\x08R\rexcludeSystem\x12\"\n\nmax_stored\x18\x05 \x01(\rH\x01R\tmaxStored\x88\x01\x01\x42\x06\n\x04kindB\r\n\x0b_max_stored\"I\n\x0e\x42ufferStrategy\x12&\n\x0cmax_messages\x18\x01 \x01(\rH\x00R\x0bmaxMessages\x88\x01\x01\x42\x0f\n\r_max_messages\"\x92\x01\n\x0eWindowStrategy\x12\x1b\n\x06window\x18\x01 \x01(\rH\x00R\x06window\x88\x01\x01\x12\"\n\nmax_tokens\x18\x02 \x01(\rH\x01R\tmaxTokens\x88\x01\x01\x12%\n\x0etoken_encoding\x18\x03 \x01(\tR\rtokenEncodingB\t\n\x07_windowB\r\n\x0b_max_tokens\"\xbe\x02\n\x0fSummaryStrategy\x12\x1b\n\x06window\x18\x01 \x01(\rH\x00R\x06window\x88\x01\x01\x12,\n\x0fsummarize_every\x18\x02 \x01(\rH\x01R\x0esummarizeEvery\x88\x01\x01\x12\x14\n\x05model\x18\x03 \x01(\tR\x05model\x12\"\n\nmax_tokens\x18\x04 \x01(\rH\x02R\tmaxTokens\x88\x01\x01\x12%\n\x0etoken_encoding\x18\x05 \x01(\tR\rtokenEncoding\x12Q\n\x11summary_placement\x18\x06 \x01(\x0e\x32$.windlass.memory.v1.SummaryPlacementR\x10summaryPlacementB\t\n\x07_windowB\x12\n\x10_summarize_everyB\r\n\x0b_max_tokens\"\x8f\x04\n\x06Thread\x12\x1b\n\tthread_id\x18\x01 \x01(\tR\x08threadId\x12\x38\n\x08strategy\x18\x02 \x01(\x0b\x32\x1c.windlass.memory.v1.StrategyR\x08strategy\x12\x19\n\x08last_seq\x18\x03 \x01(\x04R\x07lastSeq\x12\x34\n\x16summarized_through_seq\x18\x04 \x01(\x04R\x14summarizedThroughSeq\x12;\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ncreateTime\x12;\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nupdateTime\x12>\n\x06labels\x18\x14 \x03(\x0b\x32&.windlass.memory.v1.Thread.LabelsEntryR\x06labels\x12+\n\x03ttl\x18\x15 \x01(\x0b\x32\x19.google.protobuf.DurationR\x03ttl\x12;\n\x0b\x65xpire_time\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\nexpireTime\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\xdd\x03\n\nAddRequest\x12\x1b\n\tthread_id\x18\x01 \x01(\tR\x08threadId\x12;\n\x08messages\x18\x02 \x03(\x0b\x32\x1f.windlass.memory.v1.ChatMessageR\x08messages\x12\x38\n\x08strategy\x18\x03 \x01(\x0b\x32\x1c.windlass.memory.v1.StrategyR\x08strategy\x12)\n\x10replace_strategy\x18\x04 \x01(\x08R\x0freplaceStrategy\x12\x1d\n\nrequest_id\x18\x05 \x01(\tR\trequestId\x12/\n\x11\x65xpected_last_seq\x18\x06 \x01(\x04H\x00R\x0f\x65xpectedLastSeq\x88\x01\x01\x12\x42\n\x06labels\x18\x14 \x03(\x0b\x32*.windlass.memory.v1.AddRequest.LabelsEntryR\x06labels\x12+\n\x03ttl\x18\x15 \x01(\x0b\x32\x19.google.protobuf.DurationR\x03ttl\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\x14\n\x12_expected_last_seq\"y\n\x0b\x41\x64\x64Response\x12\x32\n\x06thread\x18\x01 \x01(\x0b\x32\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1b\n\tfirst_seq\x18\x02 \x01(\x04R\x08\x66irstSeq\x12\x19\n\x08last_seq\x18\x03 \x01(\x04R\x07lastSeq\"\xb8\x01\n\nGetRequest\x12\x1b\n\tthread_id\x18\x01 \x01(\tR\x08threadId\x12\x19\n\x05limit\x18\x02 \x01(\rH\x00R\x05limit\x88\x01\x01\x12\x14\n\x05query\x18\x03 \x01(\tR\x05query\x12\x1f\n\x0b\x61llow_stale\x18\x04 \x01(\x08R\nallowStale\x12\"\n\nmax_tokens\x18\x05 \x01(\rH\x01R\tmaxTokens\x88\x01\x01\x42\x08\n\x06_limitB\r\n\x0b_max_tokens\"\xb5\x02\n\x0bGetResponse\x12;\n\x08messages\x18\x01 \x03(\x0b\x32\x1f.windlass.memory.v1.ChatMessageR\x08messages\x12\x18\n\x07summary\x18\x02 \x01(\tR\x07summary\x12\x32\n\x06thread\x18\x03 \x01(\x0b\x32\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1a\n\x08\x64\x65graded\x18\x04 \x01(\x08R\x08\x64\x65graded\x12\'\n\x0f\x64\x65graded_reason\x18\x05 \x01(\tR\x0e\x64\x65gradedReason\x12\x16\n\x06tokens\x18\x06 \x01(\rR\x06tokens\x12\x1d\n\nmax_tokens\x18\x07 \x01(\rR\tmaxTokens\x12\x1f\n\x0bover_budget\x18\x08 \x01(\x08R\noverBudget\"=\n\x0c\x43learRequest\x12\x1b\n\tthread_id\x18\x01 \x01(\tR\x08threadId\x12\x10\n\x03\x61ll\x18\x02 \x01(\x08R\x03\x61ll\"8\n\rClearResponse\x12\'\n\x0f\x63leared_threads\x18\x01 \x01(\rR\x0e\x63learedThreads\"\xd7\x01\n\x12ListThreadsRequest\x12\x1b\n\tpage_size\x18\x01 \x01(\rR\x08pageSize\x12\x1d\n\npage_token\x18\x02 \x01(\tR\tpageToken\x12J\n\x06labels\x18\x14 \x03(\x0b\x32\x32.windlass.memory.v1.ListThreadsRequest.LabelsEntryR\x06labels\x1a\x39\n\x0bLabelsEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\"\\\n\x13ListThreadsResponse\x12\x1d\n\nthread_ids\x18\x01 \x03(\tR\tthreadIds\x12&\n\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbe\x01\n\x0cWatchRequest\x12\x1d\n\nthread_ids\x18\x01 \x03(\tR\tthreadIds\x12>\n\x0b\x65vent_types\x18\x02 \x03(\x0e\x32\x1d.windlass.memory.v1.EventTypeR\neventTypes\x12!\n\x0cresume_token\x18\x03 \x01(\tR\x0bresumeToken\x12,\n\x12send_initial_state\x18\x04 \x01(\x08R\x10sendInitialState\"\xf7\x03\n\rWatchResponse\x12!\n\x0cresume_token\x18\x01 \x01(\tR\x0bresumeToken\x12\x1b\n\tthread_id\x18\x02 \x01(\tR\x08threadId\x12.\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\x04time\x12M\n\x0fsummary_updated\x18\x04 \x01(\x0b\x32\".windlass.memory.v1.SummaryUpdatedH\x00R\x0esummaryUpdated\x12J\n\x0emessages_added\x18\x05 \x01(\x0b\x32!.windlass.memory.v1.MessagesAddedH\x00R\rmessagesAdded\x12J\n\x0ethread_cleared\x18\x06 \x01(\x0b\x32!.windlass.memory.v1.ThreadClearedH\x00R\rthreadCleared\x12J\n\x0esummary_failed\x18\x07 \x01(\x0b\x32!.windlass.memory.v1.SummaryFailedH\x00R\rsummaryFailed\x12:\n\x08progress\x18\x08 \x01(\x0b\x32\x1c.windlass.memory.v1.ProgressH\x00R\x08progressB\x07\n\x05\x65vent\"\x83\x01\n\x0eSummaryUpdated\x12\x18\n\x07summary\x18\x01 \x01(\tR\x07summary\x12\x34\n\x16summarized_through_seq\x18\x02 \x01(\x04R\x14summarizedThroughSeq\x12!\n\x0c\x66olded_count\x18\x03 \x01(\rR\x0b\x66oldedCount\"G\n\rMessagesAdded\x12\x1b\n\tfirst_seq\x18\x01 \x01(\x04R\x08\x66irstSeq\x12\x19\n\x08last_seq\x18\x02 \x01(\x04R\x07lastSeq\"\'\n\rThreadCleared\x12\x16\n\x06reason\x18\x14 \x01(\tR\x06reason\"A\n\rSummaryFailed\x12\x16\n\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n\x07\x61ttempt\x18\x02 \x01(\rR\x07\x61ttempt\"\n\n\x08Progress*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x8b\x01\n\x10SummaryPlacement\x12!\n\x1dSUMMARY_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1c\n\x18SUMMARY_PLACEMENT_SYSTEM\x10\x01\x12\x1a\n\x16SUMMARY_PLACEMENT_USER\x10\x02\x12\x1a\n\x16SUMMARY_PLACEMENT_NONE\x10\x03*\xa4\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x45VENT_TYPE_SUMMARY_UPDATED\x10\x01\x12\x1d\n\x19\x45VENT_TYPE_MESSAGES_ADDED\x10\x02\x12\x1d\n\x19\x45VENT_TYPE_THREAD_CLEARED\x10\x03\x12\x1d\n\x19\x45VENT_TYPE_SUMMARY_FAILED\x10\x04\x32\x9d\x03\n\rMemoryService\x12\x46\n\x03\x41\x64\x64\x12\x1e.windlass.memory.v1.AddRequest\x1a\x1f.windlass.memory.v1.AddResponse\x12\x46\n\x03Get\x12\x1e.windlass.memory.v1.GetRequest\x1a\x1f.windlass.memory.v1.GetResponse\x12L\n\x05\x43lear\x12 .windlass.memory.v1.ClearRequest\x1a!.windlass.memory.v1.ClearResponse\x12^\n\x0bListThreads\x12&.windlass.memory.v1.ListThreadsRequest\x1a\'.windlass.memory.v1.ListThreadsResponse\x12N\n\x05Watch\x12 .windlass.memory.v1.WatchRequest\x1a!.windlass.memory.v1.WatchResponse0\x01\x42KZIgithub.com/windlass-ai/windlass-memory/gen/go/windlass/memory/v1;memoryv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,58 +36,70 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'ZIgithub.com/windlass-ai/windlass-memory/gen/go/windlass/memory/v1;memoryv1'
   _globals['_CHATMESSAGE_METADATAENTRY']._loaded_options = None
   _globals['_CHATMESSAGE_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_ROLE']._serialized_start=3983
-  _globals['_ROLE']._serialized_end=4078
-  _globals['_SUMMARYPLACEMENT']._serialized_start=4081
-  _globals['_SUMMARYPLACEMENT']._serialized_end=4220
-  _globals['_EVENTTYPE']._serialized_start=4223
-  _globals['_EVENTTYPE']._serialized_end=4387
-  _globals['_TOOLCALL']._serialized_start=88
-  _globals['_TOOLCALL']._serialized_end=164
-  _globals['_CHATMESSAGE']._serialized_start=167
-  _globals['_CHATMESSAGE']._serialized_end=606
-  _globals['_CHATMESSAGE_METADATAENTRY']._serialized_start=547
-  _globals['_CHATMESSAGE_METADATAENTRY']._serialized_end=606
-  _globals['_STRATEGY']._serialized_start=609
-  _globals['_STRATEGY']._serialized_end=906
-  _globals['_BUFFERSTRATEGY']._serialized_start=908
-  _globals['_BUFFERSTRATEGY']._serialized_end=981
-  _globals['_WINDOWSTRATEGY']._serialized_start=984
-  _globals['_WINDOWSTRATEGY']._serialized_end=1130
-  _globals['_SUMMARYSTRATEGY']._serialized_start=1133
-  _globals['_SUMMARYSTRATEGY']._serialized_end=1451
-  _globals['_THREAD']._serialized_start=1454
-  _globals['_THREAD']._serialized_end=1752
-  _globals['_ADDREQUEST']._serialized_start=1755
-  _globals['_ADDREQUEST']._serialized_end=2060
-  _globals['_ADDRESPONSE']._serialized_start=2062
-  _globals['_ADDRESPONSE']._serialized_end=2183
-  _globals['_GETREQUEST']._serialized_start=2186
-  _globals['_GETREQUEST']._serialized_end=2370
-  _globals['_GETRESPONSE']._serialized_start=2373
-  _globals['_GETRESPONSE']._serialized_end=2682
-  _globals['_CLEARREQUEST']._serialized_start=2684
-  _globals['_CLEARREQUEST']._serialized_end=2745
-  _globals['_CLEARRESPONSE']._serialized_start=2747
-  _globals['_CLEARRESPONSE']._serialized_end=2803
-  _globals['_LISTTHREADSREQUEST']._serialized_start=2805
-  _globals['_LISTTHREADSREQUEST']._serialized_end=2885
-  _globals['_LISTTHREADSRESPONSE']._serialized_start=2887
-  _globals['_LISTTHREADSRESPONSE']._serialized_end=2979
-  _globals['_WATCHREQUEST']._serialized_start=2982
-  _globals['_WATCHREQUEST']._serialized_end=3172
-  _globals['_WATCHRESPONSE']._serialized_start=3175
-  _globals['_WATCHRESPONSE']._serialized_end=3678
-  _globals['_SUMMARYUPDATED']._serialized_start=3681
-  _globals['_SUMMARYUPDATED']._serialized_end=3812
-  _globals['_MESSAGESADDED']._serialized_start=3814
-  _globals['_MESSAGESADDED']._serialized_end=3885
-  _globals['_THREADCLEARED']._serialized_start=3887
-  _globals['_THREADCLEARED']._serialized_end=3902
-  _globals['_SUMMARYFAILED']._serialized_start=3904
-  _globals['_SUMMARYFAILED']._serialized_end=3969
-  _globals['_PROGRESS']._serialized_start=3971
-  _globals['_PROGRESS']._serialized_end=3981
-  _globals['_MEMORYSERVICE']._serialized_start=4390
-  _globals['_MEMORYSERVICE']._serialized_end=4803
+  _globals['_THREAD_LABELSENTRY']._loaded_options = None
+  _globals['_THREAD_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_ADDREQUEST_LABELSENTRY']._loaded_options = None
+  _globals['_ADDREQUEST_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_LISTTHREADSREQUEST_LABELSENTRY']._loaded_options = None
+  _globals['_LISTTHREADSREQUEST_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_ROLE']._serialized_start=4576
+  _globals['_ROLE']._serialized_end=4671
+  _globals['_SUMMARYPLACEMENT']._serialized_start=4674
+  _globals['_SUMMARYPLACEMENT']._serialized_end=4813
+  _globals['_EVENTTYPE']._serialized_start=4816
+  _globals['_EVENTTYPE']._serialized_end=4980
+  _globals['_TOOLCALL']._serialized_start=120
+  _globals['_TOOLCALL']._serialized_end=196
+  _globals['_CHATMESSAGE']._serialized_start=199
+  _globals['_CHATMESSAGE']._serialized_end=638
+  _globals['_CHATMESSAGE_METADATAENTRY']._serialized_start=579
+  _globals['_CHATMESSAGE_METADATAENTRY']._serialized_end=638
+  _globals['_STRATEGY']._serialized_start=641
+  _globals['_STRATEGY']._serialized_end=938
+  _globals['_BUFFERSTRATEGY']._serialized_start=940
+  _globals['_BUFFERSTRATEGY']._serialized_end=1013
+  _globals['_WINDOWSTRATEGY']._serialized_start=1016
+  _globals['_WINDOWSTRATEGY']._serialized_end=1162
+  _globals['_SUMMARYSTRATEGY']._serialized_start=1165
+  _globals['_SUMMARYSTRATEGY']._serialized_end=1483
+  _globals['_THREAD']._serialized_start=1486
+  _globals['_THREAD']._serialized_end=2013
+  _globals['_THREAD_LABELSENTRY']._serialized_start=1956
+  _globals['_THREAD_LABELSENTRY']._serialized_end=2013
+  _globals['_ADDREQUEST']._serialized_start=2016
+  _globals['_ADDREQUEST']._serialized_end=2493
+  _globals['_ADDREQUEST_LABELSENTRY']._serialized_start=1956
+  _globals['_ADDREQUEST_LABELSENTRY']._serialized_end=2013
+  _globals['_ADDRESPONSE']._serialized_start=2495
+  _globals['_ADDRESPONSE']._serialized_end=2616
+  _globals['_GETREQUEST']._serialized_start=2619
+  _globals['_GETREQUEST']._serialized_end=2803
+  _globals['_GETRESPONSE']._serialized_start=2806
+  _globals['_GETRESPONSE']._serialized_end=3115
+  _globals['_CLEARREQUEST']._serialized_start=3117
+  _globals['_CLEARREQUEST']._serialized_end=3178
+  _globals['_CLEARRESPONSE']._serialized_start=3180
+  _globals['_CLEARRESPONSE']._serialized_end=3236
+  _globals['_LISTTHREADSREQUEST']._serialized_start=3239
+  _globals['_LISTTHREADSREQUEST']._serialized_end=3454
+  _globals['_LISTTHREADSREQUEST_LABELSENTRY']._serialized_start=1956
+  _globals['_LISTTHREADSREQUEST_LABELSENTRY']._serialized_end=2013
+  _globals['_LISTTHREADSRESPONSE']._serialized_start=3456
+  _globals['_LISTTHREADSRESPONSE']._serialized_end=3548
+  _globals['_WATCHREQUEST']._serialized_start=3551
+  _globals['_WATCHREQUEST']._serialized_end=3741
+  _globals['_WATCHRESPONSE']._serialized_start=3744
+  _globals['_WATCHRESPONSE']._serialized_end=4247
+  _globals['_SUMMARYUPDATED']._serialized_start=4250
+  _globals['_SUMMARYUPDATED']._serialized_end=4381
+  _globals['_MESSAGESADDED']._serialized_start=4383
+  _globals['_MESSAGESADDED']._serialized_end=4454
+  _globals['_THREADCLEARED']._serialized_start=4456
+  _globals['_THREADCLEARED']._serialized_end=4495
+  _globals['_SUMMARYFAILED']._serialized_start=4497
+  _globals['_SUMMARYFAILED']._serialized_end=4562
+  _globals['_PROGRESS']._serialized_start=4564
+  _globals['_PROGRESS']._serialized_end=4574
+  _globals['_MEMORYSERVICE']._serialized_start=4983
+  _globals['_MEMORYSERVICE']._serialized_end=5396
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -133,36 +134,60 @@ class SummaryStrategy(_message.Message):
     def __init__(self, window: _Optional[int] = ..., summarize_every: _Optional[int] = ..., model: _Optional[str] = ..., max_tokens: _Optional[int] = ..., token_encoding: _Optional[str] = ..., summary_placement: _Optional[_Union[SummaryPlacement, str]] = ...) -> None: ...
 
 class Thread(_message.Message):
-    __slots__ = ("thread_id", "strategy", "last_seq", "summarized_through_seq", "create_time", "update_time")
+    __slots__ = ("thread_id", "strategy", "last_seq", "summarized_through_seq", "create_time", "update_time", "labels", "ttl", "expire_time")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     SUMMARIZED_THROUGH_SEQ_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     strategy: Strategy
     last_seq: int
     summarized_through_seq: int
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, thread_id: _Optional[str] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., last_seq: _Optional[int] = ..., summarized_through_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    ttl: _duration_pb2.Duration
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, thread_id: _Optional[str] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., last_seq: _Optional[int] = ..., summarized_through_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AddRequest(_message.Message):
-    __slots__ = ("thread_id", "messages", "strategy", "replace_strategy", "request_id", "expected_last_seq")
+    __slots__ = ("thread_id", "messages", "strategy", "replace_strategy", "request_id", "expected_last_seq", "labels", "ttl")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     REPLACE_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     strategy: Strategy
     replace_strategy: bool
     request_id: str
     expected_last_seq: int
-    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., replace_strategy: _Optional[bool] = ..., request_id: _Optional[str] = ..., expected_last_seq: _Optional[int] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    ttl: _duration_pb2.Duration
+    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., replace_strategy: _Optional[bool] = ..., request_id: _Optional[str] = ..., expected_last_seq: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class AddResponse(_message.Message):
     __slots__ = ("thread", "first_seq", "last_seq")
@@ -223,12 +248,21 @@ class ClearResponse(_message.Message):
     def __init__(self, cleared_threads: _Optional[int] = ...) -> None: ...
 
 class ListThreadsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
+    __slots__ = ("page_size", "page_token", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListThreadsResponse(_message.Message):
     __slots__ = ("thread_ids", "next_page_token")
@@ -289,8 +323,10 @@ class MessagesAdded(_message.Message):
     def __init__(self, first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
 class ThreadCleared(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class SummaryFailed(_message.Message):
     __slots__ = ("reason", "attempt")

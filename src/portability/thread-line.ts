@@ -1,0 +1,333 @@
+import type { Labels, Role, StoredMessage, Strategy, ToolCall } from "../core/types.js";
+import { threadIdFrom } from "../service/convert.js";
+import { labelsFrom } from "../service/labels.js";
+import type { ImportThreadCommand } from "../store/store.js";
+
+/**
+ * One line of `windlass-memory export` (JSON Lines): a whole thread. Field
+ * names are the proto's (snake_case); times are milliseconds since the Unix
+ * epoch; a message's optional fields, and the thread's labels, are left out
+ * when empty. `format` names
+ * this layout, so a later version can read (or refuse) an older file.
+ *
+ * ```json
+ * {"format":"windlass-memory.thread.v1","namespace":"","thread_id":"t1",
+ *  "strategy":{"kind":"window","window":20,"exclude_system":false,"max_stored":1000},
+ *  "last_seq":2,"summarized_through_seq":0,"summary":"","summary_time":0,
+ *  "create_time":1767225600000,"update_time":1767225601000,"labels":{"user_id":"u-42"},
+ *  "messages":[{"seq":1,"create_time":1767225600000,"role":"user","content":"hi"}, …]}
+ * ```
+ */
+export const THREAD_LINE_FORMAT = "windlass-memory.thread.v1";
+
+/** A thread as one export line holds it (Store.importThread's command, without `now`). */
+export type ThreadLine = Omit<ImportThreadCommand, "now">;
+
+/** A line that cannot be imported; the message names the line and the field. */
+export class ThreadLineError extends Error {
+  override readonly name = "ThreadLineError";
+}
+
+/** The line's JSON text (no newline). Keys in a fixed order, so equal threads give equal text. */
+export function encodeThreadLine(t: ThreadLine): string {
+  return JSON.stringify({
+    format: THREAD_LINE_FORMAT,
+    namespace: t.namespace,
+    thread_id: t.threadId,
+    strategy: encodeStrategy(t.strategy),
+    last_seq: t.lastSeq,
+    summarized_through_seq: t.summarizedThroughSeq,
+    summary: t.summary,
+    summary_time: t.summaryTime,
+    create_time: t.createTime,
+    update_time: t.updateTime,
+    ...(t.labels === undefined ? {} : { labels: t.labels }),
+    ...(t.ttlMs === undefined || t.expireTime === undefined
+      ? {}
+      : { ttl_ms: t.ttlMs, expire_time: t.expireTime }),
+    messages: t.messages.map(encodeMessage),
+  });
+}
+
+function encodeStrategy(s: Strategy): Record<string, unknown> {
+  const base = { exclude_system: s.excludeSystem, max_stored: s.maxStored };
+  switch (s.kind) {
+    case "buffer":
+      return { kind: s.kind, max_messages: s.maxMessages, ...base };
+    case "window":
+      return { kind: s.kind, window: s.window, ...base };
+    case "summary":
+      return {
+        kind: s.kind,
+        window: s.window,
+        summarize_every: s.summarizeEvery,
+        model: s.model,
+        ...base,
+      };
+  }
+}
+
+function encodeMessage(m: StoredMessage): Record<string, unknown> {
+  const out: Record<string, unknown> = {
+    seq: m.seq,
+    create_time: m.createTime,
+    role: m.role,
+    content: m.content,
+  };
+  if (m.name !== undefined) out.name = m.name;
+  if (m.toolCalls !== undefined) out.tool_calls = m.toolCalls;
+  if (m.toolCallId !== undefined) out.tool_call_id = m.toolCallId;
+  if (m.metadata !== undefined) out.metadata = m.metadata;
+  return out;
+}
+
+/** Largest max_stored a line may carry (the service's own ceiling). */
+const MAX_STORED_LIMIT = 100_000;
+
+/**
+ * The thread of one line, checked field by field; throws ThreadLineError
+ * naming `where` (e.g. "line 3") and the field. Refuses unknown fields, so a
+ * file of a later format is never half read.
+ */
+export function decodeThreadLine(text: string, where: string): ThreadLine {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw new ThreadLineError(`${where}: not JSON (${(err as Error).message})`);
+  }
+  const r = new Reader(where);
+  const o = r.object(json, "", [
+    "format",
+    "namespace",
+    "thread_id",
+    "strategy",
+    "last_seq",
+    "summarized_through_seq",
+    "summary",
+    "summary_time",
+    "create_time",
+    "update_time",
+    "labels",
+    "ttl_ms",
+    "expire_time",
+    "messages",
+  ]);
+  const format = r.string(o.format, "format");
+  if (format !== THREAD_LINE_FORMAT) {
+    r.fail("format", `is "${format}", not "${THREAD_LINE_FORMAT}"`);
+  }
+  const namespace = r.string(o.namespace, "namespace");
+  const rawId = r.string(o.thread_id, "thread_id");
+  let threadId: string;
+  try {
+    if (rawId === "") throw new Error("thread_id: must not be empty");
+    threadId = threadIdFrom(rawId);
+  } catch (err) {
+    throw new ThreadLineError(`${where}: ${(err as Error).message}`);
+  }
+  const strategy = decodeStrategy(r, o.strategy);
+  const lastSeq = r.count(o.last_seq, "last_seq");
+  const summarizedThroughSeq = r.count(o.summarized_through_seq, "summarized_through_seq");
+  if (summarizedThroughSeq > lastSeq) {
+    r.fail("summarized_through_seq", `must be at most last_seq (${lastSeq})`);
+  }
+  const summary = r.string(o.summary, "summary");
+  if (strategy.kind !== "summary" && (summary !== "" || summarizedThroughSeq !== 0)) {
+    r.fail("summary", `must be empty (and summarized_through_seq 0) for a ${strategy.kind} thread`);
+  }
+  let labels: Labels | undefined;
+  if (o.labels !== undefined) {
+    const map = r.object(o.labels, "labels", undefined);
+    for (const [k, v] of Object.entries(map)) r.string(v, `labels.${k}`);
+    try {
+      labels = labelsFrom(map as Record<string, string>, "labels");
+    } catch (err) {
+      throw new ThreadLineError(`${where}: ${(err as Error).message}`);
+    }
+  }
+  if ((o.ttl_ms === undefined) !== (o.expire_time === undefined)) {
+    r.fail("ttl_ms", "and expire_time go together: give both or neither");
+  }
+  const ttl =
+    o.ttl_ms === undefined
+      ? undefined
+      : { ttlMs: r.count(o.ttl_ms, "ttl_ms"), expireTime: r.count(o.expire_time, "expire_time") };
+  if (ttl !== undefined && ttl.ttlMs === 0) r.fail("ttl_ms", "must be positive when given");
+  const list = r.array(o.messages, "messages");
+  const messages = list.map((m, i) => decodeMessage(r, m, `messages[${i}]`));
+  for (const [i, m] of messages.entries()) {
+    // The stores keep a thread's seqs consecutive, ending at last_seq.
+    const expected = lastSeq - messages.length + 1 + i;
+    if (m.seq !== expected) {
+      r.fail(
+        `messages[${i}].seq`,
+        `is ${m.seq}; seqs must be consecutive and end at last_seq (${lastSeq}), so ${expected} was expected`,
+      );
+    }
+  }
+  return {
+    namespace,
+    threadId,
+    strategy,
+    lastSeq,
+    summarizedThroughSeq,
+    summary,
+    summaryTime: r.count(o.summary_time, "summary_time"),
+    createTime: r.count(o.create_time, "create_time"),
+    updateTime: r.count(o.update_time, "update_time"),
+    ...(labels === undefined ? {} : { labels }),
+    ...(ttl ?? {}),
+    messages,
+  };
+}
+
+function decodeStrategy(r: Reader, value: unknown): Strategy {
+  const kind = r.string(r.object(value, "strategy", ["kind"], true).kind, "strategy.kind");
+  const common = ["kind", "exclude_system", "max_stored"];
+  const fields: Record<string, string[]> = {
+    buffer: [...common, "max_messages"],
+    window: [...common, "window"],
+    summary: [...common, "window", "summarize_every", "model"],
+  };
+  const allowed = fields[kind];
+  if (allowed === undefined) r.fail("strategy.kind", "must be buffer, window or summary");
+  const s = r.object(value, "strategy", allowed);
+  const excludeSystem = r.boolean(s.exclude_system, "strategy.exclude_system");
+  const maxStored = r.count(s.max_stored, "strategy.max_stored");
+  if (maxStored < 1 || maxStored > MAX_STORED_LIMIT) {
+    r.fail("strategy.max_stored", `must be from 1 to ${MAX_STORED_LIMIT}`);
+  }
+  const base = { excludeSystem, maxStored };
+  switch (kind) {
+    case "buffer":
+      return {
+        kind,
+        maxMessages: r.count(s.max_messages, "strategy.max_messages"),
+        ...base,
+      };
+    case "window": {
+      const window = r.count(s.window, "strategy.window");
+      if (window < 1) r.fail("strategy.window", "must be positive");
+      return { kind, window, ...base };
+    }
+    default: {
+      const summarizeEvery = r.count(s.summarize_every, "strategy.summarize_every");
+      if (summarizeEvery < 1) r.fail("strategy.summarize_every", "must be positive");
+      const model = r.string(s.model, "strategy.model");
+      if (model === "") r.fail("strategy.model", "must name the summariser");
+      return {
+        kind: "summary",
+        window: r.count(s.window, "strategy.window"),
+        summarizeEvery,
+        model,
+        ...base,
+      };
+    }
+  }
+}
+
+const ROLES: readonly Role[] = ["system", "user", "assistant", "tool"];
+
+function decodeMessage(r: Reader, value: unknown, field: string): StoredMessage {
+  const o = r.object(value, field, [
+    "seq",
+    "create_time",
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "metadata",
+  ]);
+  const role = r.string(o.role, `${field}.role`) as Role;
+  if (!ROLES.includes(role)) r.fail(`${field}.role`, "must be system, user, assistant or tool");
+  const m: StoredMessage = {
+    role,
+    content: r.string(o.content, `${field}.content`),
+    seq: r.count(o.seq, `${field}.seq`),
+    createTime: r.count(o.create_time, `${field}.create_time`),
+  };
+  if (o.name !== undefined) m.name = r.string(o.name, `${field}.name`);
+  if (o.tool_calls !== undefined) {
+    if (role !== "assistant") {
+      r.fail(`${field}.tool_calls`, "only assistant messages may carry tool calls");
+    }
+    m.toolCalls = r.array(o.tool_calls, `${field}.tool_calls`).map((c, i): ToolCall => {
+      const f = `${field}.tool_calls[${i}]`;
+      const call = r.object(c, f, ["id", "name", "arguments"]);
+      const id = r.string(call.id, `${f}.id`);
+      if (id === "") r.fail(`${f}.id`, "must not be empty");
+      return {
+        id,
+        name: r.string(call.name, `${f}.name`),
+        arguments: r.string(call.arguments, `${f}.arguments`),
+      };
+    });
+  }
+  if (o.tool_call_id !== undefined) {
+    if (role !== "tool") r.fail(`${field}.tool_call_id`, "only tool messages may carry one");
+    m.toolCallId = r.string(o.tool_call_id, `${field}.tool_call_id`);
+  } else if (role === "tool") {
+    r.fail(`${field}.tool_call_id`, "must be set on tool messages");
+  }
+  if (o.metadata !== undefined) {
+    const meta = r.object(o.metadata, `${field}.metadata`, undefined);
+    const out: Record<string, string> = {};
+    for (const [k, v] of Object.entries(meta)) out[k] = r.string(v, `${field}.metadata.${k}`);
+    m.metadata = out;
+  }
+  return m;
+}
+
+/** Typed reads of parsed JSON, each failing with the line and the field. */
+class Reader {
+  constructor(readonly where: string) {}
+
+  fail(field: string, problem: string): never {
+    throw new ThreadLineError(`${this.where}: ${field}: ${problem}`);
+  }
+
+  /** A plain object; with `allowed`, refuses other keys (unless `partial`). */
+  object(
+    v: unknown,
+    field: string,
+    allowed: readonly string[] | undefined,
+    partial = false,
+  ): Record<string, unknown> {
+    if (typeof v !== "object" || v === null || Array.isArray(v)) {
+      this.fail(field || "the line", "must be a JSON object");
+    }
+    const o = v as Record<string, unknown>;
+    if (allowed !== undefined && !partial) {
+      for (const k of Object.keys(o)) {
+        if (!allowed.includes(k))
+          this.fail(field === "" ? k : `${field}.${k}`, "is not a known field");
+      }
+    }
+    return o;
+  }
+
+  array(v: unknown, field: string): unknown[] {
+    if (!Array.isArray(v)) this.fail(field, "must be a JSON array");
+    return v;
+  }
+
+  string(v: unknown, field: string): string {
+    if (typeof v !== "string") this.fail(field, "must be a string");
+    return v;
+  }
+
+  boolean(v: unknown, field: string): boolean {
+    if (typeof v !== "boolean") this.fail(field, "must be true or false");
+    return v;
+  }
+
+  /** A whole number from 0 up to 2^53 - 1. */
+  count(v: unknown, field: string): number {
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) {
+      this.fail(field, "must be a whole number, 0 or more");
+    }
+    return v;
+  }
+}
