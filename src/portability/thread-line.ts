@@ -1,4 +1,14 @@
-import type { Labels, Role, StoredMessage, Strategy, ToolCall } from "../core/types.js";
+import { MAX_TOKENS_LIMIT } from "../core/strategy.js";
+import { TOKEN_ENCODINGS } from "../core/tokens.js";
+import type {
+  Labels,
+  Role,
+  StoredMessage,
+  Strategy,
+  SummaryPlacement,
+  TokenEncoding,
+  ToolCall,
+} from "../core/types.js";
 import { threadIdFrom } from "../service/convert.js";
 import { labelsFrom } from "../service/labels.js";
 import type { ImportThreadCommand } from "../store/store.js";
@@ -55,7 +65,7 @@ function encodeStrategy(s: Strategy): Record<string, unknown> {
     case "buffer":
       return { kind: s.kind, max_messages: s.maxMessages, ...base };
     case "window":
-      return { kind: s.kind, window: s.window, ...base };
+      return { kind: s.kind, window: s.window, ...base, ...encodeTokenOptions(s) };
     case "summary":
       return {
         kind: s.kind,
@@ -63,8 +73,21 @@ function encodeStrategy(s: Strategy): Record<string, unknown> {
         summarize_every: s.summarizeEvery,
         model: s.model,
         ...base,
+        ...encodeTokenOptions(s),
+        ...(s.summaryPlacement === undefined ? {} : { summary_placement: s.summaryPlacement }),
       };
   }
+}
+
+/** Token options are written only when set, as the thread keeps them. */
+function encodeTokenOptions(s: {
+  maxTokens?: number;
+  tokenEncoding?: TokenEncoding;
+}): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (s.maxTokens !== undefined) out.max_tokens = s.maxTokens;
+  if (s.tokenEncoding !== undefined) out.token_encoding = s.tokenEncoding;
+  return out;
 }
 
 function encodeMessage(m: StoredMessage): Record<string, unknown> {
@@ -187,8 +210,16 @@ function decodeStrategy(r: Reader, value: unknown): Strategy {
   const common = ["kind", "exclude_system", "max_stored"];
   const fields: Record<string, string[]> = {
     buffer: [...common, "max_messages"],
-    window: [...common, "window"],
-    summary: [...common, "window", "summarize_every", "model"],
+    window: [...common, "window", "max_tokens", "token_encoding"],
+    summary: [
+      ...common,
+      "window",
+      "summarize_every",
+      "model",
+      "max_tokens",
+      "token_encoding",
+      "summary_placement",
+    ],
   };
   const allowed = fields[kind];
   if (allowed === undefined) r.fail("strategy.kind", "must be buffer, window or summary");
@@ -209,7 +240,7 @@ function decodeStrategy(r: Reader, value: unknown): Strategy {
     case "window": {
       const window = r.count(s.window, "strategy.window");
       if (window < 1) r.fail("strategy.window", "must be positive");
-      return { kind, window, ...base };
+      return { kind, window, ...base, ...decodeTokenOptions(r, s) };
     }
     default: {
       const summarizeEvery = r.count(s.summarize_every, "strategy.summarize_every");
@@ -222,9 +253,47 @@ function decodeStrategy(r: Reader, value: unknown): Strategy {
         summarizeEvery,
         model,
         ...base,
+        ...decodeTokenOptions(r, s),
+        ...decodePlacement(r, s.summary_placement),
       };
     }
   }
+}
+
+/** max_tokens and token_encoding, absent when the thread has the defaults. */
+function decodeTokenOptions(
+  r: Reader,
+  s: Record<string, unknown>,
+): { maxTokens?: number; tokenEncoding?: TokenEncoding } {
+  const out: { maxTokens?: number; tokenEncoding?: TokenEncoding } = {};
+  if (s.max_tokens !== undefined) {
+    const max = r.count(s.max_tokens, "strategy.max_tokens");
+    if (max < 1 || max > MAX_TOKENS_LIMIT) {
+      r.fail("strategy.max_tokens", `must be from 1 to ${MAX_TOKENS_LIMIT}`);
+    }
+    out.maxTokens = max;
+  }
+  if (s.token_encoding !== undefined) {
+    const enc = r.string(s.token_encoding, "strategy.token_encoding");
+    const known = TOKEN_ENCODINGS.find((e) => e === enc);
+    if (known === undefined) {
+      r.fail("strategy.token_encoding", `must be one of ${TOKEN_ENCODINGS.join(", ")}`);
+    }
+    out.tokenEncoding = known;
+  }
+  return out;
+}
+
+const PLACEMENTS: readonly SummaryPlacement[] = ["system", "user", "none"];
+
+function decodePlacement(r: Reader, v: unknown): { summaryPlacement?: SummaryPlacement } {
+  if (v === undefined) return {};
+  const placement = r.string(v, "strategy.summary_placement");
+  const known = PLACEMENTS.find((p) => p === placement);
+  if (known === undefined) {
+    r.fail("strategy.summary_placement", `must be one of ${PLACEMENTS.join(", ")}`);
+  }
+  return { summaryPlacement: known };
 }
 
 const ROLES: readonly Role[] = ["system", "user", "assistant", "tool"];

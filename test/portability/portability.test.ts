@@ -11,6 +11,7 @@ import {
   GetResponseSchema,
   ListThreadsRequestSchema,
   StrategySchema,
+  SummaryPlacement,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { runImport } from "../../src/portability/command.js";
 import { EXPORT_PAGE, exportNamespace } from "../../src/portability/export.js";
@@ -142,6 +143,39 @@ async function populate(h: Harness): Promise<void> {
     }),
     ctx,
   );
+  // Token budgets and summary placement travel with the strategy.
+  await h.service.add(
+    addReq({
+      threadId: "budgeted",
+      strategy: create(StrategySchema, {
+        kind: {
+          case: "window",
+          value: { window: 10, maxTokens: 40, tokenEncoding: "cl100k_base" },
+        },
+      }),
+      messages: users("a short one", "another short one", "and a third, a little longer"),
+    }),
+    ctx,
+  );
+  await h.service.add(
+    addReq({
+      threadId: "placed",
+      strategy: create(StrategySchema, {
+        kind: {
+          case: "summary",
+          value: {
+            window: 2,
+            summarizeEvery: 10,
+            model: "extractive",
+            maxTokens: 500,
+            summaryPlacement: SummaryPlacement.USER,
+          },
+        },
+      }),
+      messages: users("one", "two"),
+    }),
+    ctx,
+  );
   // Folded as far as it goes (six messages, window 2: through seq 4), so no
   // fold is due on any store afterwards and every Get is stable.
   await waitUntil(async () => {
@@ -181,7 +215,7 @@ describe("export and import", () => {
     const memory = await startHarness();
     await populate(memory);
     const before = await everyGet(memory);
-    expect(Object.keys(before)).toHaveLength(5 * 3 + 2);
+    expect(Object.keys(before)).toHaveLength(7 * 3 + 2);
     expect(before[" labeled"]).toEqual(["chat"]);
     expect(before["/chat/undefined"]).toMatchObject({ thread: { ttl: "3600s" } });
     const fromMemory = join(dir, "from-memory.jsonl");
@@ -194,7 +228,7 @@ describe("export and import", () => {
     expect(
       await runImport(["--store", `sqlite:${sqlitePath}`, "--input", fromMemory], first.io),
     ).toBe(0);
-    expect(first.err()).toContain("imported 5 threads, 0 already there unchanged");
+    expect(first.err()).toContain("imported 7 threads, 0 already there unchanged");
 
     // Out of SQLite and into Redis with the real command.
     const fromSqlite = join(dir, "from-sqlite.jsonl");
@@ -209,10 +243,10 @@ describe("export and import", () => {
       fromSqlite,
     ]);
     expect(exported).toMatchObject({ code: 0 });
-    expect(exported.stderr).toContain("exported 5 threads");
+    expect(exported.stderr).toContain("exported 7 threads");
     expect(readFileSync(fromSqlite, "utf8")).toBe(readFileSync(fromMemory, "utf8"));
     const imported = await command(["import", "--store", redis.url, "--input", fromSqlite]);
-    expect(imported.stderr).toContain("imported 5 threads");
+    expect(imported.stderr).toContain("imported 7 threads");
     expect(imported.code).toBe(0);
 
     const onRedis = await startHarness({ store: await createRedisStore(redis.url) });
@@ -230,7 +264,7 @@ describe("export and import", () => {
       // Again: nothing changes.
       const again = await command(["import", "--store", redis.url, "--input", fromSqlite]);
       expect(again.code).toBe(0);
-      expect(again.stderr).toContain("imported 0 threads, 5 already there unchanged");
+      expect(again.stderr).toContain("imported 0 threads, 7 already there unchanged");
       expect(await everyGet(onRedis)).toEqual(before);
 
       // A thread of the file that differs from the stored one is refused, by line.
@@ -327,6 +361,18 @@ describe("export and import", () => {
     const bad: [string, string][] = [
       [good("a").replace('"seq":3', '"seq":4'), "line 2: messages[1].seq: is 4"],
       [good("a").replace('"window":5', '"window":0'), "line 2: strategy.window: must be positive"],
+      [
+        good("a").replace('"window":5', '"window":5,"max_tokens":0'),
+        "line 2: strategy.max_tokens: must be from 1",
+      ],
+      [
+        good("a").replace('"window":5', '"window":5,"token_encoding":"p50k"'),
+        "line 2: strategy.token_encoding: must be one of",
+      ],
+      [
+        good("a").replace('"window":5', '"window":5,"summary_placement":"user"'),
+        "line 2: strategy.summary_placement: is not a known field",
+      ],
       [good("a").replace('"role":"user"', '"role":"robot"'), "line 2: messages[0].role"],
       [good("a").replace('"summary":""', '"summary":"s"'), "line 2: summary: must be empty"],
       [

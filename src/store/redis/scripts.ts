@@ -339,7 +339,8 @@ do
   local ttl = ARGV[25]
   if ttl == '' and exists then ttl = ttl_before or '0' end
   if ttl == '' then ttl = ARGV[26] end
-  set_ttl(KEYS[1], ARGV[1], tonumber(ttl), now)
+  -- A thread without a ttl that keeps none costs no write here (the common Add).
+  if tonumber(ttl) > 0 or ttl_before then set_ttl(KEYS[1], ARGV[1], tonumber(ttl), now) end
 end
 
 local added_last = 0

@@ -18,18 +18,11 @@ export function ensureTtlSchema(db: Database.Database): void {
 /** The statements of retention, prepared once per store. */
 export class SqliteTtl {
   readonly set: Database.Statement<[number | null, number | null, string, string]>;
-  readonly current: Database.Statement<
-    [string, string],
-    { ttl_ms: number | null; expire_at: number | null }
-  >;
   readonly due: Database.Statement<[number, number], { namespace: string; thread_id: string }>;
 
   constructor(db: Database.Database) {
     this.set = db.prepare(
       "UPDATE threads SET ttl_ms = ?, expire_at = ? WHERE namespace = ? AND thread_id = ?",
-    );
-    this.current = db.prepare(
-      "SELECT ttl_ms, expire_at FROM threads WHERE namespace = ? AND thread_id = ?",
     );
     this.due = db.prepare(
       `SELECT namespace, thread_id FROM threads

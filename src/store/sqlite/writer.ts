@@ -459,8 +459,8 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
     namespace: string,
     threadId: string,
     now: number,
+    row = sql.thread.get(namespace, threadId),
   ): { event: MemoryEvent; incarnation: string } | undefined {
-    const row = sql.thread.get(namespace, threadId);
     if (row === undefined || row.expire_at == null || row.expire_at > now) return undefined;
     deleteThread(namespace, row);
     const event = logEvent(namespace, threadId, now, { type: "thread_cleared", reason: "expired" });
@@ -469,16 +469,18 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
 
   /** An Add with retention: an expired thread goes first; the Add moves the expiry on. */
   const appendWithTtlTx = db.transaction((cmd: AppendCommand): Committed<AppendResult> => {
-    const expired = expireIfDue(cmd.namespace, cmd.threadId, cmd.now);
-    const before = ttlRows.current.get(cmd.namespace, cmd.threadId);
+    const row = sql.thread.get(cmd.namespace, cmd.threadId);
+    const expired = expireIfDue(cmd.namespace, cmd.threadId, cmd.now, row);
+    const before = expired === undefined ? row : undefined;
     const done = appendTx(cmd);
-    if (!done.value.replayed) {
-      const ttl = ttlAfterAdd(
-        cmd.ttlMs,
-        before?.ttl_ms ?? undefined,
-        before === undefined,
-        cmd.defaultTtlMs,
-      );
+    const ttl = ttlAfterAdd(
+      cmd.ttlMs,
+      before?.ttl_ms ?? undefined,
+      before === undefined,
+      cmd.defaultTtlMs,
+    );
+    // A thread without a ttl that keeps none costs no write here (the common Add).
+    if (!done.value.replayed && (ttl > 0 || before?.ttl_ms != null)) {
       const fields = ttlFields(ttl, cmd.now);
       ttlRows.set.run(fields.ttlMs ?? null, fields.expireTime ?? null, cmd.namespace, cmd.threadId);
       const thread = { ...done.value.thread };
