@@ -40,8 +40,8 @@ func TestQuickstartExampleRuns(t *testing.T) {
 		out := runExample(t, ctx, bin, "-target", s.addr)
 		for _, want := range []string{
 			"stored seqs 1..5\n",
-			`3 ROLE_ASSISTANT: "" [id:"call-1" name:"get_weather" arguments:"{\"city\":\"Paris\"}"]`,
-			"4 ROLE_TOOL: \"18 degrees, sunny\" []\n",
+			`3 ROLE_ASSISTANT: "" call call-1 get_weather({"city":"Paris"})`,
+			"4 ROLE_TOOL: \"18 degrees, sunny\"\n",
 			"thread: go-quickstart\n",
 			"refused: FailedPrecondition",
 			"cleared threads: 1\n",

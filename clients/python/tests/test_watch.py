@@ -172,8 +172,11 @@ def test_watch_resumes_across_a_restart_of_a_sqlite_server(tmp_path: Path, threa
         # The server is down: Adds are impossible, the watcher keeps trying.
         wait_until(lambda: watcher.stream.attempts >= 3, "the watcher to retry")
         second = start_server(log, *store, port=port)
-        # Straight away, most likely before the watcher is back: the token,
-        # not luck, must bring these.
+        # The client's channel reconnects on its own backoff (capped at 5 s);
+        # the Adds wait for it, not for luck.
+        grpc.channel_ready_future(memory._channel).result(timeout=60)
+        # Most likely before the watcher is back: the token, not luck, must
+        # bring these.
         for i in range(3):
             memory.add(Message.user(f"after {i}"), thread_id=thread)
         after = watcher.take(3)

@@ -45,7 +45,11 @@ func main() {
 		log.Fatal(err)
 	}
 	for _, m := range got.GetMessages() {
-		fmt.Printf("%d %s: %q %v\n", m.GetSeq(), m.GetRole(), m.GetContent(), m.GetToolCalls())
+		fmt.Printf("%d %s: %q", m.GetSeq(), m.GetRole(), m.GetContent())
+		for _, c := range m.GetToolCalls() {
+			fmt.Printf(" call %s %s(%s)", c.GetId(), c.GetName(), c.GetArguments())
+		}
+		fmt.Println()
 	}
 
 	for id, err := range c.Threads(ctx, 100) {

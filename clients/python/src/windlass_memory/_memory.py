@@ -57,6 +57,15 @@ _SERVICE_CONFIG = json.dumps(
     }
 )
 _LIST_PAGE_SIZE = 1000
+# After an outage gRPC waits ever longer between connection attempts (up to
+# 120 s by default), failing every call meanwhile: a server back after a
+# restart would stay unreachable for minutes. Capped here at the Watch's own
+# longest backoff, so calls and Watch come back within seconds.
+_RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 5000),
+)
 
 
 class BufferMemory:
@@ -128,7 +137,7 @@ class BufferMemory:
         )
         self._owns_channel = channel is None
         if channel is None:
-            options = [("grpc.service_config", _SERVICE_CONFIG)]
+            options = [("grpc.service_config", _SERVICE_CONFIG), *_RECONNECT_OPTIONS]
             channel = (
                 grpc.secure_channel(self.target, credentials, options=options)
                 if credentials is not None
