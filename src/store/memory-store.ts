@@ -18,6 +18,7 @@ import type {
   Strategy,
   ThreadState,
 } from "../core/types.js";
+import { livePage } from "./live-page.js";
 import { ExpiryQueue } from "./memory/expiry-queue.js";
 import { LabelIndex } from "./memory/labels.js";
 import { SortedIds } from "./memory/sorted-ids.js";
@@ -433,11 +434,19 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
       labels?: Labels,
     ): Promise<string[]> {
       const s = namespaces.get(namespace);
-      if (s === undefined) return [];
-      if (labels !== undefined && Object.keys(labels).length > 0) {
-        return s.labels.list(labels, after, limit, (id) => s.threads.get(id)?.state.labels);
-      }
-      return s.ids.after(after, Math.max(0, limit));
+      if (s === undefined || limit <= 0) return [];
+      const fetch =
+        labels !== undefined && Object.keys(labels).length > 0
+          ? async (from: string, n: number) =>
+              s.labels.list(labels, from, n, (id) => s.threads.get(id)?.state.labels)
+          : async (from: string, n: number) => s.ids.after(from, n);
+      const now = Date.now();
+      return livePage(after, limit, fetch, async (ids) =>
+        ids.map((id) => {
+          const t = s.threads.get(id);
+          return t !== undefined && isExpired(t.state, now);
+        }),
+      );
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {

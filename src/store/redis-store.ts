@@ -17,6 +17,7 @@ import type {
   Strategy,
   ThreadState,
 } from "../core/types.js";
+import { livePage } from "./live-page.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
 import { messageBytes, type QuotaName, quotaExceededError } from "./quota.js";
 import {
@@ -634,26 +635,37 @@ export async function createRedisStore(
       labels?: Labels,
     ): Promise<string[]> {
       if (limit <= 0) return [];
-      if (labels !== undefined && Object.keys(labels).length > 0) {
-        const base = keys(namespace).base;
-        const reply = await run(
-          LIST_LABELED,
-          Object.entries(labels).map(([k, v]) => `${base}lb:${k}=${v}`),
-          [after, String(limit)],
-        );
-        return asArray(reply).map(asString);
-      }
-      const reply = await command([
-        "ZRANGE",
-        keys(namespace).threads,
-        after === "" ? "-" : `(${after}`,
-        "+",
-        "BYLEX",
-        "LIMIT",
-        "0",
-        String(limit),
-      ]);
-      return asArray(reply).map(asString);
+      const k = keys(namespace);
+      const fetch =
+        labels !== undefined && Object.keys(labels).length > 0
+          ? async (from: string, n: number) =>
+              asArray(
+                await run(
+                  LIST_LABELED,
+                  Object.entries(labels).map(([key, v]) => `${k.base}lb:${key}=${v}`),
+                  [from, String(n)],
+                ),
+              ).map(asString)
+          : async (from: string, n: number) =>
+              asArray(
+                await command([
+                  "ZRANGE",
+                  k.threads,
+                  from === "" ? "-" : `(${from}`,
+                  "+",
+                  "BYLEX",
+                  "LIMIT",
+                  "0",
+                  String(n),
+                ]),
+              ).map(asString);
+      const now = Date.now();
+      return livePage(after, limit, fetch, async (ids) => {
+        // Expire times of the page's threads (nil: no ttl), from the sorted
+        // set the sweep reads: one more command per page.
+        const scores = asArray(await command(["ZMSCORE", `${k.base}expiry`, ...ids]));
+        return scores.map((v) => v !== null && Number(asString(v)) <= now);
+      });
     },
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {

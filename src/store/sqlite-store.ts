@@ -204,9 +204,11 @@ export function createSqliteStore(
     thread: db.prepare<[string, string], ThreadRow>(
       "SELECT * FROM threads WHERE namespace = ? AND thread_id = ?",
     ),
+    // An expired thread is gone for every call, though the sweep removes it later.
     listThreads: db
-      .prepare<[string, string, number], string>(
-        "SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ? ORDER BY thread_id LIMIT ?",
+      .prepare<[string, string, number, number], string>(
+        `SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ?
+           AND (expire_at IS NULL OR expire_at > ?) ORDER BY thread_id LIMIT ?`,
       )
       .pluck(),
     messages: db
@@ -512,9 +514,9 @@ export function createSqliteStore(
     ): Promise<string[]> {
       assertOpen();
       if (labels !== undefined && Object.keys(labels).length > 0) {
-        return labelRows.list(namespace, after, limit, labels);
+        return labelRows.list(namespace, after, limit, labels, Date.now());
       }
-      return sql.listThreads.all(namespace, after, Math.max(0, limit));
+      return sql.listThreads.all(namespace, after, Date.now(), Math.max(0, limit));
     },
 
     async importThread(cmd: ImportThreadCommand): Promise<boolean> {

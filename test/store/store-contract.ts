@@ -910,9 +910,10 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       const plain = await store.append(cmd({ threadId: "plain", now: t0 }));
       expect(plain.thread.ttlMs).toBeUndefined();
       expect(plain.thread.expireTime).toBeUndefined();
-      // Expired but not swept: gone for reads already.
+      // Expired but not swept: gone for reads and listings already.
       expect(await store.read("ns", "old")).toBeUndefined();
       expect(await store.getThread("ns", "old")).toBeUndefined();
+      expect(await store.listThreads("ns", "", 10)).toEqual(["keep", "plain"]);
 
       const head = await store.headCursor("ns");
       expect(await store.sweepExpired(t0, 100)).toBe(1);
@@ -921,6 +922,20 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       expect(events.map((e) => [e.type, e.threadId])).toEqual([["thread_cleared", "old"]]);
       expect(events[0]).toMatchObject({ reason: "expired" });
       expect(await store.listThreads("ns", "", 10)).toEqual(["keep", "plain"]);
+    });
+
+    it("fills a listing page past expired threads that are not swept yet, labelled or not", async () => {
+      const t0 = Date.now();
+      const labels = { agent: "x" };
+      // a0 … a9: every other one expired; the page of 3 must skip them.
+      for (let i = 0; i < 10; i++) {
+        const ttl = i % 2 === 0 ? { ttlMs: 1000, now: t0 - 5000 } : { now: t0 };
+        await store.append(cmd({ threadId: `a${i}`, labels, ...ttl }));
+      }
+      expect(await store.listThreads("ns", "", 3)).toEqual(["a1", "a3", "a5"]);
+      expect(await store.listThreads("ns", "a5", 3)).toEqual(["a7", "a9"]);
+      expect(await store.listThreads("ns", "", 3, labels)).toEqual(["a1", "a3", "a5"]);
+      expect(await store.listThreads("ns", "a5", 10, labels)).toEqual(["a7", "a9"]);
     });
 
     it("moves the expiry on with every Add; an Add to an expired thread starts a new one", async () => {

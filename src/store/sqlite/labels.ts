@@ -57,7 +57,7 @@ export class SqliteLabels {
    * range of the index for the first label joined by primary-key lookups
    * for the others (SQLite's planner may pick another label to drive).
    */
-  list(namespace: string, after: string, limit: number, labels: Labels): string[] {
+  list(namespace: string, after: string, limit: number, labels: Labels, now: number): string[] {
     const entries = Object.entries(labels);
     let statement = this.#lists.get(entries.length);
     if (statement === undefined) {
@@ -66,7 +66,15 @@ export class SqliteLabels {
     }
     const [first, ...rest] = entries;
     if (first === undefined) return [];
-    return statement.all(...rest.flat(), namespace, first[0], first[1], after, Math.max(0, limit));
+    return statement.all(
+      ...rest.flat(),
+      namespace,
+      first[0],
+      first[1],
+      after,
+      now,
+      Math.max(0, limit),
+    );
   }
 }
 
@@ -82,7 +90,10 @@ export function labeledListSql(count: number): string {
       `JOIN thread_labels l${i} ON l${i}.namespace = l0.namespace AND l${i}.key = ? AND l${i}.value = ? AND l${i}.thread_id = l0.thread_id`,
     );
   }
+  // Expired threads are left out (gone for every call before the sweep comes).
   return `SELECT l0.thread_id FROM thread_labels l0 ${joins.join(" ")}
+    JOIN threads t ON t.id = l0.thread
     WHERE l0.namespace = ? AND l0.key = ? AND l0.value = ? AND l0.thread_id > ?
+      AND (t.expire_at IS NULL OR t.expire_at > ?)
     ORDER BY l0.thread_id LIMIT ?`;
 }
