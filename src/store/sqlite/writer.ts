@@ -288,8 +288,12 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
     if (excess > 0) sql.dropOldestRequests.run(key, excess);
   }
 
-  const appendTx = db.transaction((cmd: AppendCommand): Committed<AppendResult> => {
-    const row = sql.thread.get(cmd.namespace, cmd.threadId);
+  /**
+   * The Add itself, inside appendWithTtlTx's transaction; `row` is the
+   * thread's row as that transaction read it (undefined: none, or expired and
+   * just removed), so the Add reads it once.
+   */
+  function append(cmd: AppendCommand, row: ThreadRow | undefined): Committed<AppendResult> {
     if (cmd.requestId !== "" && row !== undefined) {
       const seen = sql.request.get(row.id, cmd.requestId);
       if (seen !== undefined && cmd.now - seen.time < lim.idempotencyRetentionMs) {
@@ -382,7 +386,7 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
         droppedThrough: trimmed.through,
       },
     };
-  });
+  }
 
   const commitSummaryTx = db.transaction(
     (cmd: CommitSummaryCommand): Committed<ThreadState | undefined> => {
@@ -472,7 +476,7 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
     const row = sql.thread.get(cmd.namespace, cmd.threadId);
     const expired = expireIfDue(cmd.namespace, cmd.threadId, cmd.now, row);
     const before = expired === undefined ? row : undefined;
-    const done = appendTx(cmd);
+    const done = append(cmd, before);
     const ttl = ttlAfterAdd(
       cmd.ttlMs,
       before?.ttl_ms ?? undefined,
