@@ -9,6 +9,7 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { MemoryEvent, StoredMessage } from "../core/types.js";
 import { encodeResumeToken, eventToPb, messageToPb } from "./convert.js";
+import { encodeGetResponseTail, varintSize } from "./response-encoding.js";
 
 /**
  * Stored messages never change after their Add, yet a Get of a window sends
@@ -58,16 +59,16 @@ export function setMessages(res: GetResponse, messages: readonly StoredMessage[]
 }
 
 /**
- * The binary form of a GetResponse, byte-identical to toBinary's: the other
- * fields first through protobuf-es, then field 1 (messages) spliced from the
- * cached bytes. A response without cached bytes goes through toBinary.
+ * The binary form of a GetResponse, byte-identical to toBinary's: field 1
+ * (messages) spliced from the cached bytes, then the other fields
+ * (response-encoding.ts). A response without cached bytes goes through toBinary.
  */
 export function encodeGetResponse(res: GetResponse): Uint8Array {
   const parts = (res as GetResponse & WithEncodedMessages)[ENCODED_MESSAGES];
   if (parts === undefined || parts.length !== res.messages.length) {
     return toBinary(GetResponseSchema, res);
   }
-  const rest = toBinary(GetResponseSchema, { ...res, messages: [] });
+  const rest = encodeGetResponseTail(res) ?? toBinary(GetResponseSchema, { ...res, messages: [] });
   let size = rest.length;
   for (const p of parts) size += 1 + varintSize(p.length) + p.length;
   const out = Buffer.allocUnsafe(size);
@@ -80,15 +81,6 @@ export function encodeGetResponse(res: GetResponse): Uint8Array {
   }
   out.set(rest, at);
   return out;
-}
-
-function varintSize(n: number): number {
-  let size = 1;
-  while (n >= 0x80) {
-    n = Math.floor(n / 128);
-    size++;
-  }
-  return size;
 }
 
 function writeVarint(buf: Uint8Array, at: number, n: number): number {

@@ -7,12 +7,15 @@ import {
 } from "@bufbuild/protobuf";
 import type { MethodDefinition, ServiceDefinition } from "@grpc/grpc-js";
 import {
+  type AddResponse,
+  AddResponseSchema,
   type GetResponse,
   GetResponseSchema,
   type WatchResponse,
   WatchResponseSchema,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { encodeGetResponse, encodeWatchResponse } from "../service/pre-encoded.js";
+import { encodeAddResponse } from "../service/response-encoding.js";
 
 /**
  * grpc-js service definitions built from protobuf-es descriptors, so the
@@ -69,9 +72,15 @@ function grpcMethodDefinition(method: DescMethod): MethodDefinition<Message, Mes
   };
 }
 
-/** Get and Watch responses carry bytes encoded once (service/pre-encoded.ts). */
+/**
+ * Get and Watch responses carry bytes encoded once (service/pre-encoded.ts);
+ * Add and Get responses are written by hand-written encoders
+ * (service/response-encoding.ts).
+ */
 function responseSerializer(method: DescMethod): (message: Message) => Buffer {
   switch (method.output.typeName) {
+    case AddResponseSchema.typeName:
+      return (message) => asBuffer(encodeAddResponse(message as AddResponse));
     case GetResponseSchema.typeName:
       return (message) => asBuffer(encodeGetResponse(message as GetResponse));
     case WatchResponseSchema.typeName:

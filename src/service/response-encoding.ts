@@ -1,0 +1,292 @@
+import { toBinary } from "@bufbuild/protobuf";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import {
+  type AddResponse,
+  AddResponseSchema,
+  type GetResponse,
+  type Strategy,
+  StrategySchema,
+  type Thread,
+} from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+
+/**
+ * Hand-written binary encoders for the responses every Add and Get returns:
+ * AddResponse, and GetResponse without its messages (pre-encoded.ts splices
+ * those in). protobuf-es's toBinary walks a compiled field list with a
+ * growing writer per call, about 2.2 us for an AddResponse; this writes the
+ * same bytes (fields in number order, proto3 defaults left out, map entries
+ * with key and value) in a fraction of that.
+ *
+ * Only what the service itself builds takes this path: any value it does not
+ * expect (unknown fields, a seq or time past 2^53, a negative time) makes the
+ * encoder return undefined and the caller fall back to toBinary, so the
+ * output is always toBinary's. test/service/response-encoding.test.ts checks
+ * that byte for byte over generated values.
+ */
+
+/** Thrown (one object, made once) where a value cannot take the fast path. */
+const UNSUPPORTED = new Error("value outside the hand-written encoder's range");
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** A Strategy's bytes: strategy objects are shared and never changed (convert.ts strategyToPb). */
+const strategyBytes = new WeakMap<Strategy, Uint8Array>();
+
+function strategyWire(s: Strategy): Uint8Array {
+  let bytes = strategyBytes.get(s);
+  if (bytes === undefined) {
+    bytes = toBinary(StrategySchema, s);
+    strategyBytes.set(s, bytes);
+  }
+  return bytes;
+}
+
+/** Bytes of `n` (0 to 2^53) as a varint. */
+export function varintSize(n: number): number {
+  let size = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 128);
+    size++;
+  }
+  return size;
+}
+
+function u64(v: bigint): number {
+  if (v < 0n || v > MAX_SAFE) throw UNSUPPORTED;
+  return Number(v);
+}
+
+/** Sizes first, then one buffer of exactly that size, written front to back. */
+class Out {
+  readonly buf: Buffer;
+  at = 0;
+  constructor(size: number) {
+    this.buf = Buffer.allocUnsafe(size);
+  }
+  varint(n: number): void {
+    const buf = this.buf;
+    while (n >= 0x80) {
+      buf[this.at++] = (n & 0x7f) | 0x80;
+      n = Math.floor(n / 128);
+    }
+    buf[this.at++] = n;
+  }
+  /** A string field whose UTF-8 length is `len`. */
+  string(tag: number, s: string, len: number): void {
+    this.varint(tag);
+    this.varint(len);
+    this.at += this.buf.write(s, this.at, len, "utf8");
+  }
+  bytes(b: Uint8Array): void {
+    this.buf.set(b, this.at);
+    this.at += b.length;
+  }
+}
+
+const strLen = (s: string): number => Buffer.byteLength(s, "utf8");
+/** Size of a length-delimited field with a one-byte tag and a body of `n` bytes. */
+const delimited = (n: number): number => 1 + varintSize(n) + n;
+
+/** Timestamp and Duration share their layout: int64 seconds = 1, int32 nanos = 2. */
+function secondsNanosSize(t: Timestamp | Duration): number {
+  if (t.$unknown !== undefined && t.$unknown.length > 0) throw UNSUPPORTED;
+  const seconds = u64(t.seconds);
+  if (t.nanos < 0) throw UNSUPPORTED;
+  return (
+    (seconds === 0 ? 0 : 1 + varintSize(seconds)) + (t.nanos === 0 ? 0 : 1 + varintSize(t.nanos))
+  );
+}
+
+function writeSecondsNanos(out: Out, t: Timestamp | Duration, size: number): void {
+  out.varint(size);
+  const seconds = Number(t.seconds);
+  if (seconds !== 0) {
+    out.varint(0x08);
+    out.varint(seconds);
+  }
+  if (t.nanos !== 0) {
+    out.varint(0x10);
+    out.varint(t.nanos);
+  }
+}
+
+/** A Thread's body and the sizes measured for writing it. */
+interface ThreadPlan {
+  readonly thread: Thread;
+  readonly size: number;
+  readonly idLen: number;
+  readonly strategy: Uint8Array | undefined;
+  readonly lastSeq: number;
+  readonly summarizedThroughSeq: number;
+  readonly createSize: number;
+  readonly updateSize: number;
+  readonly labels: readonly (readonly [string, number, string, number])[];
+  readonly ttlSize: number;
+  readonly expireSize: number;
+}
+
+// Tags of Thread's fields past 15 take two bytes: (20 << 3) | 2 = 162, then 21 and 22.
+const LABELS_TAG = 162;
+const TTL_TAG = 170;
+const EXPIRE_TAG = 178;
+
+function planThread(t: Thread): ThreadPlan {
+  if (t.$unknown !== undefined && t.$unknown.length > 0) throw UNSUPPORTED;
+  const idLen = strLen(t.threadId);
+  let size = idLen === 0 ? 0 : delimited(idLen);
+  const strategy = t.strategy === undefined ? undefined : strategyWire(t.strategy);
+  if (strategy !== undefined) size += delimited(strategy.length);
+  const lastSeq = u64(t.lastSeq);
+  if (lastSeq !== 0) size += 1 + varintSize(lastSeq);
+  const summarizedThroughSeq = u64(t.summarizedThroughSeq);
+  if (summarizedThroughSeq !== 0) size += 1 + varintSize(summarizedThroughSeq);
+  const createSize = t.createTime === undefined ? -1 : secondsNanosSize(t.createTime);
+  if (createSize >= 0) size += delimited(createSize);
+  const updateSize = t.updateTime === undefined ? -1 : secondsNanosSize(t.updateTime);
+  if (updateSize >= 0) size += delimited(updateSize);
+  const labels: [string, number, string, number][] = [];
+  for (const key of Object.keys(t.labels)) {
+    const value = t.labels[key] as string;
+    const kLen = strLen(key);
+    const vLen = strLen(value);
+    const entry = delimited(kLen) + delimited(vLen);
+    size += 2 + varintSize(entry) + entry;
+    labels.push([key, kLen, value, vLen]);
+  }
+  const ttlSize = t.ttl === undefined ? -1 : secondsNanosSize(t.ttl);
+  if (ttlSize >= 0) size += 2 + varintSize(ttlSize) + ttlSize;
+  const expireSize = t.expireTime === undefined ? -1 : secondsNanosSize(t.expireTime);
+  if (expireSize >= 0) size += 2 + varintSize(expireSize) + expireSize;
+  return {
+    thread: t,
+    size,
+    idLen,
+    strategy,
+    lastSeq,
+    summarizedThroughSeq,
+    createSize,
+    updateSize,
+    labels,
+    ttlSize,
+    expireSize,
+  };
+}
+
+/** Writes a Thread as field `tag` (its length first). */
+function writeThread(out: Out, tag: number, p: ThreadPlan): void {
+  const t = p.thread;
+  out.varint(tag);
+  out.varint(p.size);
+  if (p.idLen !== 0) out.string(0x0a, t.threadId, p.idLen);
+  if (p.strategy !== undefined) {
+    out.varint(0x12);
+    out.varint(p.strategy.length);
+    out.bytes(p.strategy);
+  }
+  if (p.lastSeq !== 0) {
+    out.varint(0x18);
+    out.varint(p.lastSeq);
+  }
+  if (p.summarizedThroughSeq !== 0) {
+    out.varint(0x20);
+    out.varint(p.summarizedThroughSeq);
+  }
+  if (t.createTime !== undefined) {
+    out.varint(0x2a);
+    writeSecondsNanos(out, t.createTime, p.createSize);
+  }
+  if (t.updateTime !== undefined) {
+    out.varint(0x32);
+    writeSecondsNanos(out, t.updateTime, p.updateSize);
+  }
+  for (const [key, kLen, value, vLen] of p.labels) {
+    out.varint(LABELS_TAG);
+    out.varint(delimited(kLen) + delimited(vLen));
+    out.string(0x0a, key, kLen);
+    out.string(0x12, value, vLen);
+  }
+  if (t.ttl !== undefined) {
+    out.varint(TTL_TAG);
+    writeSecondsNanos(out, t.ttl, p.ttlSize);
+  }
+  if (t.expireTime !== undefined) {
+    out.varint(EXPIRE_TAG);
+    writeSecondsNanos(out, t.expireTime, p.expireSize);
+  }
+}
+
+function tryEncodeAddResponse(res: AddResponse): Uint8Array {
+  if (res.$unknown !== undefined && res.$unknown.length > 0) throw UNSUPPORTED;
+  const thread = res.thread === undefined ? undefined : planThread(res.thread);
+  const firstSeq = u64(res.firstSeq);
+  const lastSeq = u64(res.lastSeq);
+  let size = thread === undefined ? 0 : delimited(thread.size);
+  if (firstSeq !== 0) size += 1 + varintSize(firstSeq);
+  if (lastSeq !== 0) size += 1 + varintSize(lastSeq);
+  const out = new Out(size);
+  if (thread !== undefined) writeThread(out, 0x0a, thread);
+  if (firstSeq !== 0) {
+    out.varint(0x10);
+    out.varint(firstSeq);
+  }
+  if (lastSeq !== 0) {
+    out.varint(0x18);
+    out.varint(lastSeq);
+  }
+  return out.buf;
+}
+
+/** AddResponse's binary form, byte for byte toBinary's. */
+export function encodeAddResponse(res: AddResponse): Uint8Array {
+  try {
+    return tryEncodeAddResponse(res);
+  } catch (err) {
+    if (err !== UNSUPPORTED) throw err;
+    return toBinary(AddResponseSchema, res);
+  }
+}
+
+/**
+ * A GetResponse's fields after `messages` (2 to 8), or undefined when one of
+ * them cannot take the fast path. Field 1 goes first on the wire, so these
+ * bytes follow the spliced messages unchanged.
+ */
+export function encodeGetResponseTail(res: GetResponse): Uint8Array | undefined {
+  try {
+    if (res.$unknown !== undefined && res.$unknown.length > 0) throw UNSUPPORTED;
+    const summaryLen = strLen(res.summary);
+    const reasonLen = strLen(res.degradedReason);
+    const thread = res.thread === undefined ? undefined : planThread(res.thread);
+    let size = summaryLen === 0 ? 0 : delimited(summaryLen);
+    if (thread !== undefined) size += delimited(thread.size);
+    if (res.degraded) size += 2;
+    if (reasonLen !== 0) size += delimited(reasonLen);
+    if (res.tokens !== 0) size += 1 + varintSize(res.tokens);
+    if (res.maxTokens !== 0) size += 1 + varintSize(res.maxTokens);
+    if (res.overBudget) size += 2;
+    const out = new Out(size);
+    if (summaryLen !== 0) out.string(0x12, res.summary, summaryLen);
+    if (thread !== undefined) writeThread(out, 0x1a, thread);
+    if (res.degraded) {
+      out.varint(0x20);
+      out.varint(1);
+    }
+    if (reasonLen !== 0) out.string(0x2a, res.degradedReason, reasonLen);
+    if (res.tokens !== 0) {
+      out.varint(0x30);
+      out.varint(res.tokens);
+    }
+    if (res.maxTokens !== 0) {
+      out.varint(0x38);
+      out.varint(res.maxTokens);
+    }
+    if (res.overBudget) {
+      out.varint(0x40);
+      out.varint(1);
+    }
+    return out.buf;
+  } catch (err) {
+    if (err !== UNSUPPORTED) throw err;
+    return undefined;
+  }
+}
