@@ -25,6 +25,7 @@ import type { WriteWorkerData } from "./sqlite/write-worker.js";
 import {
   type Committed,
   fromWireError,
+  type LoggedEvent,
   type QueuedWrite,
   type WireError,
   type WriteOp,
@@ -233,8 +234,6 @@ export function createSqliteStore(
     busyTimeoutMs,
     pageCacheBytes: budget.pageCacheBytes,
     limits: lim,
-    databaseId,
-    tokenSecret,
   };
   const worker = new Worker(file, { workerData });
   // Keeps the process alive only while writes wait for it (see write and settle).
@@ -353,7 +352,24 @@ export function createSqliteStore(
       cache.update(messages.incarnation, messages.lastSeqBefore, added, messages.droppedThrough);
     }
     for (const incarnation of c.ended ?? []) cache.delete(incarnation);
-    publish(namespace, c.events);
+    if (c.events.length > 0)
+      publish(
+        namespace,
+        c.events.map((e) => withCursor(namespace, e)),
+      );
+  }
+
+  /** A logged event with its cursor made when first read (only Watch reads it). */
+  function withCursor(namespace: string, logged: LoggedEvent): MemoryEvent {
+    const { position, ...event } = logged;
+    let cursor: string | undefined;
+    return {
+      ...event,
+      get cursor() {
+        cursor ??= tokens.issue(namespace, position);
+        return cursor;
+      },
+    };
   }
 
   function publish(namespace: string, events: MemoryEvent[]): void {

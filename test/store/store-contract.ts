@@ -718,6 +718,7 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
     });
 
     it("delivers every later event to subscribers, in order, until unsubscribed", async () => {
+      const head = await store.headCursor("ns");
       const seen: MemoryEvent[] = [];
       const stop = store.subscribe("ns", (events) => seen.push(...events));
       await store.append(cmd({ threadId: "a" }));
@@ -737,6 +738,11 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
         ["messages_added", "a"],
         ["thread_cleared", "a"],
       ]);
+      // A published event is the logged one: same cursor (however the store
+      // makes it), same fields, nothing of the store's own.
+      const logged = await store.readEvents("ns", head, 10);
+      expect(seen.map((e) => e.cursor)).toEqual(logged.slice(0, 2).map((e) => e.cursor));
+      expect(seen.map((e) => ({ ...e }))).toEqual(logged.slice(0, 2).map((e) => ({ ...e })));
     });
 
     it("imports a whole thread as given, once; later Adds, trims and folds go on from it", async () => {

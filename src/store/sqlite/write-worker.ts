@@ -1,5 +1,4 @@
 import { parentPort, workerData } from "node:worker_threads";
-import { ResumeTokens } from "../resume-token.js";
 import type { StoreLimits } from "../store.js";
 import { openWriteConnection } from "./schema.js";
 import { createWriter, type QueuedWrite, toWireError } from "./writer.js";
@@ -20,8 +19,6 @@ export interface WriteWorkerData {
   busyTimeoutMs: number;
   pageCacheBytes: number;
   limits: StoreLimits;
-  databaseId: string;
-  tokenSecret: string;
 }
 
 /** The most writes one transaction commits; more wait for the next group. */
@@ -38,13 +35,7 @@ try {
   port.postMessage({ type: "failed", error: toWireError(err) });
   process.exit(1);
 }
-const tokens = new ResumeTokens(
-  data.databaseId,
-  data.tokenSecret,
-  "it refers to the history of another database",
-  /^[0-9a-f]{12}\.\d{1,15}$/,
-);
-const writer = createWriter(db, data.limits, tokens);
+const writer = createWriter(db, data.limits);
 const queue: QueuedWrite[] = [];
 let scheduled = false;
 let closing = false;

@@ -3,9 +3,8 @@ import type Database from "better-sqlite3";
 import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../../core/append.js";
 import { invalidArgument, MemoryError } from "../../core/errors.js";
 import { ttlAfterAdd, ttlFields } from "../../core/ttl.js";
-import type { EventBody, MemoryEvent, StoredMessage, ThreadState } from "../../core/types.js";
+import type { EventBody, StoredMessage, ThreadState } from "../../core/types.js";
 import { checkQuotas, messageBytes, type NamespaceUsage } from "../quota.js";
-import type { ResumeTokens } from "../resume-token.js";
 import type {
   AppendCommand,
   AppendResult,
@@ -32,12 +31,19 @@ import { SqliteTtl } from "./ttl.js";
 export interface Committed<T> {
   value: T;
   /** To publish. */
-  events: MemoryEvent[];
+  events: LoggedEvent[];
   /** How the thread's messages changed: to bring its cached tail up to date. */
   messages?: MessagesChange;
   /** Incarnations that ended: to drop from the cache. */
   ended?: string[];
 }
+
+/**
+ * An event as the worker logged it, at `position` in its namespace's log.
+ * The store makes its cursor (a MAC, microseconds) on the main thread when
+ * something reads it, which only Watch does.
+ */
+export type LoggedEvent = EventBody & { position: number; threadId: string; time: number };
 
 /** What one commit did to a thread's messages (see MessageCache.update). */
 export interface MessagesChange {
@@ -103,7 +109,7 @@ export function fromWireError(e: WireError): Error {
  * each write runs in its own savepoint, so one that fails (a precondition, a
  * quota) is rolled back alone and the others still commit.
  */
-export function createWriter(db: Database.Database, lim: StoreLimits, tokens: ResumeTokens) {
+export function createWriter(db: Database.Database, lim: StoreLimits) {
   const sql = {
     thread: db.prepare<[string, string], ThreadRow>(
       "SELECT * FROM threads WHERE namespace = ? AND thread_id = ?",
@@ -192,7 +198,7 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
     threadId: string,
     time: number,
     body: EventBody,
-  ): MemoryEvent {
+  ): LoggedEvent {
     const { type, ...fields } = body;
     const log = sql.countEvent.get(namespace);
     if (log === undefined) throw new Error("sqlite store: event_logs upsert returned nothing");
@@ -205,7 +211,7 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
       sql.dropEventsThrough.run(namespace, cut);
       sql.setDropped.run(lim.eventRetention, cut, namespace);
     }
-    return { ...body, cursor: tokens.issue(namespace, log.last_seq), threadId, time };
+    return { ...body, position: log.last_seq, threadId, time };
   }
 
   /** The thread's messages from seq `from` on (at most `limit`), oldest first. */
@@ -464,7 +470,7 @@ export function createWriter(db: Database.Database, lim: StoreLimits, tokens: Re
     threadId: string,
     now: number,
     row = sql.thread.get(namespace, threadId),
-  ): { event: MemoryEvent; incarnation: string } | undefined {
+  ): { event: LoggedEvent; incarnation: string } | undefined {
     if (row === undefined || row.expire_at == null || row.expire_at > now) return undefined;
     deleteThread(namespace, row);
     const event = logEvent(namespace, threadId, now, { type: "thread_cleared", reason: "expired" });
