@@ -459,7 +459,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
 
   function watch(req: WatchRequest, ctx: CallContext): AsyncIterable<WatchResponse> {
     assertOpen();
-    const events = watchEvents(req, ctx, {
+    return watchEvents(req, ctx, {
       ...(opts.metrics === undefined ? {} : { watchers: opts.metrics.watchers }),
       store,
       hub,
@@ -467,19 +467,15 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       watchBuffer: limits.watchBuffer,
       progressIntervalMs: limits.progressIntervalMs,
       now,
+      admit: admitWatcher,
     });
-    return counted(ctx.namespace, events);
   }
 
   /**
-   * The stream, counted against maxWatchersPerNamespace from its first step
-   * (checked and taken in one synchronous step, so concurrent opens cannot
-   * pass the cap together) until it ends however it ends.
+   * Counts a stream against maxWatchersPerNamespace from its first step until
+   * it ends however it ends (watch.ts calls it, and the returned release).
    */
-  async function* counted(
-    namespace: string,
-    events: AsyncIterable<WatchResponse>,
-  ): AsyncGenerator<WatchResponse> {
+  function admitWatcher(namespace: string): () => void {
     const cap = limits.maxWatchersPerNamespace;
     const open = watchersByNamespace.get(namespace) ?? 0;
     if (cap > 0 && open >= cap) {
@@ -489,13 +485,14 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       );
     }
     watchersByNamespace.set(namespace, open + 1);
-    try {
-      yield* events;
-    } finally {
-      const left = (watchersByNamespace.get(namespace) ?? 1) - 1;
-      if (left <= 0) watchersByNamespace.delete(namespace);
-      else watchersByNamespace.set(namespace, left);
-    }
+    let left = false;
+    return () => {
+      if (left) return;
+      left = true;
+      const rest = (watchersByNamespace.get(namespace) ?? 1) - 1;
+      if (rest <= 0) watchersByNamespace.delete(namespace);
+      else watchersByNamespace.set(namespace, rest);
+    };
   }
 
   return {

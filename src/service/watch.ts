@@ -26,6 +26,13 @@ export interface WatchDeps {
   now: () => number;
   /** Counts open streams. */
   watchers?: Gauge;
+  /**
+   * Takes one of the namespace's watcher slots, or throws
+   * resource_exhausted; returns what gives it back. Called at the stream's
+   * first step, in one synchronous step with the check, so concurrent opens
+   * cannot pass a cap together.
+   */
+  admit: (namespace: string) => () => void;
 }
 
 const READ_BATCH = 256;
@@ -50,26 +57,35 @@ export async function* watchEvents(
   ctx: CallContext,
   deps: WatchDeps,
 ): AsyncGenerator<WatchResponse> {
-  const threadIds = new Set(req.threadIds.map((id, i) => threadIdFrom(id, `thread_ids[${i}]`)));
-  const types = new Set<EventType>(
-    req.eventTypes.map((t, i) => eventTypeFromPb(t, `event_types[${i}]`)),
-  );
-  const startCursor = req.resumeToken === "" ? undefined : decodeResumeToken(req.resumeToken);
-
-  let behind = 0;
-  let wake: (() => void) | undefined;
-  let dirty = true;
-  const unlisten = deps.hub.listen(ctx.namespace, (events) => {
-    behind += events.length;
-    dirty = true;
-    wake?.();
-  });
+  const leave = deps.admit(ctx.namespace);
+  let unlisten: (() => void) | undefined;
+  // Read on every event: a flag, as `aborted` of a composite signal
+  // (AbortSignal.any) re-checks its sources on every read.
   const stop = AbortSignal.any([ctx.signal, deps.shutdown]);
-  const onStop = () => wake?.();
+  let stopped = stop.aborted;
+  let wake: (() => void) | undefined;
+  const onStop = () => {
+    stopped = true;
+    wake?.();
+  };
   stop.addEventListener("abort", onStop);
   deps.watchers?.add(1);
 
   try {
+    const threadIds = new Set(req.threadIds.map((id, i) => threadIdFrom(id, `thread_ids[${i}]`)));
+    const types = new Set<EventType>(
+      req.eventTypes.map((t, i) => eventTypeFromPb(t, `event_types[${i}]`)),
+    );
+    const startCursor = req.resumeToken === "" ? undefined : decodeResumeToken(req.resumeToken);
+
+    let behind = 0;
+    let dirty = true;
+    unlisten = deps.hub.listen(ctx.namespace, (events) => {
+      behind += events.length;
+      dirty = true;
+      wake?.();
+    });
+
     let cursor = startCursor ?? (await deps.store.headCursor(ctx.namespace));
     if (startCursor !== undefined) {
       // Fail now, not at the first event, when the token is stale or foreign.
@@ -81,7 +97,7 @@ export async function* watchEvents(
       // Between slices: let other work run, and stop here if the call ended.
       const pause = async () => {
         await yieldToEventLoop();
-        throwIfStopped(stop, ctx, deps.shutdown);
+        throwIfStopped(stopped, ctx, deps.shutdown);
       };
       for await (const t of watchedThreads(ctx.namespace, threadIds, deps.store, pause)) {
         if (t.summary === "") continue;
@@ -114,7 +130,7 @@ export async function* watchEvents(
     };
     let lastSent = deps.now();
     for (;;) {
-      throwIfStopped(stop, ctx, deps.shutdown);
+      throwIfStopped(stopped, ctx, deps.shutdown);
       throwIfTooFarBehind();
       if (dirty) {
         dirty = false;
@@ -127,13 +143,13 @@ export async function* watchEvents(
             if (types.size > 0 && !types.has(e.type)) continue;
             yield sharedEventToPb(e);
             lastSent = deps.now();
-            throwIfStopped(stop, ctx, deps.shutdown);
+            throwIfStopped(stopped, ctx, deps.shutdown);
             throwIfTooFarBehind();
           }
           if (events.length < READ_BATCH) break;
           // A long backlog is read in batches with a turn of the event loop between them.
           await yieldToEventLoop();
-          throwIfStopped(stop, ctx, deps.shutdown);
+          throwIfStopped(stopped, ctx, deps.shutdown);
         }
         continue;
       }
@@ -149,19 +165,20 @@ export async function* watchEvents(
           clearTimeout(timer);
           resolve();
         };
-        if (dirty || stop.aborted) wake();
+        if (dirty || stopped) wake();
       });
       wake = undefined;
     }
   } finally {
     deps.watchers?.add(-1);
-    unlisten();
+    unlisten?.();
     stop.removeEventListener("abort", onStop);
+    leave();
   }
 }
 
-function throwIfStopped(stop: AbortSignal, ctx: CallContext, shutdown: AbortSignal): void {
-  if (!stop.aborted) return;
+function throwIfStopped(stopped: boolean, ctx: CallContext, shutdown: AbortSignal): void {
+  if (!stopped) return;
   // The client's own cancel or deadline wins over shutdown: it is what the caller asked for.
   throw ctx.signal.aborted ? ctx.signal.reason : shutdown.reason;
 }

@@ -6,7 +6,7 @@ import { Code, ConnectError, createContextKey, createContextValues } from "@conn
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
 import { endRpcSpan, startRpcSpan, withSpan } from "../tracing.js";
-import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
+import { AbortableIterator, releaseIterator } from "./abortable-next.js";
 import {
   type ActiveCall,
   admitCall,
@@ -185,12 +185,15 @@ async function* serverStreaming<O>(
   const { signal } = active;
   const span = startRpcSpan("connect", hctx.service.typeName, hctx.method.name, hctx.requestHeader);
   let events: AsyncIterator<O> | undefined;
+  let pulls: AbortableIterator<O> | undefined;
   let writing = false;
   let stalled = false;
-  const release = (): void =>
+  const release = (): void => {
+    pulls?.close();
     releaseIterator(events, (err) =>
       deps.logger.warn("watch iterator failed while closing", { method: methodName(hctx), err }),
     );
+  };
   // connect-node may never resume a generator whose write cannot finish:
   // everything the call holds is let go here, not in `finally`.
   const onStall = (): void => {
@@ -208,9 +211,11 @@ async function* serverStreaming<O>(
   try {
     const opened = open(callContext(deps, hctx, active))[Symbol.asyncIterator]();
     events = opened;
+    pulls = new AbortableIterator(opened, signal);
+    const pull = pulls;
     for (;;) {
       // The core's generator runs its steps in the RPC's span (its store calls are children).
-      const next = await withSpan(span, () => nextUnlessAborted(opened, signal));
+      const next = await withSpan(span, () => pull.next());
       if (next === undefined || next.done === true) break;
       writing = true;
       const stallTimer = setTimeout(onStall, deps.watchStallTimeoutMs);

@@ -21,7 +21,7 @@ import { HealthImplementation } from "grpc-health-check";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
 import { endRpcSpan, type RpcSpan, startRpcSpan, withSpan } from "../tracing.js";
-import { nextUnlessAborted, releaseIterator } from "./abortable-next.js";
+import { AbortableIterator, releaseIterator } from "./abortable-next.js";
 import { type ActiveCall, admitCall, watchStalled } from "./call-registry.js";
 import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
 import { grpcAuthGate } from "./grpc-auth-gate.js";
@@ -250,11 +250,13 @@ async function pump<O extends DescMessage>(
     logger: deps.logger,
   };
   let events: AsyncIterator<MessageShape<O>> | undefined;
+  let pulls: AbortableIterator<MessageShape<O>> | undefined;
   let stalled = false;
   try {
     events = open(call.request, callContext(deps, call.metadata, active))[Symbol.asyncIterator]();
+    pulls = new AbortableIterator(events, signal);
     for (;;) {
-      const next = await nextUnlessAborted(events, signal);
+      const next = await pulls.next();
       if (next === undefined || next.done === true) break;
       if (!call.write(next.value)) {
         stalled = !(await drainedWithin(call, signal, deps.watchStallTimeoutMs));
@@ -276,6 +278,7 @@ async function pump<O extends DescMessage>(
     if (!call.cancelled) call.emit("error", toGrpcStatus(clientError));
     if (stalled) resetHttp2Stream(call);
   } finally {
+    pulls?.close();
     active.end();
     releaseIterator(events, (err) =>
       deps.logger.warn("watch iterator failed while closing", { method: name, err }),
