@@ -3,21 +3,26 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import {
   AddRequestSchema,
   AddResponseSchema,
+  ChatMessageSchema,
   GetRequestSchema,
   GetResponseSchema,
+  Role,
+  StrategySchema,
 } from "../gen/ts/windlass/memory/v1/memory_pb.js";
 import { startApp } from "../src/app.js";
 import { loadConfig } from "../src/config.js";
 import { silentLogger } from "../src/logger.js";
 import type { CallContext } from "../src/service/context.js";
 import { encodeGetResponse } from "../src/service/pre-encoded.js";
+import { encodeAddResponse, encodeGetResponseTail } from "../src/service/response-encoding.js";
 import { addRequests, GET_WINDOW, getRequest, getSeedRequests } from "./scenarios.js";
 
 /**
  * Where the real server's time per call goes, without a network: each step
  * of the Add and Get hot paths timed in-process on the real service (built by
  * startApp with the same settings as `npm run bench`), plus what an
- * alternative encoding of GetResponse would cost. Complements
+ * alternative encoding of GetResponse would cost, and a window Get on a
+ * 100,000-message thread beside one on a 100-message thread. Complements
  * `npm run bench`, which only sees whole calls.
  *
  *   npm run build && node dist/bench/hot-path.js
@@ -28,6 +33,7 @@ import { addRequests, GET_WINDOW, getRequest, getSeedRequests } from "./scenario
 const STEP_MS = boundedNumber(process.env.BENCH_HOT_PATH_MS, 1_500, 100, 60_000);
 const MAX_ITERATIONS = 2_000_000;
 const CALL_DEADLINE_MS = 10_000;
+const LONG_THREAD_MESSAGES = 100_000;
 
 function boundedNumber(
   text: string | undefined,
@@ -135,7 +141,13 @@ async function main(): Promise<void> {
     await run("Add: service.add (validate, store append, event)", (i) =>
       service.add(addReqs[i % addReqs.length] ?? create(AddRequestSchema), ctxOnce),
     );
-    await run("Add: toBinary AddResponse", () => toBinary(AddResponseSchema, addRes));
+    await run("Add: encode AddResponse as served", () => encodeAddResponse(addRes));
+    await run("Add: encode AddResponse with plain protobuf-es toBinary, for comparison", () =>
+      toBinary(AddResponseSchema, addRes),
+    );
+    await run("Get: encode GetResponse's fields but messages as served", () =>
+      encodeGetResponseTail(getRes),
+    );
     await run("per call whose signal is read: AbortController + deadline timer", () => {
       const controller = new AbortController();
       const timer = setTimeout(() => controller.abort(), CALL_DEADLINE_MS);
@@ -144,6 +156,36 @@ async function main(): Promise<void> {
       return controller.signal;
     });
     await run("per call: AbortController alone", () => new AbortController().signal);
+
+    // Thread length: the same window Get on a thread of 100,000 messages and
+    // on one of 100 (bench scenario thread-length measures it over gRPC).
+    const lengthStrategy = create(StrategySchema, {
+      kind: { case: "window", value: { window: GET_WINDOW } },
+      maxStored: LONG_THREAD_MESSAGES,
+    });
+    for (const [threadId, count] of [
+      ["bench-hot-long", LONG_THREAD_MESSAGES],
+      ["bench-hot-short", 100],
+    ] as const) {
+      for (let from = 0; from < count; from += 1000) {
+        const messages = Array.from({ length: Math.min(1000, count - from) }, (_, k) =>
+          create(ChatMessageSchema, { role: Role.USER, content: `${"m".repeat(150)} ${from + k}` }),
+        );
+        await service.add(
+          create(AddRequestSchema, { threadId, strategy: lengthStrategy, messages }),
+          ctxOnce,
+        );
+      }
+    }
+    for (const [label, threadId] of [
+      ["100,000", "bench-hot-long"],
+      ["100", "bench-hot-short"],
+    ] as const) {
+      const req = create(GetRequestSchema, { threadId });
+      await run(`Get: service.get, window ${GET_WINDOW} of a ${label}-message thread`, () =>
+        service.get(req, ctxOnce),
+      );
+    }
 
     const width = Math.max(...results.map((r) => r.name.length));
     process.stdout.write(

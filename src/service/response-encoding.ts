@@ -81,7 +81,16 @@ class Out {
     this.buf.set(b, this.at);
     this.at += b.length;
   }
+  /** A varint field with a one-byte tag; proto3 leaves out 0 (and false). */
+  uint(tag: number, n: number): void {
+    if (n === 0) return;
+    this.varint(tag);
+    this.varint(n);
+  }
 }
+
+/** Size of what Out.uint writes. */
+const uintSize = (n: number): number => (n === 0 ? 0 : 1 + varintSize(n));
 
 const strLen = (s: string): number => Buffer.byteLength(s, "utf8");
 /** Size of a length-delimited field with a one-byte tag and a body of `n` bytes. */
@@ -92,22 +101,13 @@ function secondsNanosSize(t: Timestamp | Duration): number {
   if (t.$unknown !== undefined && t.$unknown.length > 0) throw UNSUPPORTED;
   const seconds = u64(t.seconds);
   if (t.nanos < 0) throw UNSUPPORTED;
-  return (
-    (seconds === 0 ? 0 : 1 + varintSize(seconds)) + (t.nanos === 0 ? 0 : 1 + varintSize(t.nanos))
-  );
+  return uintSize(seconds) + uintSize(t.nanos);
 }
 
 function writeSecondsNanos(out: Out, t: Timestamp | Duration, size: number): void {
   out.varint(size);
-  const seconds = Number(t.seconds);
-  if (seconds !== 0) {
-    out.varint(0x08);
-    out.varint(seconds);
-  }
-  if (t.nanos !== 0) {
-    out.varint(0x10);
-    out.varint(t.nanos);
-  }
+  out.uint(0x08, Number(t.seconds));
+  out.uint(0x10, t.nanos);
 }
 
 /** A Thread's body and the sizes measured for writing it. */
@@ -137,9 +137,9 @@ function planThread(t: Thread): ThreadPlan {
   const strategy = t.strategy === undefined ? undefined : strategyWire(t.strategy);
   if (strategy !== undefined) size += delimited(strategy.length);
   const lastSeq = u64(t.lastSeq);
-  if (lastSeq !== 0) size += 1 + varintSize(lastSeq);
+  size += uintSize(lastSeq);
   const summarizedThroughSeq = u64(t.summarizedThroughSeq);
-  if (summarizedThroughSeq !== 0) size += 1 + varintSize(summarizedThroughSeq);
+  size += uintSize(summarizedThroughSeq);
   const createSize = t.createTime === undefined ? -1 : secondsNanosSize(t.createTime);
   if (createSize >= 0) size += delimited(createSize);
   const updateSize = t.updateTime === undefined ? -1 : secondsNanosSize(t.updateTime);
@@ -183,14 +183,8 @@ function writeThread(out: Out, tag: number, p: ThreadPlan): void {
     out.varint(p.strategy.length);
     out.bytes(p.strategy);
   }
-  if (p.lastSeq !== 0) {
-    out.varint(0x18);
-    out.varint(p.lastSeq);
-  }
-  if (p.summarizedThroughSeq !== 0) {
-    out.varint(0x20);
-    out.varint(p.summarizedThroughSeq);
-  }
+  out.uint(0x18, p.lastSeq);
+  out.uint(0x20, p.summarizedThroughSeq);
   if (t.createTime !== undefined) {
     out.varint(0x2a);
     writeSecondsNanos(out, t.createTime, p.createSize);
@@ -221,18 +215,11 @@ function tryEncodeAddResponse(res: AddResponse): Uint8Array {
   const firstSeq = u64(res.firstSeq);
   const lastSeq = u64(res.lastSeq);
   let size = thread === undefined ? 0 : delimited(thread.size);
-  if (firstSeq !== 0) size += 1 + varintSize(firstSeq);
-  if (lastSeq !== 0) size += 1 + varintSize(lastSeq);
+  size += uintSize(firstSeq) + uintSize(lastSeq);
   const out = new Out(size);
   if (thread !== undefined) writeThread(out, 0x0a, thread);
-  if (firstSeq !== 0) {
-    out.varint(0x10);
-    out.varint(firstSeq);
-  }
-  if (lastSeq !== 0) {
-    out.varint(0x18);
-    out.varint(lastSeq);
-  }
+  out.uint(0x10, firstSeq);
+  out.uint(0x18, lastSeq);
   return out.buf;
 }
 
@@ -259,31 +246,18 @@ export function encodeGetResponseTail(res: GetResponse): Uint8Array | undefined 
     const thread = res.thread === undefined ? undefined : planThread(res.thread);
     let size = summaryLen === 0 ? 0 : delimited(summaryLen);
     if (thread !== undefined) size += delimited(thread.size);
-    if (res.degraded) size += 2;
-    if (reasonLen !== 0) size += delimited(reasonLen);
-    if (res.tokens !== 0) size += 1 + varintSize(res.tokens);
-    if (res.maxTokens !== 0) size += 1 + varintSize(res.maxTokens);
-    if (res.overBudget) size += 2;
+    const degraded = res.degraded ? 1 : 0;
+    const overBudget = res.overBudget ? 1 : 0;
+    size += uintSize(degraded) + (reasonLen === 0 ? 0 : delimited(reasonLen));
+    size += uintSize(res.tokens) + uintSize(res.maxTokens) + uintSize(overBudget);
     const out = new Out(size);
     if (summaryLen !== 0) out.string(0x12, res.summary, summaryLen);
     if (thread !== undefined) writeThread(out, 0x1a, thread);
-    if (res.degraded) {
-      out.varint(0x20);
-      out.varint(1);
-    }
+    out.uint(0x20, degraded);
     if (reasonLen !== 0) out.string(0x2a, res.degradedReason, reasonLen);
-    if (res.tokens !== 0) {
-      out.varint(0x30);
-      out.varint(res.tokens);
-    }
-    if (res.maxTokens !== 0) {
-      out.varint(0x38);
-      out.varint(res.maxTokens);
-    }
-    if (res.overBudget) {
-      out.varint(0x40);
-      out.varint(1);
-    }
+    out.uint(0x30, res.tokens);
+    out.uint(0x38, res.maxTokens);
+    out.uint(0x40, overBudget);
     return out.buf;
   } catch (err) {
     if (err !== UNSUPPORTED) throw err;
