@@ -71,6 +71,13 @@ export const SIZE_FLAGS = {
     max: 5_000_000,
     help: "memory: messages stored (200-byte contents, 10,000 per thread)",
   },
+  "sqlite-cache-mb": {
+    full: 256,
+    quick: 256,
+    min: 1,
+    max: 4_096,
+    help: "memory: the SQLite server's --sqlite-cache-mb (the budget of its caches)",
+  },
   // watch
   watchers: {
     full: 1_000,

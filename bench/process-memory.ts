@@ -19,6 +19,25 @@ export function residentBytes(pid: number): number | undefined {
   }
 }
 
+/** A resident set by kind (RssAnon, RssFile, RssShmem of /proc/PID/status), in bytes. */
+export interface ResidentParts {
+  readonly anon: number;
+  readonly file: number;
+  readonly shmem: number;
+}
+
+/** The parts of a process's resident set; undefined without /proc. */
+export function residentParts(pid: number): ResidentParts | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const kb = (name: string): number =>
+      Number(new RegExp(`^${name}:\\s+(\\d+)\\s+kB`, "m").exec(status)?.[1] ?? 0) * 1024;
+    return { anon: kb("RssAnon"), file: kb("RssFile"), shmem: kb("RssShmem") };
+  } catch {
+    return undefined;
+  }
+}
+
 /** The node inspector's WebSocket URL in a process's stderr, as node prints it at start. */
 export function inspectorUrl(stderr: string): string | undefined {
   return /Debugger listening on (ws:\/\/127\.0\.0\.1:\d+\/[\w-]+)/.exec(stderr)?.[1];
@@ -117,7 +136,10 @@ export async function openInspector(url: string): Promise<Inspector> {
 export interface MemorySample {
   readonly rss: number;
   readonly heapUsed: number;
+  /** What V8 holds for its heap, used or not. */
+  readonly heapTotal: number;
   readonly external: number;
+  readonly parts: ResidentParts | undefined;
 }
 
 export async function sampleAfterGc(inspector: Inspector, pid: number): Promise<MemorySample> {
@@ -126,7 +148,9 @@ export async function sampleAfterGc(inspector: Inspector, pid: number): Promise<
   return {
     rss: residentBytes(pid) ?? usage.rss,
     heapUsed: usage.heapUsed,
+    heapTotal: usage.heapTotal,
     external: usage.external,
+    parts: residentParts(pid),
   };
 }
 
