@@ -530,7 +530,7 @@ export async function createRedisStore(
       if (isExpired(state, Date.now())) return undefined;
       return {
         thread: state,
-        messages: asArray(entries).map((e) => decoded.get(asString(e))),
+        messages: asArray(entries).map((e) => decoded.get(state.incarnation, asString(e))),
         complete: complete === 1,
       };
     },
@@ -875,26 +875,91 @@ const DECODED_MESSAGES_KEPT = 20_000;
 /**
  * Every Get of a window reads the same recent entries again, and parsing
  * them was most of a Get's CPU. An entry's text fully determines the message
- * (seq, time and content are in it), so decoded messages are kept by that
- * text — which also hands the service the same objects each time, so their
- * wire form is encoded once (service/pre-encoded.ts). Oldest first out.
+ * (seq, time and content are in it), so decoded messages are kept and handed
+ * out again while the entry read is the same text — which also hands the
+ * service the same objects each time, so their wire form is encoded once
+ * (service/pre-encoded.ts). They are found by the thread's incarnation and
+ * the entry's seq (hashing each whole entry, a new string on every read,
+ * cost most of what decoding saved), and the text is compared on a hit, so
+ * an entry that differs (a database restored to an older state, then
+ * written again) is decoded afresh. Bounded by `max` messages; the thread
+ * first seen goes first.
  */
-class DecodedMessages {
-  readonly #byEntry = new Map<string, StoredMessage>();
+export class DecodedMessages {
+  /** Per incarnation, by seq; `count` bounds the total. */
+  readonly #byThread = new Map<string, Map<number, { entry: string; message: StoredMessage }>>();
+  #count = 0;
   constructor(readonly max: number) {}
 
-  get(entry: string): StoredMessage {
-    let m = this.#byEntry.get(entry);
-    if (m === undefined) {
-      m = Object.freeze(decodeMessage(entry));
-      if (this.#byEntry.size >= this.max) {
-        const oldest = this.#byEntry.keys().next();
-        if (oldest.done !== true) this.#byEntry.delete(oldest.value);
-      }
-      this.#byEntry.set(entry, m);
-    }
-    return m;
+  /** Messages kept. */
+  get size(): number {
+    return this.#count;
   }
+
+  get(incarnation: string, entry: string): StoredMessage {
+    let thread = this.#byThread.get(incarnation);
+    const seq = leadingSeq(entry);
+    const hit = thread?.get(seq);
+    if (hit !== undefined && hit.entry === entry) return hit.message;
+    const message = Object.freeze(decodeMessage(entry));
+    if (hit === undefined) {
+      if (this.#count >= this.max) {
+        this.#dropOldestThread();
+        // Possibly this very thread: it starts again from this message.
+        thread = this.#byThread.get(incarnation);
+      }
+      this.#count += 1;
+    }
+    if (thread === undefined) {
+      thread = new Map();
+      this.#byThread.set(incarnation, thread);
+    }
+    thread.set(seq, { entry, message });
+    return message;
+  }
+
+  /** Drops the thread seen first (its messages go together: a thread's Gets read them together). */
+  #dropOldestThread(): void {
+    const oldest = this.#byThread.entries().next();
+    if (oldest.done === true) return;
+    this.#byThread.delete(oldest.value[0]);
+    this.#count -= oldest.value[1].size;
+  }
+}
+
+/** The seq an entry `"<seq> ..."` starts with, read without making a string; -1 when there is none. */
+function leadingSeq(entry: string): number {
+  let seq = 0;
+  let i = 0;
+  for (; i < entry.length && i < 16; i++) {
+    const c = entry.charCodeAt(i);
+    if (c < 48 || c > 57) break;
+    seq = seq * 10 + (c - 48);
+  }
+  return i === 0 || entry.charCodeAt(i) !== 32 ? -1 : seq;
+}
+
+/** Decoded strategies kept for reuse (see decodedStrategy). */
+const DECODED_STRATEGIES_KEPT = 1_024;
+const decodedStrategies = new Map<string, Strategy>();
+
+/**
+ * A thread's strategy from its JSON, as one frozen object per distinct JSON:
+ * every read of a thread decodes its strategy, and handing the service the
+ * same object each time lets it build the strategy's wire form once
+ * (service/convert.ts strategyToPb). Oldest first out.
+ */
+function decodedStrategy(json: string): Strategy {
+  let strategy = decodedStrategies.get(json);
+  if (strategy === undefined) {
+    strategy = Object.freeze(JSON.parse(json) as Strategy);
+    if (decodedStrategies.size >= DECODED_STRATEGIES_KEPT) {
+      const oldest = decodedStrategies.keys().next();
+      if (oldest.done !== true) decodedStrategies.delete(oldest.value);
+    }
+    decodedStrategies.set(json, strategy);
+  }
+  return strategy;
 }
 
 /** Field/value pairs of a flat array (HGETALL, stream entry fields). */
@@ -916,7 +981,7 @@ function decodeThread(flat: unknown): ThreadState {
   return {
     threadId: field(f, "thread_id"),
     incarnation: field(f, "incarnation"),
-    strategy: JSON.parse(field(f, "strategy")) as Strategy,
+    strategy: decodedStrategy(field(f, "strategy")),
     lastSeq: Number(field(f, "last_seq")),
     summarizedThroughSeq: Number(field(f, "summarized_through_seq")),
     summary: field(f, "summary"),

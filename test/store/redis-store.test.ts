@@ -383,6 +383,31 @@ describe("redis store", () => {
     expect((await b.read("ns", threadId))?.messages).toHaveLength(10);
   });
 
+  it("reuses decoded messages only while their entries read the same, and shares one strategy object per strategy", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, prefix));
+    const c = await inspector();
+    try {
+      await store.append(cmd({ threadId: "t", messages: [user("first"), user("second")] }));
+      const before = await store.read("ns", "t");
+      const again = await store.read("ns", "t");
+      // The same objects while the entries are the same (their wire form is kept with them).
+      expect(again?.messages[0]).toBe(before?.messages[0]);
+      expect(again?.thread.strategy).toBe(before?.thread.strategy);
+      expect(Object.isFrozen(again?.thread.strategy)).toBe(true);
+      // The database goes back to an older state and is written again: the same
+      // incarnation and seq now hold other text, which must be what a read returns.
+      const key = `${prefix}:{ns-bnM}:m:t`;
+      const entry = String(await c.sendCommand(["LINDEX", key, "0"]));
+      await c.sendCommand(["LSET", key, "0", entry.replace('"first"', '"rewritten"')]);
+      const after = await store.read("ns", "t");
+      expect(after?.messages.map((m) => m.content)).toEqual(["rewritten", "second"]);
+      expect(after?.messages[1]).toBe(before?.messages[1]);
+    } finally {
+      await c.close();
+    }
+  });
+
   it("reads a thread written before quotas and counts it from its next Add on", async () => {
     const prefix = `test-${randomUUID()}`;
     const store = await track(open({ maxMessagesPerNamespace: 6 }, prefix));
