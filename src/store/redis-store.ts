@@ -51,6 +51,7 @@ import type {
   ThreadSnapshot,
 } from "./store.js";
 import { CLEAR_BATCH, READ_SLACK } from "./store.js";
+import { strategyFromJson } from "./strategy-json.js";
 
 /** Options of {@link createRedisStore}. */
 export interface RedisStoreOptions {
@@ -939,29 +940,6 @@ function leadingSeq(entry: string): number {
   return i === 0 || entry.charCodeAt(i) !== 32 ? -1 : seq;
 }
 
-/** Decoded strategies kept for reuse (see decodedStrategy). */
-const DECODED_STRATEGIES_KEPT = 1_024;
-const decodedStrategies = new Map<string, Strategy>();
-
-/**
- * A thread's strategy from its JSON, as one frozen object per distinct JSON:
- * every read of a thread decodes its strategy, and handing the service the
- * same object each time lets it build the strategy's wire form once
- * (service/convert.ts strategyToPb). Oldest first out.
- */
-function decodedStrategy(json: string): Strategy {
-  let strategy = decodedStrategies.get(json);
-  if (strategy === undefined) {
-    strategy = Object.freeze(JSON.parse(json) as Strategy);
-    if (decodedStrategies.size >= DECODED_STRATEGIES_KEPT) {
-      const oldest = decodedStrategies.keys().next();
-      if (oldest.done !== true) decodedStrategies.delete(oldest.value);
-    }
-    decodedStrategies.set(json, strategy);
-  }
-  return strategy;
-}
-
 /** Field/value pairs of a flat array (HGETALL, stream entry fields). */
 function pairs(flat: unknown): Map<string, string> {
   const list = asArray(flat);
@@ -981,7 +959,7 @@ function decodeThread(flat: unknown): ThreadState {
   return {
     threadId: field(f, "thread_id"),
     incarnation: field(f, "incarnation"),
-    strategy: decodedStrategy(field(f, "strategy")),
+    strategy: strategyFromJson(field(f, "strategy")),
     lastSeq: Number(field(f, "last_seq")),
     summarizedThroughSeq: Number(field(f, "summarized_through_seq")),
     summary: field(f, "summary"),

@@ -60,6 +60,17 @@ export function runStoreContract(name: string, factory: StoreFactory): void {
       expect(snap?.thread.updateTime).toBe(2000);
     });
 
+    it("hands out one strategy object per strategy across reads, so its wire form is built once", async () => {
+      await store.append(cmd({ threadId: "s1", strategy: window20, messages: [user("a")] }));
+      await store.append(cmd({ threadId: "s2", strategy: window20, messages: [user("b")] }));
+      const first = await store.read("ns", "s1");
+      const again = await store.read("ns", "s1");
+      const other = await store.getThread("ns", "s2");
+      expect(first?.thread.strategy).toEqual(window20);
+      expect(again?.thread.strategy).toBe(first?.thread.strategy);
+      expect(other?.strategy).toBe(first?.thread.strategy);
+    });
+
     it("returns at least what a Get needs from a windowed read", async () => {
       const many = Array.from({ length: 40 }, (_, i) => user(String(i + 1)));
       await store.append(

@@ -5,12 +5,12 @@ import type {
   Labels,
   Role,
   StoredMessage,
-  Strategy,
   ThreadState,
 } from "../../core/types.js";
 import { messageBytes, type NamespaceUsage } from "../quota.js";
 import { newStoreId, newTokenSecret } from "../resume-token.js";
 import type { AppendResult } from "../store.js";
+import { strategyFromJson } from "../strategy-json.js";
 import { ensureLabelSchema } from "./labels.js";
 import { ensureTtlSchema } from "./ttl.js";
 
@@ -351,7 +351,7 @@ export function toThread(row: ThreadRow): ThreadState {
     threadId: row.thread_id,
     incarnation: row.incarnation,
     // Written by saveThread from a Strategy.
-    strategy: JSON.parse(row.strategy) as Strategy,
+    strategy: strategyFromJson(row.strategy),
     lastSeq: row.last_seq,
     summarizedThroughSeq: row.summarized_through_seq,
     summary: row.summary,
