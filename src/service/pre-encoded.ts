@@ -9,7 +9,7 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { MemoryEvent, StoredMessage } from "../core/types.js";
 import { encodeResumeToken, eventToPb, messageToPb } from "./convert.js";
-import { encodeGetResponseTail, varintSize } from "./response-encoding.js";
+import { encodeGetResponseWithMessages } from "./response-encoding.js";
 
 /**
  * Stored messages never change after their Add, yet a Get of a window sends
@@ -60,36 +60,16 @@ export function setMessages(res: GetResponse, messages: readonly StoredMessage[]
 
 /**
  * The binary form of a GetResponse, byte-identical to toBinary's: field 1
- * (messages) spliced from the cached bytes, then the other fields
- * (response-encoding.ts). A response without cached bytes goes through toBinary.
+ * (messages) spliced from the cached bytes, then the other fields, in one
+ * buffer (response-encoding.ts). A response without cached bytes, or with a
+ * field the hand-written encoder does not take, goes through toBinary.
  */
 export function encodeGetResponse(res: GetResponse): Uint8Array {
   const parts = (res as GetResponse & WithEncodedMessages)[ENCODED_MESSAGES];
   if (parts === undefined || parts.length !== res.messages.length) {
     return toBinary(GetResponseSchema, res);
   }
-  const rest = encodeGetResponseTail(res) ?? toBinary(GetResponseSchema, { ...res, messages: [] });
-  let size = rest.length;
-  for (const p of parts) size += 1 + varintSize(p.length) + p.length;
-  const out = Buffer.allocUnsafe(size);
-  let at = 0;
-  for (const p of parts) {
-    out[at++] = 0x0a; // field 1, wire type 2 (length-delimited)
-    at = writeVarint(out, at, p.length);
-    out.set(p, at);
-    at += p.length;
-  }
-  out.set(rest, at);
-  return out;
-}
-
-function writeVarint(buf: Uint8Array, at: number, n: number): number {
-  while (n >= 0x80) {
-    buf[at++] = (n & 0x7f) | 0x80;
-    n = Math.floor(n / 128);
-  }
-  buf[at++] = n;
-  return at;
+  return encodeGetResponseWithMessages(res, parts) ?? toBinary(GetResponseSchema, res);
 }
 
 /** Events whose wire form is kept for sharedEventToPb. */

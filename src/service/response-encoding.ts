@@ -11,8 +11,8 @@ import {
 
 /**
  * Hand-written binary encoders for the responses every Add and Get returns:
- * AddResponse, and GetResponse without its messages (pre-encoded.ts splices
- * those in). protobuf-es's toBinary walks a compiled field list with a
+ * AddResponse, and GetResponse around its messages' bytes (pre-encoded.ts
+ * keeps each stored message's encoding). protobuf-es's toBinary walks a compiled field list with a
  * growing writer per call, about 2.2 us for an AddResponse; this writes the
  * same bytes (fields in number order, proto3 defaults left out, map entries
  * with key and value) in a fraction of that.
@@ -42,7 +42,7 @@ function strategyWire(s: Strategy): Uint8Array {
 }
 
 /** Bytes of `n` (0 to 2^53) as a varint. */
-export function varintSize(n: number): number {
+function varintSize(n: number): number {
   let size = 1;
   while (n >= 0x80) {
     n = Math.floor(n / 128);
@@ -233,31 +233,75 @@ export function encodeAddResponse(res: AddResponse): Uint8Array {
   }
 }
 
+/** A GetResponse's fields after `messages` (2 to 8), measured for writing. */
+interface GetTailPlan {
+  readonly res: GetResponse;
+  readonly size: number;
+  readonly summaryLen: number;
+  readonly reasonLen: number;
+  readonly thread: ThreadPlan | undefined;
+}
+
+function planGetResponseTail(res: GetResponse): GetTailPlan {
+  if (res.$unknown !== undefined && res.$unknown.length > 0) throw UNSUPPORTED;
+  const summaryLen = strLen(res.summary);
+  const reasonLen = strLen(res.degradedReason);
+  const thread = res.thread === undefined ? undefined : planThread(res.thread);
+  let size = summaryLen === 0 ? 0 : delimited(summaryLen);
+  if (thread !== undefined) size += delimited(thread.size);
+  size += uintSize(res.degraded ? 1 : 0) + (reasonLen === 0 ? 0 : delimited(reasonLen));
+  size += uintSize(res.tokens) + uintSize(res.maxTokens) + uintSize(res.overBudget ? 1 : 0);
+  return { res, size, summaryLen, reasonLen, thread };
+}
+
+function writeGetResponseTail(out: Out, p: GetTailPlan): void {
+  const res = p.res;
+  if (p.summaryLen !== 0) out.string(0x12, res.summary, p.summaryLen);
+  if (p.thread !== undefined) writeThread(out, 0x1a, p.thread);
+  out.uint(0x20, res.degraded ? 1 : 0);
+  if (p.reasonLen !== 0) out.string(0x2a, res.degradedReason, p.reasonLen);
+  out.uint(0x30, res.tokens);
+  out.uint(0x38, res.maxTokens);
+  out.uint(0x40, res.overBudget ? 1 : 0);
+}
+
 /**
  * A GetResponse's fields after `messages` (2 to 8), or undefined when one of
- * them cannot take the fast path. Field 1 goes first on the wire, so these
- * bytes follow the spliced messages unchanged.
+ * them cannot take the fast path.
  */
 export function encodeGetResponseTail(res: GetResponse): Uint8Array | undefined {
   try {
-    if (res.$unknown !== undefined && res.$unknown.length > 0) throw UNSUPPORTED;
-    const summaryLen = strLen(res.summary);
-    const reasonLen = strLen(res.degradedReason);
-    const thread = res.thread === undefined ? undefined : planThread(res.thread);
-    let size = summaryLen === 0 ? 0 : delimited(summaryLen);
-    if (thread !== undefined) size += delimited(thread.size);
-    const degraded = res.degraded ? 1 : 0;
-    const overBudget = res.overBudget ? 1 : 0;
-    size += uintSize(degraded) + (reasonLen === 0 ? 0 : delimited(reasonLen));
-    size += uintSize(res.tokens) + uintSize(res.maxTokens) + uintSize(overBudget);
+    const plan = planGetResponseTail(res);
+    const out = new Out(plan.size);
+    writeGetResponseTail(out, plan);
+    return out.buf;
+  } catch (err) {
+    if (err !== UNSUPPORTED) throw err;
+    return undefined;
+  }
+}
+
+/**
+ * A whole GetResponse in one buffer: field 1 (messages) from `messages`,
+ * each message's encoded bytes, then the other fields; undefined when one of
+ * them cannot take the fast path. Field 1 comes first on the wire, as
+ * toBinary writes it.
+ */
+export function encodeGetResponseWithMessages(
+  res: GetResponse,
+  messages: readonly Uint8Array[],
+): Uint8Array | undefined {
+  try {
+    const plan = planGetResponseTail(res);
+    let size = plan.size;
+    for (const m of messages) size += delimited(m.length);
     const out = new Out(size);
-    if (summaryLen !== 0) out.string(0x12, res.summary, summaryLen);
-    if (thread !== undefined) writeThread(out, 0x1a, thread);
-    out.uint(0x20, degraded);
-    if (reasonLen !== 0) out.string(0x2a, res.degradedReason, reasonLen);
-    out.uint(0x30, res.tokens);
-    out.uint(0x38, res.maxTokens);
-    out.uint(0x40, overBudget);
+    for (const m of messages) {
+      out.varint(0x0a);
+      out.varint(m.length);
+      out.bytes(m);
+    }
+    writeGetResponseTail(out, plan);
     return out.buf;
   } catch (err) {
     if (err !== UNSUPPORTED) throw err;
