@@ -34,6 +34,7 @@ import {
   READ_SLACK,
   type ReadView,
   type Store,
+  type StoreHealth,
   type StoreLimits,
   type ThreadSnapshot,
 } from "./store.js";
@@ -547,6 +548,11 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
         removed++;
       }
       return removed;
+    },
+
+    // In-process: it serves as long as the process does.
+    async health(): Promise<StoreHealth> {
+      return { serving: true };
     },
 
     async close(): Promise<void> {

@@ -47,6 +47,7 @@ import type {
   ImportThreadCommand,
   ReadView,
   Store,
+  StoreHealth,
   StoreLimits,
   ThreadSnapshot,
 } from "./store.js";
@@ -810,6 +811,16 @@ export async function createRedisStore(
           throw quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
       }
       throw new Error(`redis store: unexpected import reply ${String(status)}`);
+    },
+
+    async health(timeoutMs: number): Promise<StoreHealth> {
+      if (closed) return { serving: false, reason: "the redis store is closed" };
+      try {
+        await withTimeout(client.sendCommand(["PING"]), timeoutMs, target);
+        return { serving: true };
+      } catch (err) {
+        return { serving: false, reason: storeError(err).message };
+      }
     },
 
     async close(): Promise<void> {

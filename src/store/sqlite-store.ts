@@ -41,6 +41,7 @@ import {
   READ_SLACK,
   type ReadView,
   type Store,
+  type StoreHealth,
   type StoreLimits,
   type ThreadSnapshot,
 } from "./store.js";
@@ -581,6 +582,14 @@ export function createSqliteStore(
         s.delete(listener);
         if (s.size === 0 && listeners.get(namespace) === s) listeners.delete(namespace);
       };
+    },
+
+    async health(): Promise<StoreHealth> {
+      if (closed) return { serving: false, reason: "the SQLite store is closed" };
+      if (broken !== undefined) {
+        return { serving: false, reason: `the SQLite write worker stopped: ${broken.message}` };
+      }
+      return { serving: true };
     },
 
     async close(): Promise<void> {

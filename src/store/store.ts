@@ -144,8 +144,23 @@ export interface Store {
    */
   sweepExpired(now: number, limit: number): Promise<number>;
 
+  /**
+   * Whether the store can serve now, for gRPC health and GET /readyz: it
+   * answers within `timeoutMs`, runs the incarnation this replica has
+   * adopted, and (SQLite) its write worker is alive. Never throws; a store
+   * that cannot tell within `timeoutMs` is reported not serving.
+   */
+  health(timeoutMs: number): Promise<StoreHealth>;
+
   /** Releases connections and timers. */
   close(): Promise<void>;
+}
+
+/** What Store.health found. */
+export interface StoreHealth {
+  serving: boolean;
+  /** Why not, when not serving: for logs and GET /readyz; never a secret or a URL. */
+  reason?: string;
 }
 
 /** A whole thread to write as it is (Store.importThread). */

@@ -57,6 +57,7 @@ export function tracedStore(store: Store, kind: "memory" | "sqlite" | "redis"): 
       span("sweepExpired", "", undefined, () => store.sweepExpired(now, limit)),
     importThread: (cmd) =>
       span("importThread", cmd.namespace, cmd.threadId, () => store.importThread(cmd)),
+    health: (timeoutMs) => store.health(timeoutMs),
     close: () => store.close(),
   };
 }
