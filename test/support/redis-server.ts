@@ -23,6 +23,8 @@ export interface RedisServer {
   /** "redis://127.0.0.1:PORT/0" */
   readonly url: string;
   readonly port: number;
+  /** The running server's process id (SIGSTOP/SIGCONT it to hang Redis); undefined while stopped. */
+  readonly pid: number | undefined;
   /** Ends the server with SIGTERM and waits for it to exit. Idempotent. */
   stop(): Promise<void>;
   /** Ends the server with SIGKILL (a crash) and waits for it to exit. Idempotent. */
@@ -73,6 +75,9 @@ export async function startRedisServer(): Promise<RedisServer> {
   return {
     url: `redis://127.0.0.1:${port}/0`,
     port,
+    get pid() {
+      return child?.pid;
+    },
     async stop() {
       await end("SIGTERM");
       rmSync(dir, { recursive: true, force: true });
