@@ -129,11 +129,23 @@ export async function* watchEvents(
       }
     };
     let lastSent = deps.now();
+    // Set when the stream has been idle for a progress interval: the log is
+    // read once more before Progress vouches for it. The hub's wake-ups ride
+    // on the store's subscription, which an outage can break or leave
+    // behind; this read is what makes a lost wake-up cost one interval
+    // instead of a stream that stays open and silent (and it ends the
+    // stream with UNAVAILABLE while the store is unreachable, or
+    // OUT_OF_RANGE when its history was lost, so the client resumes).
+    let progressDue = false;
+    let sent = 0;
     for (;;) {
       throwIfStopped(stopped, ctx, deps.shutdown);
       throwIfTooFarBehind();
-      if (dirty) {
+      if (dirty || progressDue) {
+        const vouch = progressDue;
         dirty = false;
+        progressDue = false;
+        const sentBefore = sent;
         for (;;) {
           const events = await deps.store.readEvents(ctx.namespace, cursor, READ_BATCH);
           for (const e of events) {
@@ -142,6 +154,7 @@ export async function* watchEvents(
             if (threadIds.size > 0 && !threadIds.has(e.threadId)) continue;
             if (types.size > 0 && !types.has(e.type)) continue;
             yield sharedEventToPb(e);
+            sent += 1;
             lastSent = deps.now();
             throwIfStopped(stopped, ctx, deps.shutdown);
             throwIfTooFarBehind();
@@ -151,14 +164,17 @@ export async function* watchEvents(
           await yieldToEventLoop();
           throwIfStopped(stopped, ctx, deps.shutdown);
         }
+        if (vouch && sent === sentBefore) {
+          yield progressToPb(encodeResumeToken(cursor), deps.now());
+          lastSent = deps.now();
+        }
+        continue;
+      }
+      if (deps.now() - lastSent >= deps.progressIntervalMs) {
+        progressDue = true;
         continue;
       }
       const idleFor = deps.now() - lastSent;
-      if (idleFor >= deps.progressIntervalMs) {
-        yield progressToPb(encodeResumeToken(cursor), deps.now());
-        lastSent = deps.now();
-        continue;
-      }
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, deps.progressIntervalMs - idleFor);
         wake = () => {

@@ -5,7 +5,7 @@ import {
   requestIdReusedError,
   strategyMismatchError,
 } from "../core/append.js";
-import { invalidArgument, MemoryError } from "../core/errors.js";
+import { MemoryError } from "../core/errors.js";
 import { strategyKey } from "../core/strategy.js";
 import { isExpired } from "../core/ttl.js";
 import type {
@@ -37,6 +37,7 @@ import {
   READ_EVENTS,
   RECORD_FOLD_FAILURE,
   RELEASE_LEASE,
+  ROTATE_INCARNATION,
 } from "./redis/scripts.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import type {
@@ -70,6 +71,11 @@ export interface RedisStoreOptions {
   commandTimeoutMs?: number;
   /** How long start-up waits for Redis before giving up; default 5000. */
   connectWaitMs?: number;
+  /**
+   * How often each replica checks the store's incarnation besides every
+   * reconnect and every Watch read, in ms; default 1000.
+   */
+  incarnationCheckMs?: number;
 }
 
 /**
@@ -88,12 +94,18 @@ interface RedisConnection {
 
 type Listener = (events: MemoryEvent[]) => void;
 
+/** An event read from a stream, with its position there (numbered per namespace). */
+interface LoggedEvent {
+  position: number;
+  event: MemoryEvent;
+}
+
 interface Subscription {
   listener: Listener;
   /** Deliver only events after this position; undefined until the head read answers. */
   after: number | undefined;
   /** Events read before `after` was known (bounded; see BUFFER_LIMIT). */
-  buffered: MemoryEvent[];
+  buffered: LoggedEvent[];
   active: boolean;
 }
 
@@ -103,6 +115,11 @@ interface StreamReader {
   subscriptions: Set<Subscription>;
   /** Id of the last entry read; undefined until the first subscriber's head is known. */
   cursor: string | undefined;
+  /** The incarnation `cursor` belongs to. */
+  incarnation: string;
+  /** Set when the reader must find its place again (a reconnect, another incarnation). */
+  resync: boolean;
+  running: boolean;
   connection: RedisConnection | undefined;
   stopped: boolean;
   lingerTimer: NodeJS.Timeout | undefined;
@@ -157,16 +174,27 @@ const TRANSIENT_REPLY =
  * Events: one stream per namespace (`log`), keeping at least eventRetention
  * entries (trimmed in batches of at least 64 or an eighth of that). Entry ids
  * are "0-<n>" (XADD 0-*): n counts the namespace's own events, with no clock
- * in it. A cursor (resume-token.ts) is n signed with a key kept in Redis
- * under `<prefix>:resume-token-key` (created once with SET NX, read at
- * start-up), so it means the same on every replica, which is what makes Watch
- * resume tokens portable. Trimming records the newest dropped id as the
+ * in it. A cursor (resume-token.ts) is n signed with the store's
+ * incarnation, "<store id>.<secret>" kept in Redis under
+ * `<prefix>:resume-token-key` (created with SET NX by whichever replica
+ * finds it missing), so it means the same on every replica, which is what
+ * makes Watch resume tokens portable. Trimming records the newest dropped id as the
  * stream's max-deleted-entry-id (XSETID; Redis 7.0 does not do it on trim),
  * so a cursor below it has lost events after it: out_of_range, never a skip.
  * Streams of earlier versions (`events`, ids from the clock) are deleted when
  * their namespace logs its first event into `log`; their tokens are out_of_range.
- * The token key is read once at start-up: if Redis loses it (FLUSHALL, a
- * restart without persistence), restart the replicas so they agree again.
+ *
+ * Incarnation: the key vanishes with the data (a restart without
+ * persistence, FLUSHALL, a failover to a copy without it). Every replica
+ * checks it on every reconnect, every second, and atomically inside every
+ * event read and head read (scripts.ts READ_EVENTS, HEAD); on a change it
+ * adopts the new one (see adopt below): cursors of the old history are
+ * out_of_range, caches are dropped, stream readers start the new history
+ * from its first event, open Watch streams end with out_of_range. A signed
+ * cursor beyond the head means the history was rewound with the key kept
+ * (an append-only file that lost its last second, a failover to a replica
+ * that lagged): the replica that meets it rotates the incarnation
+ * (ROTATE_INCARNATION), with the same effect on every replica.
  *
  * Failures: the client does not queue commands while disconnected, so with
  * Redis unreachable every call fails at once with unavailable, while the
@@ -205,6 +233,9 @@ export async function createRedisStore(
     lastError = err;
   });
   await connectWithin(client, options.connectWaitMs ?? 5000, target, () => lastError);
+  const incarnationKey = `${prefix}:${TOKEN_KEY}`;
+  /** The incarnation this replica has adopted: "<store id>.<secret>" of the resume tokens. */
+  let incarnation = "";
   let codec: ResumeTokens;
   try {
     const info = String(await client.sendCommand(["INFO", "server"]));
@@ -215,17 +246,8 @@ export async function createRedisStore(
       );
     }
     for (const s of ALL_SCRIPTS) await client.sendCommand(["SCRIPT", "LOAD", s.source]);
-    // Created once per deployment (key prefix), shared by every replica.
-    const proposal = `${newStoreId()}.${newTokenSecret()}`;
-    const key = `${prefix}:${TOKEN_KEY}`;
-    await client.sendCommand(["SET", key, proposal, "NX"]);
-    const [storeId = "", secret = ""] = asString(await client.sendCommand(["GET", key])).split(".");
-    codec = new ResumeTokens(
-      storeId,
-      secret,
-      "it refers to the history of another database",
-      /^(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})$/,
-    );
+    incarnation = await currentIncarnation(incarnationKey, (args) => client.sendCommand(args));
+    codec = tokensOf(incarnation, "it refers to the history of another database");
   } catch (err) {
     client.destroy();
     throw err;
@@ -307,12 +329,84 @@ export async function createRedisStore(
     }
   }
 
+  // --- Incarnation ---------------------------------------------------------
+
+  /**
+   * Whether this replica may vouch for its view of the store: false from a
+   * reconnect until the incarnation has been checked on it (health reports
+   * not serving meanwhile).
+   */
+  let incarnationChecked = true;
+  let checking: Promise<void> | undefined;
+
+  /**
+   * Reads the incarnation key (creating it if the data was lost) and adopts
+   * what it holds. One check at a time; callers share it.
+   */
+  function checkIncarnation(): Promise<void> {
+    checking ??= (async () => {
+      try {
+        adopt(
+          await currentIncarnation(incarnationKey, (args) => send(client, args, commandTimeoutMs)),
+        );
+        incarnationChecked = true;
+      } finally {
+        checking = undefined;
+      }
+    })();
+    return checking;
+  }
+
+  /**
+   * Moves this replica to `value` if it is not the incarnation in force here:
+   * every cursor of the old one is refused from now on (out_of_range), the
+   * decoded-message cache is dropped, every stream reader starts again at
+   * the new head, and every subscriber is told to look again (an empty
+   * batch), so open Watch streams read, find their cursor refused and end
+   * with out_of_range: never a silent skip, never a resume into another
+   * history.
+   */
+  function adopt(value: string): void {
+    if (value === incarnation) return;
+    incarnation = value;
+    codec = tokensOf(value, HISTORY_LOST);
+    decoded.clear();
+    for (const reader of readers.values()) {
+      reader.resync = true;
+      // Ends an XREAD blocked on a position of the old history.
+      reader.connection?.destroy();
+      reader.connection = undefined;
+      for (const sub of reader.subscriptions) {
+        sub.buffered = [];
+        notify(sub, []);
+      }
+    }
+  }
+
+  /**
+   * A cursor this replica issued lies beyond the namespace's history: events
+   * were lost (a restart that kept an older copy, a failover to a replica
+   * that lagged). The incarnation is replaced, once across every replica,
+   * so that the cursors of the longer history are all refused.
+   */
+  async function rotateIncarnation(found: string): Promise<void> {
+    const next = `${newStoreId()}.${newTokenSecret()}`;
+    adopt(asString(await run(ROTATE_INCARNATION, [incarnationKey], [found, next])));
+  }
+
+  // node-redis reconnects by itself; the store it reaches may not hold the data it left.
+  redis.on("ready", () => {
+    incarnationChecked = false;
+    checkIncarnation().catch(() => {});
+  });
+  const incarnationTimer = setInterval(() => {
+    checkIncarnation().catch(() => {});
+  }, options.incarnationCheckMs ?? DEFAULT_INCARNATION_CHECK_MS);
+  incarnationTimer.unref();
+
   // --- Watch: subscriptions ------------------------------------------------
 
-  function deliver(sub: Subscription, events: MemoryEvent[]): void {
-    if (!sub.active || events.length === 0) return;
-    const last = events[events.length - 1];
-    if (last !== undefined) sub.after = codec.positionOf(last.cursor);
+  function notify(sub: Subscription, events: MemoryEvent[]): void {
     try {
       sub.listener(events);
     } catch {
@@ -320,10 +414,20 @@ export async function createRedisStore(
     }
   }
 
-  function dispatch(reader: StreamReader, events: MemoryEvent[]): void {
+  function deliver(sub: Subscription, logged: LoggedEvent[]): void {
+    if (!sub.active || logged.length === 0) return;
+    const last = logged[logged.length - 1];
+    if (last !== undefined) sub.after = last.position;
+    notify(
+      sub,
+      logged.map((l) => l.event),
+    );
+  }
+
+  function dispatch(reader: StreamReader, logged: LoggedEvent[]): void {
     for (const sub of [...reader.subscriptions]) {
       if (sub.after === undefined) {
-        sub.buffered.push(...events);
+        sub.buffered.push(...logged);
         if (sub.buffered.length > BUFFER_LIMIT) {
           sub.buffered.splice(0, sub.buffered.length - BUFFER_LIMIT);
         }
@@ -331,10 +435,20 @@ export async function createRedisStore(
         const after = sub.after;
         deliver(
           sub,
-          events.filter((e) => codec.positionOf(e.cursor) > after),
+          logged.filter((l) => l.position > after),
         );
       }
     }
+  }
+
+  /** The namespace's head and the incarnation it belongs to, adopting a changed one. */
+  async function head(namespace: string): Promise<string> {
+    const [last, found] = asArray(await run(HEAD, [keys(namespace).events, incarnationKey], []));
+    if (found !== incarnation) {
+      await checkIncarnation();
+      return head(namespace);
+    }
+    return asString(last);
   }
 
   /**
@@ -347,18 +461,20 @@ export async function createRedisStore(
     for (let attempt = 0; ; attempt++) {
       try {
         // The first attempt's command is queued synchronously, inside subscribe().
-        const head = asString(await run(HEAD, [keys(reader.namespace).events], []));
-        const position = streamPosition(head);
+        const position = streamPosition(await head(reader.namespace));
         if (!sub.active) return;
         sub.after = position;
         const held = sub.buffered;
         sub.buffered = [];
         deliver(
           sub,
-          held.filter((e) => codec.positionOf(e.cursor) > position),
+          held.filter((l) => l.position > position),
         );
-        if (reader.cursor === undefined) {
-          reader.cursor = head;
+        if (!reader.running) {
+          // The reader starts where this subscriber does, so it misses nothing.
+          reader.running = true;
+          reader.cursor = `0-${position}`;
+          reader.incarnation = incarnation;
           void readLoop(reader);
         }
         return;
@@ -385,13 +501,41 @@ export async function createRedisStore(
     return connection;
   }
 
+  /**
+   * Finds the reader's place again after a reconnect or a change of
+   * incarnation. In the same incarnation it goes on where it was, unless the
+   * head is now behind that: the store lost events, so the incarnation
+   * rotates (and subscribers look again).
+   */
+  async function resync(reader: StreamReader): Promise<void> {
+    const at = await head(reader.namespace);
+    if (reader.cursor !== undefined && reader.incarnation === incarnation) {
+      if (streamPosition(at) < streamPosition(reader.cursor)) {
+        await rotateIncarnation(incarnation);
+        return; // adopt() asked for another resync, at the new incarnation's head
+      }
+      reader.resync = false;
+      return; // the same history: go on from where the reader was
+    }
+    // Another incarnation: every event in it is new to every subscriber (each
+    // was told to look again), so the reader starts at its beginning.
+    reader.cursor = "0-0";
+    reader.incarnation = incarnation;
+    reader.resync = false;
+    for (const sub of reader.subscriptions) {
+      if (sub.after !== undefined) sub.after = 0;
+    }
+  }
+
   /** Follows the namespace's stream from `reader.cursor` until the reader is stopped. */
   async function readLoop(reader: StreamReader): Promise<void> {
     const stream = keys(reader.namespace).events;
     for (let failures = 0; !reader.stopped && !closed; ) {
       try {
-        const connection = await readerConnection(reader);
+        if (reader.resync) await resync(reader);
         const cursor = reader.cursor ?? "0-0";
+        const readingIn = reader.incarnation;
+        const connection = await readerConnection(reader);
         const reply = await send(
           connection,
           [
@@ -407,15 +551,21 @@ export async function createRedisStore(
           XREAD_BLOCK_MS + commandTimeoutMs,
         );
         failures = 0;
-        if (reply === null || reader.stopped) continue;
+        // Read in a history this replica has left since: dropped, resync follows.
+        if (reply === null || reader.stopped || reader.resync || readingIn !== incarnation) {
+          continue;
+        }
         const [entry] = asArray(reply);
         const [, entries] = asArray(entry);
         const raw = asArray(entries);
-        const events = raw.map((e) => decodeEvent(e, reader.namespace, codec));
         const last = raw[raw.length - 1];
         if (last === undefined) continue;
+        const logged = raw.map((e) => ({
+          position: streamPosition(asString(asArray(e)[0])),
+          event: decodeEvent(e, reader.namespace, codec),
+        }));
         reader.cursor = asString(asArray(last)[0]);
-        dispatch(reader, events);
+        dispatch(reader, logged);
       } catch (err) {
         if (reader.stopped || closed) return;
         if (err instanceof CommandTimeout || reader.connection?.isOpen === false) {
@@ -423,6 +573,8 @@ export async function createRedisStore(
           reader.connection?.destroy();
           reader.connection = undefined;
         }
+        // After an outage the store may hold another history (or a shorter one).
+        reader.resync = true;
         await sleep(backoffMs(failures++));
       }
     }
@@ -672,14 +824,22 @@ export async function createRedisStore(
 
     async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
       const position = codec.open(namespace, cursor);
+      const issuedIn = incarnation;
       const reply = await run(
         READ_EVENTS,
-        [keys(namespace).events],
-        [`0-${position}`, String(Math.max(1, limit))],
+        [keys(namespace).events, incarnationKey],
+        [`0-${position}`, String(Math.max(1, limit)), issuedIn],
       );
       const [status, entries] = asArray(reply);
+      if (status === "lost") {
+        // The key no longer holds the incarnation the cursor was checked against.
+        await checkIncarnation();
+        throw historyLost();
+      }
       if (status === "ahead") {
-        throw invalidArgument("resume_token", "refers to an event this server never logged");
+        // Signed here, so this history once reached it: events were lost since.
+        await rotateIncarnation(issuedIn);
+        throw historyLost();
       }
       if (status === "gone") {
         throw new MemoryError(
@@ -694,8 +854,8 @@ export async function createRedisStore(
     },
 
     async headCursor(namespace: string): Promise<string> {
-      const head = asString(await run(HEAD, [keys(namespace).events], []));
-      return codec.issue(namespace, streamPosition(head));
+      const at = await head(namespace);
+      return codec.issue(namespace, streamPosition(at));
     },
 
     compareCursors(a: string, b: string): number {
@@ -710,6 +870,9 @@ export async function createRedisStore(
           namespace,
           subscriptions: new Set(),
           cursor: undefined,
+          incarnation,
+          resync: false,
+          running: false,
           connection: undefined,
           stopped: false,
           lingerTimer: undefined,
@@ -719,7 +882,12 @@ export async function createRedisStore(
       const r = reader;
       clearTimeout(r.lingerTimer);
       r.lingerTimer = undefined;
-      const sub: Subscription = { listener, after: undefined, buffered: [], active: true };
+      const sub: Subscription = {
+        listener,
+        after: undefined,
+        buffered: [],
+        active: true,
+      };
       r.subscriptions.add(sub);
       void startSubscription(r, sub);
       return () => {
@@ -816,8 +984,11 @@ export async function createRedisStore(
     async health(timeoutMs: number): Promise<StoreHealth> {
       if (closed) return { serving: false, reason: "the redis store is closed" };
       try {
-        await withTimeout(client.sendCommand(["PING"]), timeoutMs, target);
-        return { serving: true };
+        // Reaching Redis is not enough: the replica must run the incarnation it holds.
+        await withTimeout(checkIncarnation(), timeoutMs, target);
+        return incarnationChecked
+          ? { serving: true }
+          : { serving: false, reason: "the redis store's incarnation is being checked" };
       } catch (err) {
         return { serving: false, reason: storeError(err).message };
       }
@@ -826,6 +997,7 @@ export async function createRedisStore(
     async close(): Promise<void> {
       if (closed) return;
       closed = true;
+      clearInterval(incarnationTimer);
       for (const reader of [...readers.values()]) {
         for (const sub of reader.subscriptions) sub.active = false;
         stopReader(reader);
@@ -881,6 +1053,41 @@ function decodeMessage(entry: string): StoredMessage {
   return { ...body, seq };
 }
 
+/** How often a replica checks the store's incarnation, besides reconnects and Watch reads. */
+const DEFAULT_INCARNATION_CHECK_MS = 1000;
+
+/** Why a cursor of an earlier incarnation is refused. */
+const HISTORY_LOST =
+  "the store's history was lost (Redis restarted empty, was flushed or failed over to a copy without it)";
+
+function historyLost(): MemoryError {
+  return new MemoryError(
+    "out_of_range",
+    `resume_token: ${HISTORY_LOST}; re-read with Get and watch from now`,
+    { field: "resume_token" },
+  );
+}
+
+/** The resume-token codec of an incarnation "<store id>.<secret>". */
+function tokensOf(incarnation: string, otherStore: string): ResumeTokens {
+  const [storeId = "", secret = ""] = incarnation.split(".");
+  return new ResumeTokens(storeId, secret, otherStore, /^(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})$/);
+}
+
+/**
+ * The incarnation the key holds, set first to a new one when it is gone:
+ * created once per deployment (key prefix) and shared by every replica,
+ * until the data is lost with it.
+ */
+async function currentIncarnation(
+  key: string,
+  send: (args: readonly string[]) => Promise<unknown>,
+): Promise<string> {
+  const proposal = `${newStoreId()}.${newTokenSecret()}`;
+  const held = await send(["SET", key, proposal, "NX", "GET"]);
+  return held === null ? proposal : asString(held);
+}
+
 /** Decoded list entries kept for reuse across reads (see DecodedMessages). */
 const DECODED_MESSAGES_KEPT = 20_000;
 
@@ -906,6 +1113,11 @@ export class DecodedMessages {
   /** Messages kept. */
   get size(): number {
     return this.#count;
+  }
+
+  clear(): void {
+    this.#byThread.clear();
+    this.#count = 0;
   }
 
   get(incarnation: string, entry: string): StoredMessage {

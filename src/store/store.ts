@@ -100,7 +100,9 @@ export interface Store {
    * retained history, or the cursor is another database's (or of a format
    * from before an upgrade); invalid_argument (field resume_token) when it is
    * malformed, edited, truncated, issued for another namespace, or ahead of
-   * the namespace's newest event.
+   * the namespace's newest event. (Redis: a signed cursor ahead of the newest
+   * event is out_of_range instead, because only a history that was rewound
+   * since can produce one; see redis-store.ts, Incarnation.)
    */
   readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]>;
 
@@ -116,7 +118,10 @@ export interface Store {
 
   /**
    * Calls `listener` with every event of the namespace logged after this call,
-   * in log order, each once, until the returned function is called.
+   * in log order, each once, until the returned function is called. An empty
+   * batch means "look again": the store changed incarnation (its history was
+   * lost), so what the listener knows of the log may no longer hold; a
+   * Watch stream reads from its cursor and is refused with out_of_range.
    */
   subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void;
 

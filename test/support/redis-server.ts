@@ -29,7 +29,10 @@ export interface RedisServer {
   stop(): Promise<void>;
   /** Ends the server with SIGKILL (a crash) and waits for it to exit. Idempotent. */
   kill(): Promise<void>;
-  /** Starts the server again on the same port (stopping it first if it runs); its data is gone. */
+  /**
+   * Starts the server again on the same port (stopping it first if it runs);
+   * its data is gone, unless the options turned persistence on.
+   */
   restart(): Promise<void>;
 }
 
@@ -42,8 +45,19 @@ process.once("exit", () => {
   for (const child of running) child.kill("SIGKILL");
 });
 
+/** Options of {@link startRedisServer}. */
+export interface RedisServerOptions {
+  /**
+   * More redis-server arguments, after the defaults so they win (e.g.
+   * `["--appendonly", "yes", "--appendfsync", "always"]`: then restart()
+   * keeps the data, replayed from the append-only file).
+   */
+  args?: readonly string[];
+}
+
 /** Starts a redis-server on a free port and waits until it answers PING. */
-export async function startRedisServer(): Promise<RedisServer> {
+export async function startRedisServer(options: RedisServerOptions = {}): Promise<RedisServer> {
+  const extra = options.args ?? [];
   requireBinary();
   const dir = mkdtempSync(join(tmpdir(), "windlass-redis-"));
   let child: ChildProcess | undefined;
@@ -51,7 +65,7 @@ export async function startRedisServer(): Promise<RedisServer> {
   for (let attempt = 1; ; attempt++) {
     port = await freePort();
     try {
-      child = await launch(port, dir);
+      child = await launch(port, dir, extra);
       break;
     } catch (err) {
       // Another process took the port between our probe and redis's bind.
@@ -90,7 +104,7 @@ export async function startRedisServer(): Promise<RedisServer> {
       // The port was ours a moment ago; a short wait covers a slow release.
       for (let attempt = 1; ; attempt++) {
         try {
-          child = await launch(port, dir);
+          child = await launch(port, dir, extra);
           return;
         } catch (err) {
           if (!(err instanceof PortInUse) || attempt >= 20) throw err;
@@ -114,7 +128,7 @@ function requireBinary(): void {
 
 class PortInUse extends Error {}
 
-async function launch(port: number, dir: string): Promise<ChildProcess> {
+async function launch(port: number, dir: string, extra: readonly string[]): Promise<ChildProcess> {
   mkdirSync(dir, { recursive: true });
   const child = spawn(
     BINARY,
@@ -135,6 +149,7 @@ async function launch(port: number, dir: string): Promise<ChildProcess> {
       "no",
       "--loglevel",
       "warning",
+      ...extra,
     ],
     { stdio: ["ignore", "pipe", "pipe"] },
   );

@@ -547,14 +547,20 @@ end
 `;
 
 /**
- * Store.readEvents. KEYS: events. ARGV: cursor (canonical stream id), count.
- * Returns {"ahead"} for a cursor after the newest id ever generated,
- * {"gone"} when an event after the cursor was trimmed (its id is below
- * max-deleted-entry-id), else {"ok", entries}.
+ * Store.readEvents. KEYS: events, the incarnation key. ARGV: cursor
+ * (canonical stream id), count, the incarnation the cursor was issued in.
+ * Returns {"lost", incarnation or false} when the incarnation key no longer
+ * holds that incarnation (the data was lost, or another replica rotated it),
+ * {"ahead"} for a cursor after the newest id ever generated, {"gone"} when an
+ * event after the cursor was trimmed (its id is below max-deleted-entry-id),
+ * else {"ok", entries}. The incarnation is checked in the same atomic step as
+ * the read, so no cursor of a lost history is ever read in a new one.
  */
 export const READ_EVENTS = script(
   "read_events",
   `${STREAM_POSITION}
+local incarnation = redis.call('GET', KEYS[2])
+if incarnation ~= ARGV[3] then return {'lost', incarnation} end
 local last, deleted = position(KEYS[1])
 if cmp_id(ARGV[1], last) > 0 then return {'ahead'} end
 if cmp_id(ARGV[1], deleted) < 0 then return {'gone'} end
@@ -563,12 +569,34 @@ return {'ok', redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2
 `,
 );
 
-/** Store.headCursor. KEYS: events. Returns the last generated id, "0-0" for none. */
+/**
+ * Store.headCursor. KEYS: events, the incarnation key. Returns {last
+ * generated id ("0-0" for none), the incarnation (false when the key is
+ * gone)}, read in one atomic step.
+ */
 export const HEAD = script(
   "head",
   `${STREAM_POSITION}
 local last = position(KEYS[1])
-return last
+return {last, redis.call('GET', KEYS[2])}
+`,
+);
+
+/**
+ * Replaces the incarnation when it still is ARGV[1] (a replica found the
+ * history shorter than a cursor it issued: events were lost). KEYS: the
+ * incarnation key. ARGV: the incarnation found wanting, the new one.
+ * Returns the incarnation in force afterwards.
+ */
+export const ROTATE_INCARNATION = script(
+  "rotate_incarnation",
+  `
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] or not current then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return ARGV[2]
+end
+return current
 `,
 );
 
@@ -714,4 +742,5 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLEAR_CHUNK,
   READ_EVENTS,
   HEAD,
+  ROTATE_INCARNATION,
 ];
