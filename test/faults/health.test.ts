@@ -2,14 +2,27 @@ import { credentials, Client as GrpcJsClient, Metadata, type ServiceError } from
 import { service as healthService } from "grpc-health-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
-import { startHarness } from "../support/service-harness.js";
-import { startTestServers } from "../transport/harness.js";
+import { StoreHealthMonitor } from "../../src/service/store-health.js";
+import { createRedisStore } from "../../src/store/redis-store.js";
+import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { type Replica, startReplica } from "../support/replica-process.js";
+import { type Harness, startHarness } from "../support/service-harness.js";
+import { grpcHealthCheck } from "../transport/clients.js";
+import { capturingLogger, startTestServers, type TestServers } from "../transport/harness.js";
 
-/** gRPC health with real servers and clients: Watch streams, and ends at shutdown. */
+/**
+ * Health that tells the truth, against a real redis-server killed,
+ * restarted and frozen: gRPC health (Check and Watch) and GET /readyz follow
+ * the store, GET /healthz only the process, and shutdown wins over all.
+ */
 
 const MEMORY_SERVICE = MemoryService.typeName;
-// Far above what a status takes to arrive here: fails only a stuck run.
+const CHECK_INTERVAL_MS = 200;
+// Expected: one check interval to see a dead Redis (its socket closes at
+// once); node-redis's reconnect backoff (at most about 2.1 s) plus an
+// interval to see it back. The bounds leave more than 5x room.
 const DOWN_BOUND_MS = 5_000;
+const UP_BOUND_MS = 15_000;
 const SHUTDOWN_GRACE_MS = 10_000;
 
 /** grpc.health.v1.Health/Watch, recording each status as it arrives. */
@@ -84,6 +97,30 @@ class HealthWatch {
   }
 }
 
+async function probe(port: number, path: string): Promise<{ status: number; body: string }> {
+  const res = await fetch(`http://127.0.0.1:${port}${path}`, {
+    signal: AbortSignal.timeout(5_000),
+  });
+  return { status: res.status, body: await res.text() };
+}
+
+/** A Connect JSON Add: its HTTP status (200, or 503 for UNAVAILABLE). */
+async function addOverConnect(port: number, threadId: string): Promise<number> {
+  const res = await fetch(`http://127.0.0.1:${port}/windlass.memory.v1.MemoryService/Add`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ threadId, messages: [{ role: "ROLE_USER", content: "hello" }] }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+async function expectGrpcHealth(address: string, status: string): Promise<void> {
+  expect(await grpcHealthCheck(address, "")).toBe(status);
+  expect(await grpcHealthCheck(address, MEMORY_SERVICE)).toBe(status);
+}
+
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
@@ -114,5 +151,154 @@ describe("grpc.health.v1.Health/Watch", () => {
     expect(whole.statuses).toEqual(["SERVING", "NOT_SERVING"]);
     expect(memory.statuses).toEqual(["SERVING", "NOT_SERVING"]);
     expect(unknown.statuses).toEqual(["SERVICE_UNKNOWN"]);
+  });
+});
+
+describe("GET /healthz and /readyz", () => {
+  it("answer without a token and past the rate limit, GET and HEAD only", async () => {
+    const harness = await startHarness();
+    cleanups.push(() => harness.close());
+    const servers = await startTestServers(harness.service, {
+      auth: new Map([["team-token", "team"]]),
+      rateLimit: { ratePerSecond: 1, burst: 1 },
+    });
+    cleanups.push(() => servers.shutdown(0));
+    // Auth is on: an RPC without a token is refused.
+    expect(await addOverConnect(servers.httpPort, "no-token")).toBe(401);
+    for (let i = 0; i < 20; i++) {
+      expect(await probe(servers.httpPort, "/healthz")).toEqual({ status: 200, body: "ok\n" });
+      expect(await probe(servers.httpPort, "/readyz?verbose")).toEqual({
+        status: 200,
+        body: "ok\n",
+      });
+    }
+    const head = await fetch(`${servers.httpUrl}/readyz`, { method: "HEAD" });
+    expect([head.status, await head.text()]).toEqual([200, ""]);
+    const post = await fetch(`${servers.httpUrl}/healthz`, { method: "POST", body: "x" });
+    expect([post.status, post.headers.get("allow")]).toEqual([405, "GET, HEAD"]);
+    await post.arrayBuffer();
+  });
+});
+
+describe("health over a real redis-server", () => {
+  it("turns NOT_SERVING when Redis dies and SERVING when it is back; /healthz stays 200; shutdown ends it", async () => {
+    const redis = await startRedisServer();
+    cleanups.push(() => redis.stop());
+    const replica: Replica = await startReplica([
+      "--store",
+      redis.url,
+      "--health-check-interval-ms",
+      String(CHECK_INTERVAL_MS),
+      "--shutdown-grace-ms",
+      String(SHUTDOWN_GRACE_MS),
+    ]);
+    cleanups.push(() => replica.kill());
+    const grpc = `127.0.0.1:${replica.grpcPort}`;
+    const http = replica.httpPort;
+    const watch = new HealthWatch(grpc, MEMORY_SERVICE);
+    cleanups.push(() => watch.close());
+
+    await watch.until("SERVING", DOWN_BOUND_MS);
+    await expectGrpcHealth(grpc, "SERVING");
+    expect(await probe(http, "/healthz")).toEqual({ status: 200, body: "ok\n" });
+    expect(await probe(http, "/readyz")).toEqual({ status: 200, body: "ok\n" });
+    expect(await addOverConnect(http, "before")).toBe(200);
+
+    await redis.kill();
+    const downMs = await watch.until("NOT_SERVING", DOWN_BOUND_MS);
+    await expectGrpcHealth(grpc, "NOT_SERVING");
+    const notReady = await probe(http, "/readyz");
+    expect(notReady.status).toBe(503);
+    expect(notReady.body).toMatch(/^store not serving: .+\n$/);
+    expect(notReady.body).not.toContain("redis://");
+    expect(await probe(http, "/healthz")).toEqual({ status: 200, body: "ok\n" });
+    // What health now says: writes fail.
+    expect(await addOverConnect(http, "during")).toBe(503);
+
+    await redis.restart();
+    const upMs = await watch.until("SERVING", UP_BOUND_MS);
+    await expectGrpcHealth(grpc, "SERVING");
+    expect(await probe(http, "/readyz")).toEqual({ status: 200, body: "ok\n" });
+    expect(await probe(http, "/healthz")).toEqual({ status: 200, body: "ok\n" });
+    expect(await addOverConnect(http, "after")).toBe(200);
+    expect(watch.statuses).toEqual(["SERVING", "NOT_SERVING", "SERVING"]);
+    console.info(
+      `health: NOT_SERVING ${Math.round(downMs)} ms after the kill, SERVING ${Math.round(upMs)} ms after the restart (interval ${CHECK_INTERVAL_MS} ms)`,
+    );
+
+    // Shutdown: NOT_SERVING, then the Watch is ended, well within the grace
+    // period it used to hold up.
+    const stopBegun = performance.now();
+    const exit = replica.stop();
+    await watch.until("NOT_SERVING", DOWN_BOUND_MS);
+    expect((await watch.ended(DOWN_BOUND_MS)).code).toBe(14); // UNAVAILABLE
+    expect(await exit).toBe(0);
+    expect(performance.now() - stopBegun).toBeLessThan(SHUTDOWN_GRACE_MS / 2);
+
+    const log = replica.stderr();
+    expect(log.match(/"msg":"store not serving/g)).toHaveLength(1);
+    expect(log.match(/"msg":"store serving again"/g)).toHaveLength(1);
+    expect(log).not.toContain("redis://");
+  });
+
+  it("stays NOT_SERVING once shutdown has started, though a frozen Redis comes back", async () => {
+    const redis: RedisServer = await startRedisServer();
+    cleanups.push(() => redis.stop());
+    const harness: Harness = await startHarness({ store: await createRedisStore(redis.url) });
+    cleanups.push(() => harness.close());
+    const { logger } = capturingLogger();
+    // Short checks: a frozen Redis times out; once thawed it answers the next PING.
+    const monitor = new StoreHealthMonitor(harness.store, {
+      intervalMs: 50,
+      timeoutMs: 200,
+      logger,
+    });
+    await monitor.start();
+    cleanups.push(() => monitor.stop());
+    const servers: TestServers = await startTestServers(harness.service, {
+      storeHealth: monitor,
+      // Shutdown keeps the ports open this long after health turns NOT_SERVING.
+      drainDelayMs: 3_000,
+    });
+    cleanups.push(() => servers.shutdown(0));
+    const serving = (want: boolean) =>
+      new Promise<void>((resolve, reject) => {
+        if (monitor.state.serving === want) return resolve();
+        const timer = setTimeout(() => reject(new Error(`store never serving=${want}`)), 5_000);
+        const unsubscribe = monitor.subscribe((state) => {
+          if (state.serving !== want) return;
+          clearTimeout(timer);
+          unsubscribe();
+          resolve();
+        });
+      });
+    await expectGrpcHealth(servers.grpcAddress, "SERVING");
+
+    const pid = redis.pid;
+    if (pid === undefined) throw new Error("redis-server is not running");
+    process.kill(pid, "SIGSTOP");
+    cleanups.push(() => {
+      if (redis.pid !== undefined) process.kill(redis.pid, "SIGCONT");
+    });
+    await serving(false);
+    await expectGrpcHealth(servers.grpcAddress, "NOT_SERVING");
+    expect((await probe(servers.httpPort, "/readyz")).body).toMatch(
+      /^store not serving: .*did not answer.*\n$/,
+    );
+    expect((await probe(servers.httpPort, "/healthz")).status).toBe(200);
+
+    const shutdown = servers.shutdown(0);
+    process.kill(pid, "SIGCONT");
+    await serving(true);
+    await expectGrpcHealth(servers.grpcAddress, "NOT_SERVING");
+    expect(await probe(servers.httpPort, "/readyz")).toEqual({
+      status: 503,
+      body: "shutting down\n",
+    });
+    expect(await probe(servers.httpPort, "/healthz")).toEqual({
+      status: 503,
+      body: "shutting down\n",
+    });
+    await shutdown;
   });
 });
