@@ -93,6 +93,8 @@ export function createGrpcHealth(
       active.end();
       // A client that cancelled (or whose deadline passed) has nobody to tell.
       if (call.cancelled) return;
+      // The newest status goes before the end, over the limit by one message.
+      if (undelivered !== undefined) call.write({ status: undelivered });
       const scope = { method: METHOD, signal, logger };
       call.emit("error", toGrpcStatus(toClientError(signal.reason, scope)));
     };

@@ -93,11 +93,11 @@ export interface RunningServers {
   /** Resolves when shutdown has finished, however it was started. */
   readonly closed: Promise<void>;
   /**
-   * Graceful shutdown: health NOT_SERVING for good (GET /healthz and /readyz
-   * 503), wait `drainDelayMs`, stop
-   * accepting, end Watch streams with UNAVAILABLE, let unary calls in flight
-   * finish; after `graceMs`, abort what is left and close every connection.
-   * Idempotent: later calls return the first call's promise.
+   * Graceful shutdown: health NOT_SERVING for good (GET /healthz and
+   * /readyz 503), wait `drainDelayMs`, stop accepting, end Watch streams
+   * with UNAVAILABLE, let unary calls in flight finish; after `graceMs`,
+   * abort what is left and close every connection. Idempotent:
+   * later calls return the first call's promise.
    */
   shutdown(graceMs: number): Promise<void>;
 }

@@ -1,9 +1,19 @@
-import { credentials, Client as GrpcJsClient, Metadata, type ServiceError } from "@grpc/grpc-js";
+import {
+  credentials,
+  Client as GrpcJsClient,
+  Metadata,
+  Server,
+  ServerCredentials,
+  type ServiceError,
+} from "@grpc/grpc-js";
 import { service as healthService } from "grpc-health-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { silentLogger } from "../../src/logger.js";
 import { StoreHealthMonitor } from "../../src/service/store-health.js";
 import { createRedisStore } from "../../src/store/redis-store.js";
+import { CallRegistry } from "../../src/transport/call-registry.js";
+import { createGrpcHealth } from "../../src/transport/grpc-health.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { type Replica, startReplica } from "../support/replica-process.js";
 import { type Harness, startHarness } from "../support/service-harness.js";
@@ -32,6 +42,8 @@ class HealthWatch {
   end: ServiceError | undefined;
   readonly #client: GrpcJsClient;
   readonly #listeners = new Set<() => void>();
+  /** The stream itself, to pause reading (then the server's HTTP/2 window fills). */
+  readonly call: ReturnType<GrpcJsClient["makeServerStreamRequest"]>;
 
   constructor(address: string, service: string) {
     this.#client = new GrpcJsClient(address, credentials.createInsecure());
@@ -45,6 +57,7 @@ class HealthWatch {
       new Metadata(),
       {},
     );
+    this.call = call;
     call.on("data", (value: { status?: unknown }) => {
       this.statuses.push(String(value.status));
       this.#notify();
@@ -152,6 +165,42 @@ describe("grpc.health.v1.Health/Watch", () => {
     expect(memory.statuses).toEqual(["SERVING", "NOT_SERVING"]);
     expect(unknown.statuses).toEqual(["SERVICE_UNKNOWN"]);
   });
+
+  it.each([true, false])(
+    "holds at most one undelivered status for a client that falls behind, and sends the newest (serving: %s) before the end",
+    async (last) => {
+      const server = new Server();
+      const calls = new CallRegistry();
+      const health = createGrpcHealth([""], calls, silentLogger);
+      health.addToServer(server);
+      const port = await new Promise<number>((resolve, reject) =>
+        server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, bound) =>
+          err === null ? resolve(bound) : reject(err),
+        ),
+      );
+      cleanups.push(() => server.forceShutdown());
+      const watch = new HealthWatch(`127.0.0.1:${port}`, "");
+      cleanups.push(() => watch.close());
+      await watch.until("SERVING", DOWN_BOUND_MS);
+      watch.call.pause();
+
+      // Changes in bursts far faster than they can be sent: without a bound
+      // every one of them would wait in the server's memory. The last burst
+      // ends the stream before anything drains, so the newest is still
+      // undelivered then (and the two cases each end on another status).
+      const FLIPS = 100_000;
+      for (let i = 1; i <= FLIPS; i++) {
+        health.setServing(i % 2 === 0);
+        if (i % 1000 === 0 && i < FLIPS) await new Promise((resolve) => setImmediate(resolve));
+      }
+      health.setServing(last);
+      calls.endStreams();
+      watch.call.resume();
+      expect((await watch.ended(DOWN_BOUND_MS)).code).toBe(14); // UNAVAILABLE
+      expect(watch.statuses.length).toBeLessThan(FLIPS / 4);
+      expect(watch.statuses.at(-1)).toBe(last ? "SERVING" : "NOT_SERVING");
+    },
+  );
 });
 
 describe("GET /healthz and /readyz", () => {
