@@ -157,17 +157,24 @@ function answerProbe(req: Req, res: Res, status: ProbeStatus): void {
   res.end(req.method === "HEAD" ? "" : body);
 }
 
-// Anything scheme://… (a store URL may carry a password), and control characters.
-const URL_LIKE = /[a-z][a-z0-9+.-]*:\/\/\S*/gi;
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it removes
 const CONTROL = /[\u0000-\u001f\u007f]/g;
 const MAX_REASON_CHARS = 200;
 
-/** A reason fit for anyone who asks: one short line, URLs cut out (a second line of defence). */
+/**
+ * A reason fit for anyone who asks, as a second line of defence: one short
+ * line, and every word with "://" in it (a store URL may carry a password)
+ * replaced by "<url>".
+ */
 function publicReason(reason: string | undefined): string {
   if (reason === undefined || reason === "") return "unknown";
-  const line = reason.replace(URL_LIKE, "<url>").replace(CONTROL, " ");
-  return line.length <= MAX_REASON_CHARS ? line : `${line.slice(0, MAX_REASON_CHARS - 1)}…`;
+  const short =
+    reason.length <= MAX_REASON_CHARS ? reason : `${reason.slice(0, MAX_REASON_CHARS - 1)}…`;
+  return short
+    .replace(CONTROL, " ")
+    .split(" ")
+    .map((word) => (word.includes("://") ? "<url>" : word))
+    .join(" ");
 }
 
 /** A Connect-style JSON error body: readable by people and by Connect clients. */

@@ -227,6 +227,25 @@ describe("GET /healthz and /readyz", () => {
     expect([post.status, post.headers.get("allow")]).toEqual([405, "GET, HEAD"]);
     await post.arrayBuffer();
   });
+
+  it("give a reason on one line with no URL in it, whatever the store says", async () => {
+    const harness = await startHarness();
+    cleanups.push(() => harness.close());
+    const servers = await startTestServers(harness.service, {
+      // A reason as a careless store might give it: a URL with a password, two lines.
+      storeHealth: {
+        state: { serving: false, reason: "redis://:hunter2@10.0.0.5:6379/0 refused\nretrying" },
+        subscribe: () => () => {},
+      },
+    });
+    cleanups.push(() => servers.shutdown(0));
+    expect(await probe(servers.httpPort, "/readyz")).toEqual({
+      status: 503,
+      body: "store not serving: <url> refused retrying\n",
+    });
+    expect(await grpcHealthCheck(servers.grpcAddress, "")).toBe("NOT_SERVING");
+    expect(await probe(servers.httpPort, "/healthz")).toEqual({ status: 200, body: "ok\n" });
+  });
 });
 
 describe("health over a real redis-server", () => {
