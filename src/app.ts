@@ -10,6 +10,7 @@ import type { Strategy } from "./core/types.js";
 import type { Logger } from "./logger.js";
 import { ServerMetrics } from "./metrics.js";
 import { createMemoryService, type MemoryService } from "./service/memory-service.js";
+import { StoreHealthMonitor } from "./service/store-health.js";
 import { createStore } from "./store/create-store.js";
 import { tracedStore } from "./store/traced-store.js";
 import { createExtractiveSummarizer } from "./summarizer/extractive.js";
@@ -63,10 +64,17 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       ttlSweepIntervalMs: config.ttlSweepIntervalMs,
     },
   });
+  const storeHealth = new StoreHealthMonitor(store, {
+    intervalMs: config.healthCheckIntervalMs,
+    logger,
+  });
   let servers: Awaited<ReturnType<typeof startServers>>;
   try {
+    // The first check's outcome is known before the ports open.
+    await storeHealth.start();
     servers = await startServers({
       core: service,
+      storeHealth,
       host: config.host,
       grpcPort: config.grpcPort,
       httpPort: config.httpPort,
@@ -100,6 +108,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       logger,
     });
   } catch (err) {
+    await storeHealth.stop();
     await service.close();
     await store.close();
     throw err;
@@ -113,9 +122,12 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
     stop() {
       stopping ??= (async () => {
         const closing = servers.shutdown(config.shutdownGraceMs);
+        // Health is NOT_SERVING for good now; no check may reach the store as it closes.
+        const checksStopped = storeHealth.stop();
         // Watch streams end with UNAVAILABLE as soon as shutdown starts.
         await service.close();
         await closing;
+        await checksStopped;
         await store.close();
       })();
       return stopping;

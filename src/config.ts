@@ -38,6 +38,8 @@ export interface Config {
   maxConcurrentFolds: number;
   foldLeaseMs: number;
   shutdownGraceMs: number;
+  /** How often the store's health is checked, for gRPC health and GET /readyz. */
+  healthCheckIntervalMs: number;
   /** Limits per caller and per connection; see README "Transports and operations". */
   limits: {
     /** Requests per second per namespace (token bucket rate); 0: no limit. */
@@ -255,6 +257,12 @@ export const SETTINGS = {
     default: "5000",
     help: "time in-flight calls get on SIGTERM/SIGINT",
   },
+  healthCheckIntervalMs: {
+    flag: "health-check-interval-ms",
+    env: "WINDLASS_HEALTH_CHECK_INTERVAL_MS",
+    default: "1000",
+    help: "pause between checks of the store, which set gRPC health and GET /readyz",
+  },
   rateLimitRps: {
     flag: "rate-limit-rps",
     env: "WINDLASS_RATE_LIMIT_RPS",
@@ -437,6 +445,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     // At least 2 s: the model call gets the lease less a second.
     foldLeaseMs: int("foldLeaseMs", 2000, 3_600_000),
     shutdownGraceMs: int("shutdownGraceMs", 0, MAX_TIMER_MS),
+    healthCheckIntervalMs: int("healthCheckIntervalMs", 50, MAX_TIMER_MS),
     limits: {
       rateLimitRps: int("rateLimitRps", 0, 1_000_000),
       rateLimitBurst: int("rateLimitBurst", 1, 10_000_000),

@@ -156,6 +156,7 @@ describe("limits per caller and per connection", () => {
       "--get-fold-wait-ms",
       "--progress-interval-ms",
       "--shutdown-grace-ms",
+      "--health-check-interval-ms",
       "--first-byte-timeout-ms",
       "--max-connection-idle-ms",
       "--keepalive-time-ms",
@@ -195,5 +196,24 @@ describe("thread retention settings", () => {
     expect(() => loadConfig(["--ttl-sweep-interval-ms", "5"], {})).toThrow(
       "--ttl-sweep-interval-ms",
     );
+  });
+});
+
+describe("--health-check-interval-ms", () => {
+  it("defaults to 1000, reads the flag and the environment, and refuses less than 50 naming the flag", () => {
+    expect(loadConfig([], {}).healthCheckIntervalMs).toBe(1000);
+    expect(loadConfig(["--health-check-interval-ms", "250"], {}).healthCheckIntervalMs).toBe(250);
+    expect(
+      loadConfig([], { WINDLASS_HEALTH_CHECK_INTERVAL_MS: "5000" }).healthCheckIntervalMs,
+    ).toBe(5000);
+    expect(
+      loadConfig(["--health-check-interval-ms=60"], { WINDLASS_HEALTH_CHECK_INTERVAL_MS: "5000" })
+        .healthCheckIntervalMs,
+    ).toBe(60);
+    for (const bad of ["49", "0", "-1", "1.5", "1s", ""]) {
+      expect(() => loadConfig([`--health-check-interval-ms=${bad}`], {}), bad).toThrow(
+        `--health-check-interval-ms / WINDLASS_HEALTH_CHECK_INTERVAL_MS: "${bad}" is not a whole number from 50 to 2147483647`,
+      );
+    }
   });
 });

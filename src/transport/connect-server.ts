@@ -75,7 +75,7 @@ export async function startConnectServer(options: ServerOptions): Promise<Connec
     contextValues: (req) => createContextValues().set(rawRequestKey, req),
     fallback: (req, res) => front.notFound(req, res),
   });
-  const front = createHttpFront(options.corsOrigins ?? [], adapter.handlers);
+  const front = createHttpFront(options.corsOrigins ?? [], adapter.handlers, options.probes);
   const limits = options.connectionLimits;
   const connections = new HttpConnections({ maxConnectionIdleMs: limits.maxConnectionIdleMs });
   const metricsEndpoint = options.metricsEndpoint;

@@ -17,7 +17,6 @@ import {
   type sendUnaryData,
   type UntypedHandleCall,
 } from "@grpc/grpc-js";
-import { HealthImplementation } from "grpc-health-check";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { CallContext } from "../service/context.js";
 import { endRpcSpan, type RpcSpan, startRpcSpan, withSpan } from "../tracing.js";
@@ -25,6 +24,7 @@ import { AbortableIterator, releaseIterator } from "./abortable-next.js";
 import { type ActiveCall, admitCall, watchStalled } from "./call-registry.js";
 import { type ErrorScope, toClientError, toGrpcStatus } from "./error-table.js";
 import { grpcAuthGate } from "./grpc-auth-gate.js";
+import { createGrpcHealth } from "./grpc-health.js";
 import { type GrpcListener, listenForGrpc } from "./grpc-listener.js";
 import { createReflectionService } from "./grpc-reflection.js";
 import { grpcServerDefinition } from "./grpc-service-definition.js";
@@ -77,9 +77,7 @@ export async function startGrpcServer(options: ServerOptions): Promise<GrpcServe
     // With auth on, the token is checked before the request body is read.
     interceptors: options.authenticator.required ? [grpcAuthGate(options, MemoryService)] : [],
   });
-  const health = new HealthImplementation(
-    Object.fromEntries(HEALTH_SERVICE_NAMES.map((name) => [name, "SERVING"])),
-  );
+  const health = createGrpcHealth(HEALTH_SERVICE_NAMES, options.calls, options.logger);
   health.addToServer(server);
   createReflectionService().addToServer(server);
   server.addService(grpcServerDefinition(MemoryService), memoryServiceHandlers(options));
@@ -97,9 +95,7 @@ export async function startGrpcServer(options: ServerOptions): Promise<GrpcServe
   return {
     port: listener.port,
     setServing(serving) {
-      for (const name of HEALTH_SERVICE_NAMES) {
-        health.setStatus(name, serving ? "SERVING" : "NOT_SERVING");
-      }
+      health.setServing(serving);
     },
     close() {
       listener.stopAccepting();

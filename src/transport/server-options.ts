@@ -5,6 +5,7 @@ import type { RateLimiter } from "../service/rate-limit.js";
 import type { Authenticator } from "./auth.js";
 import type { CallRegistry } from "./call-registry.js";
 import type { HttpRequestHandler } from "./cleartext-http-listener.js";
+import type { HttpProbes } from "./http-front.js";
 import type { TlsOptions } from "./tls.js";
 
 /** What the gRPC and the Connect server are both built from. */
@@ -24,6 +25,8 @@ export interface ServerOptions {
   readonly metrics?: ServerMetrics;
   /** GET /metrics on this server's port (the Connect server only); absent: not served here. */
   readonly metricsEndpoint?: HttpRequestHandler;
+  /** GET /healthz and /readyz on this server's port (the Connect server only). */
+  readonly probes?: HttpProbes;
   /** Requests per second per namespace, shared by both servers; absent: no limit. */
   readonly rateLimiter?: RateLimiter;
   readonly connectionLimits: ConnectionLimits;

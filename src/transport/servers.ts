@@ -3,10 +3,12 @@ import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { MemoryServiceCore } from "../service/context.js";
 import { RateLimiter } from "../service/rate-limit.js";
+import type { StoreHealthState } from "../service/store-health.js";
 import { createAuthenticator } from "./auth.js";
 import { CallRegistry } from "./call-registry.js";
 import { type ConnectServer, startConnectServer } from "./connect-server.js";
 import { type GrpcServer, startGrpcServer } from "./grpc-server.js";
+import type { HttpProbes } from "./http-front.js";
 import {
   isLoopbackHost,
   type MetricsServer,
@@ -63,10 +65,22 @@ export interface StartServersOptions {
    * listeners close. Default 0.
    */
   readonly drainDelayMs?: number;
+  /**
+   * The store's health (service/store-health.ts): gRPC health and GET
+   * /readyz follow it. Absent: the store is taken to serve always.
+   */
+  readonly storeHealth?: StoreHealthSource;
   /** Aborting this signal starts `shutdown(shutdownGraceMs)` (e.g. on SIGTERM). */
   readonly shutdownSignal?: AbortSignal;
   /** Grace period used when `shutdownSignal` aborts. Default 10 s. */
   readonly shutdownGraceMs?: number;
+}
+
+/** What the servers read of the store health monitor. */
+export interface StoreHealthSource {
+  readonly state: StoreHealthState;
+  /** Called when `serving` changes; returns the unsubscribe. */
+  subscribe(listener: (state: StoreHealthState) => void): () => void;
 }
 
 export interface RunningServers {
@@ -79,10 +93,11 @@ export interface RunningServers {
   /** Resolves when shutdown has finished, however it was started. */
   readonly closed: Promise<void>;
   /**
-   * Graceful shutdown: health NOT_SERVING, wait `drainDelayMs`, stop
-   * accepting, end Watch streams with UNAVAILABLE, let unary calls in flight
-   * finish; after `graceMs`, abort what is left and close every connection.
-   * Idempotent: later calls return the first call's promise.
+   * Graceful shutdown: health NOT_SERVING for good (GET /healthz and
+   * /readyz 503), wait `drainDelayMs`, stop accepting, end Watch streams
+   * with UNAVAILABLE, let unary calls in flight finish; after `graceMs`,
+   * abort what is left and close every connection. Idempotent:
+   * later calls return the first call's promise.
    */
   shutdown(graceMs: number): Promise<void>;
 }
@@ -121,6 +136,18 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
       ? {}
       : { jsonIgnoreUnknownFields: options.jsonIgnoreUnknownFields }),
   };
+  // Shutdown wins over the store: once it starts, nothing turns health back to SERVING.
+  let shutdownStarted = false;
+  const storeHealth = options.storeHealth;
+  const probes: HttpProbes = {
+    liveness: () => (shutdownStarted ? { ok: false, reason: "shutting down" } : { ok: true }),
+    readiness: () => {
+      if (shutdownStarted) return { ok: false, reason: "shutting down" };
+      const state = storeHealth?.state;
+      if (state === undefined || state.serving) return { ok: true };
+      return { ok: false, reason: `store not serving: ${state.reason ?? "no reason given"}` };
+    },
+  };
   const metrics = options.metrics;
   const ownMetricsPort = options.metricsPort !== undefined;
   const endpoint =
@@ -138,6 +165,7 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
     connect = await startConnectServer({
       ...shared,
       port: options.httpPort,
+      probes,
       ...(endpoint === undefined || ownMetricsPort ? {} : { metricsEndpoint: endpoint }),
     });
     if (endpoint !== undefined && options.metricsPort !== undefined) {
@@ -168,6 +196,11 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
       {},
     );
   }
+  const followStore = (state: StoreHealthState): void => {
+    if (!shutdownStarted) grpc.setServing(state.serving);
+  };
+  const unsubscribe = storeHealth?.subscribe(followStore);
+  if (storeHealth !== undefined) followStore(storeHealth.state);
   logger.info("servers listening", {
     host: options.host,
     grpcPort: grpc.port,
@@ -183,6 +216,8 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
     markClosed = resolve;
   });
   const shutdown = (graceMs: number): Promise<void> => {
+    shutdownStarted = true;
+    unsubscribe?.();
     shuttingDown ??= shutdownServers(
       { grpc, connect, calls, logger, drainDelayMs: options.drainDelayMs ?? 0 },
       graceMs,
