@@ -210,3 +210,80 @@ describe("fold deadline", () => {
     );
   });
 });
+
+describe("fold state", () => {
+  const incarnationOf = async (s: Store, threadId: string) =>
+    (await s.getThread("", threadId))?.incarnation ?? "";
+
+  // Each way the thread stops needing its failure, behind the scheduler's back
+  // (never through forget()): its next retry must find out and drop it.
+  it.each([
+    {
+      how: "cleared in the store",
+      change: async (s: Store) => {
+        await s.clear("", "t", Date.now());
+      },
+    },
+    {
+      how: "cleared and written again, with nothing due",
+      change: async (s: Store) => {
+        await s.clear("", "t", Date.now());
+        await append(s, "t", "openai", 1);
+      },
+    },
+    {
+      how: "switched to a window strategy",
+      change: async (s: Store) => {
+        await s.append({
+          namespace: "",
+          threadId: "t",
+          messages: [],
+          strategy: windowDefault,
+          defaultStrategy: windowDefault,
+          replaceStrategy: true,
+          requestId: "",
+          requestHash: "",
+          expectedLastSeq: undefined,
+          now: Date.now(),
+        });
+      },
+    },
+  ])("forgets a failing thread $how", async ({ change }) => {
+    const s = await start();
+    await append(s.store, "t", "openai", 4);
+    s.scheduler.kick("", "t");
+    const first = await incarnationOf(s.store, "t");
+    await waitUntil(() => s.scheduler.failure("", "t", first) !== undefined);
+    expect(s.scheduler.size).toBe(1);
+    await change(s.store);
+    await waitUntil(() => s.scheduler.size === 0);
+    expect(s.scheduler.failure("", "t", first)).toBeUndefined();
+  });
+
+  it("keeps at most maxFailing failing threads, forgetting the oldest failure", async () => {
+    const held: NodeJS.Timeout[] = [];
+    const s = await start({
+      maxConcurrent: 1,
+      maxFailing: 3,
+      // Retries wait (close() clears them): the failures stay for the count.
+      startRetryTimer: (retry) => {
+        const timer = setTimeout(retry, 3_600_000).unref();
+        held.push(timer);
+        return timer;
+      },
+    });
+    const threads = Array.from({ length: 10 }, (_, i) => `t${i}`);
+    for (const t of threads) await append(s.store, t, "openai", 4);
+    for (const t of threads) s.scheduler.kick("", t);
+    expect(s.scheduler.size).toBe(10);
+    // Each fold failed and armed its retry, and the last one has ended.
+    await waitUntil(
+      () => held.length === 10 && s.scheduler.pending === 0 && !s.scheduler.isRunning("", "t9"),
+    );
+    expect(s.scheduler.size).toBe(3);
+    for (const [i, t] of threads.entries()) {
+      const failure = s.scheduler.failure("", t, await incarnationOf(s.store, t));
+      expect(failure !== undefined, t).toBe(i >= 7);
+    }
+  });
+});
