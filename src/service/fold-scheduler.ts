@@ -75,8 +75,8 @@ interface FoldState {
  * `size` is at most maxConcurrent + maxPending + maxFailing. A failing
  * thread's retry reads it again, so a thread that is gone however it went
  * (a Clear here or on another replica, the TTL sweep, a store that lost it)
- * or that has nothing left to fold is forgotten by its next retry, at most
- * retryMaxMs later.
+ * or that has nothing left to fold is forgotten by its next retry: at most
+ * retryMaxMs later, plus its wait for a fold slot.
  */
 export class FoldScheduler {
   private readonly states = new Map<string, FoldState>();

@@ -15,6 +15,7 @@ import { metricSeries } from "../support/metric-series.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import {
   addReq,
+  getReq,
   summaryStrategy,
   users,
   waitUntil,
@@ -23,14 +24,13 @@ import {
 
 /**
  * Fold state of threads whose folds fail (the model answers 500) and which
- * then vanish without this replica's Clear: expired by the TTL sweep, cleared
+ * then vanish without this replica's Clear: expired by their TTL, cleared
  * through another replica, or lost by the store. Two services, each with its
  * own Redis store, share one real redis-server. The scheduler must forget
  * each such thread: its state gauge (windlass_fold_threads) returns to 0.
  */
 
 const THREADS = "windlass_fold_threads";
-const FAILED = 'windlass_folds_total{result="failed"}';
 
 let redis: RedisServer;
 let llm: FakeLlm;
@@ -80,18 +80,21 @@ async function replica(): Promise<Replica> {
 const ctx = () => ({ namespace: "", signal: new AbortController().signal, deadline: undefined });
 const ms = (n: number) => create(DurationSchema, { seconds: 0n, nanos: n * 1e6 });
 
-/** Adds enough messages for a fold to `threads` threads through `r`, and waits for every fold to fail. */
+/** Adds enough messages for a fold to `threads` threads through `r`, and waits for each fold to fail. */
 async function failingThreads(r: Replica, prefix: string, threads: number): Promise<string[]> {
   const ids = Array.from({ length: threads }, (_, i) => `${prefix}-${i}`);
-  const failedBefore = await metricSeries(r.metrics, FAILED);
   for (const threadId of ids) {
     await r.service.add(
       addReq({ threadId, strategy: summaryStrategy(2, 2), messages: users("a", "b", "c", "d") }),
       ctx(),
     );
   }
-  await waitUntil(async () => (await metricSeries(r.metrics, FAILED)) >= failedBefore + threads);
-  // Failed and due a retry: the scheduler holds each thread.
+  // A Get reports a thread's failure, waiting for its fold if it has not failed yet.
+  for (const threadId of ids) {
+    const got = await r.service.get(getReq({ threadId }), ctx());
+    expect(got.degradedReason).toContain("summary fold failed");
+  }
+  // Failing and due a retry: the scheduler holds each thread.
   expect(await metricSeries(r.metrics, THREADS)).toBe(threads);
   return ids;
 }
