@@ -260,6 +260,75 @@ describe("fold state", () => {
     expect(s.scheduler.failure("", "t", first)).toBeUndefined();
   });
 
+  it("keeps retrying a failing thread while another holder has its lease, then forgets it", async () => {
+    const s = await start();
+    await append(s.store, "t", "openai", 4);
+    s.scheduler.kick("", "t");
+    const first = await incarnationOf(s.store, "t");
+    await waitUntil(() => s.scheduler.failure("", "t", first) !== undefined);
+    // Another replica, say, takes the lease between two of this one's retries …
+    let token: number | undefined;
+    await waitUntil(async () => {
+      token = await s.store.acquireFoldLease("", "t", 60_000);
+      return token !== undefined;
+    });
+    // … and clears the thread while it holds it.
+    await s.store.clear("", "t", Date.now());
+    // Retries find the lease taken, and come back all the same.
+    const armed = s.delays.length;
+    await waitUntil(() => s.delays.length >= armed + 3);
+    expect(s.scheduler.size).toBe(1);
+    await s.store.releaseFoldLease("", "t", token ?? 0);
+    await waitUntil(() => s.scheduler.size === 0);
+  });
+
+  it("retries a failing thread whose retry found the queue full, then forgets it", async () => {
+    // Retry timers fire at once, but their retries wait while the gate is shut.
+    let gateOpen = false;
+    const shut: (() => void)[] = [];
+    let releaseHold: () => void = () => {};
+    const holding = new Promise<void>((resolve) => {
+      releaseHold = resolve;
+    });
+    let holdCalled = false;
+    const hold: Summarizer = {
+      name: "hold",
+      summarize: async () => {
+        holdCalled = true;
+        await holding;
+        return "held summary";
+      },
+    };
+    const s = await start({
+      extra: [hold],
+      maxConcurrent: 1,
+      maxPending: 1,
+      startRetryTimer: (retry) =>
+        setTimeout(() => {
+          if (gateOpen) retry();
+          else shut.push(retry);
+        }, 0),
+    });
+    await append(s.store, "t", "openai", 4);
+    s.scheduler.kick("", "t");
+    await waitUntil(() => shut.length === 1);
+    // The only slot held, the only queue place taken, the thread cleared.
+    await append(s.store, "busy", "hold", 4);
+    s.scheduler.kick("", "busy");
+    await waitUntil(() => holdCalled);
+    await append(s.store, "queued", "extractive", 4);
+    s.scheduler.kick("", "queued");
+    expect(s.scheduler.pending).toBe(1);
+    await s.store.clear("", "t", Date.now());
+    // The retry meets the full queue: dropped, it would leave the thread for good.
+    gateOpen = true;
+    for (const retry of shut.splice(0)) retry();
+    expect(s.scheduler.size).toBe(3);
+    releaseHold();
+    await waitUntil(() => s.scheduler.size === 0);
+    expect((await s.store.getThread("", "queued"))?.summarizedThroughSeq).toBe(2);
+  });
+
   it("keeps at most maxFailing failing threads, forgetting the oldest failure", async () => {
     const held: NodeJS.Timeout[] = [];
     const s = await start({
