@@ -20,6 +20,12 @@ export interface FoldSchedulerOptions {
   retryInitialMs: number;
   /** Ceiling on one backoff. */
   retryMaxMs: number;
+  /**
+   * Threads remembered with a failed fold (its reason for Gets, its retry);
+   * beyond it the oldest is forgotten, and a Get on it waits for a fresh fold
+   * instead of reporting the failure at once. Default `maxPending`; at least 1.
+   */
+  maxFailing?: number;
   now: () => number;
   metrics?: ServerMetrics;
   /** Jitter source, uniform in [0, 1); default Math.random. */
@@ -51,7 +57,9 @@ interface FoldState {
   requestedMaxTokens: number | undefined;
   /** A Get gave up waiting for the running fold: later Gets do not wait for it. */
   slow: boolean;
+  /** Set exactly while the state is in `FoldScheduler.failing`. */
   failure: FoldFailure | undefined;
+  /** Only with a failure: every failing thread has a retry pending, queued or running. */
   retryTimer: NodeJS.Timeout | undefined;
 }
 
@@ -62,19 +70,41 @@ interface FoldState {
  * and retries with exponential backoff after a failure. A fold commits
  * through the store's compare-and-set, so a thread cleared or folded by
  * someone else meanwhile never gets this fold's summary.
+ *
+ * A thread's state lives only while it is queued, running or failing, so
+ * `size` is at most maxConcurrent + maxPending + maxFailing. A failing
+ * thread's retry reads it again, so a thread that is gone however it went
+ * (a Clear here or on another replica, the TTL sweep, a store that lost it)
+ * or that has nothing left to fold is forgotten by its next retry: at most
+ * retryMaxMs later, plus its wait for a fold slot.
  */
 export class FoldScheduler {
   private readonly states = new Map<string, FoldState>();
   private readonly queue: FoldState[] = [];
+  /** The states with a failure, oldest failure first (a Set keeps insertion order). */
+  private readonly failing = new Set<FoldState>();
+  private readonly maxFailing: number;
   private active = 0;
   private readonly closing = new AbortController();
   private readonly running = new Set<Promise<void>>();
 
-  constructor(private readonly opts: FoldSchedulerOptions) {}
+  constructor(private readonly opts: FoldSchedulerOptions) {
+    this.maxFailing = Math.max(1, opts.maxFailing ?? opts.maxPending);
+    opts.metrics?.collect(
+      "windlass_fold_threads",
+      "Threads the fold scheduler holds state for: queued, folding, or failing and due a retry.",
+      () => this.size,
+    );
+  }
 
   /** Threads waiting for a fold slot. */
   get pending(): number {
     return this.queue.length;
+  }
+
+  /** Threads with state here: at most maxConcurrent + maxPending + maxFailing. */
+  get size(): number {
+    return this.states.size;
   }
 
   /**
@@ -98,6 +128,8 @@ export class FoldScheduler {
       this.opts.logger.warn("fold queue full; fold deferred to the next kick", {
         pending: this.queue.length,
       });
+      // A failing thread must come back by itself, or a vanished one would stay.
+      if (st.failure !== undefined) this.armRetry(st, st.failure.attempt);
       this.forgetIfIdle(st);
       return;
     }
@@ -130,11 +162,7 @@ export class FoldScheduler {
   /** The thread was cleared: drop its retry and failure (its folds can no longer commit). */
   forget(namespace: string, threadId: string): void {
     const st = this.states.get(key(namespace, threadId));
-    if (st === undefined) return;
-    clearTimeout(st.retryTimer);
-    st.retryTimer = undefined;
-    st.failure = undefined;
-    this.forgetIfIdle(st);
+    if (st !== undefined) this.clearFailure(st);
   }
 
   /** Aborts running model calls, drops queued work and waits for the folds to settle. */
@@ -144,6 +172,7 @@ export class FoldScheduler {
     this.queue.length = 0;
     await Promise.allSettled([...this.running]);
     this.states.clear();
+    this.failing.clear();
   }
 
   private state(namespace: string, threadId: string): FoldState {
@@ -165,6 +194,26 @@ export class FoldScheduler {
       this.states.set(k, st);
     }
     return st;
+  }
+
+  /** Records the thread's failure, forgetting the oldest failing thread when there are too many. */
+  private setFailure(st: FoldState, failure: FoldFailure): void {
+    this.failing.delete(st);
+    if (this.failing.size >= this.maxFailing) {
+      const oldest = this.failing.values().next().value;
+      if (oldest !== undefined) this.clearFailure(oldest);
+    }
+    st.failure = failure;
+    this.failing.add(st);
+  }
+
+  /** Drops the thread's failure and retry, and the thread itself if nothing else holds it. */
+  private clearFailure(st: FoldState): void {
+    clearTimeout(st.retryTimer);
+    st.retryTimer = undefined;
+    st.failure = undefined;
+    this.failing.delete(st);
+    this.forgetIfIdle(st);
   }
 
   private forgetIfIdle(st: FoldState): void {
@@ -191,6 +240,11 @@ export class FoldScheduler {
             st.again = false;
             this.kick(st.namespace, st.threadId);
           } else {
+            // A fold that ended without a verdict (lease held elsewhere, store
+            // error) leaves a failing thread due its retry all the same.
+            if (st.failure !== undefined && st.retryTimer === undefined) {
+              this.armRetry(st, st.failure.attempt);
+            }
             this.forgetIfIdle(st);
           }
           this.pump();
@@ -218,9 +272,15 @@ export class FoldScheduler {
     try {
       // Every unfolded message comes with any view of a summary thread.
       const snap = await store.read(st.namespace, st.threadId, { limit: undefined });
-      if (snap === undefined || snap.thread.strategy.kind !== "summary") return false;
+      // Gone (however it went) or no longer summarised: nothing left to fail.
+      if (snap === undefined || snap.thread.strategy.kind !== "summary") {
+        this.clearFailure(st);
+        return false;
+      }
       const strategy = snap.thread.strategy;
       incarnation = snap.thread.incarnation;
+      // Cleared and written again since: the failure was the old thread's.
+      if (st.failure !== undefined && st.failure.incarnation !== incarnation) this.clearFailure(st);
       const size = Math.min(st.requestedSize ?? strategy.window, strategy.window);
       st.requestedSize = undefined;
       const strategyBudget = strategy.maxTokens ?? 0;
@@ -236,7 +296,11 @@ export class FoldScheduler {
         maxTokens,
         summary: snap.thread.summary,
       });
-      if (plan === undefined) return false;
+      // Nothing due (another replica folded it): no failure to report or retry.
+      if (plan === undefined) {
+        this.clearFailure(st);
+        return false;
+      }
       const summarizer = summarizers.get(strategy.model);
       const started = this.opts.now();
       const summary = await this.summarizeWithinDeadline(
@@ -255,7 +319,7 @@ export class FoldScheduler {
         foldedCount: plan.messages.length,
         now: this.opts.now(),
       });
-      st.failure = undefined;
+      this.clearFailure(st);
       this.opts.metrics?.folds.inc({ result: committed === undefined ? "discarded" : "committed" });
       this.opts.metrics?.foldSeconds.observe((this.opts.now() - started) / 1000);
       logger.debug("fold", {
@@ -316,7 +380,7 @@ export class FoldScheduler {
   private async recordFailure(st: FoldState, incarnation: string, err: unknown): Promise<void> {
     const attempt = (st.failure?.incarnation === incarnation ? st.failure.attempt : 0) + 1;
     const reason = failureReason(err);
-    st.failure = { incarnation, reason, attempt };
+    this.setFailure(st, { incarnation, reason, attempt });
     this.opts.metrics?.folds.inc({ result: "failed" });
     this.opts.logger.warn("fold failed; will retry", { namespace: st.namespace, attempt, reason });
     await this.opts.store
@@ -329,6 +393,13 @@ export class FoldScheduler {
         now: this.opts.now(),
       })
       .catch((e: unknown) => this.opts.logger.warn("could not log a fold failure", { err: e }));
+    // Forgotten meanwhile (a Clear, or too many failing threads): no retry.
+    if (st.failure !== undefined) this.armRetry(st, attempt);
+  }
+
+  /** Starts the backoff before retry `attempt` + 1 of a failing thread. */
+  private armRetry(st: FoldState, attempt: number): void {
+    if (this.closing.signal.aborted) return;
     const delay = retryDelayMs(
       attempt,
       this.opts.retryInitialMs,

@@ -1,6 +1,4 @@
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../../src/logger.js";
 import { ServerMetrics } from "../../src/metrics.js";
 import { createMemoryService, type MemoryService } from "../../src/service/memory-service.js";
@@ -20,27 +18,19 @@ import {
 
 /**
  * Timeouts against a model endpoint that accepts the connection and never
- * answers, while the garbage collector runs all the time. A timeout that is
- * only an AbortSignal.timeout inside AbortSignal.any can be collected before it
- * fires (a composite holds its sources weakly: nodejs/node#57736, fixed in
- * recent releases, so these cases catch the old code on Node 20 but not on the
- * pinned Node 24); then a stalled call holds its fold slot for good and, once
- * every slot is taken, no thread gets a summary again.
+ * answers, when an AbortSignal.timeout never fires. That is what garbage
+ * collection did to one inside AbortSignal.any on Node releases without the
+ * fix for nodejs/node#57736 (a composite held its sources weakly): a stalled
+ * call then held its fold slot for good and, once every slot was taken, no
+ * thread got a summary again. Node 24 no longer loses them, so collecting
+ * garbage here would prove nothing; instead every AbortSignal.timeout of the
+ * process returns a signal that never aborts, the collected timeout made
+ * certain. Code whose timeouts are timers it holds ends the calls on time;
+ * code that leans on AbortSignal.timeout hangs, and these cases fail.
  */
 
-/** A real full collection. The flag exposes gc() to contexts made after it is set. */
-function exposeGc(): () => void {
-  const existing: unknown = Reflect.get(globalThis, "gc");
-  if (typeof existing === "function") return existing as () => void;
-  setFlagsFromString("--expose-gc");
-  const gc: unknown = runInNewContext("gc");
-  if (typeof gc !== "function") throw new Error("could not expose gc()");
-  return gc as () => void;
-}
-const gc = exposeGc();
-
-/** Waits for the condition, collecting garbage every few milliseconds meanwhile. */
-async function waitCollecting(
+/** Waits for the condition, checking every few milliseconds; the bound only fails a stuck run. */
+async function waitFor(
   what: string,
   condition: () => boolean | Promise<boolean>,
   ms = 15_000,
@@ -48,10 +38,13 @@ async function waitCollecting(
   const until = Date.now() + ms;
   while (!(await condition())) {
     if (Date.now() > until) throw new Error(`${what}: not within ${ms} ms`);
-    gc();
     await new Promise((r) => setTimeout(r, 5));
   }
 }
+
+beforeEach(() => {
+  vi.spyOn(AbortSignal, "timeout").mockImplementation(() => new AbortController().signal);
+});
 
 /** How long the fake kept each ended request open. */
 const heldFor = (requests: RecordedRequest[]) =>
@@ -59,14 +52,15 @@ const heldFor = (requests: RecordedRequest[]) =>
 
 // The bound is the behaviour under test: an attempt ends at its timeout, not
 // much later (>= 5x headroom on a loaded machine). No lower bound from the
-// fake's side: it sees a request some time after the client started its timer
-// (longer while the collector runs); the reasons say the timeouts ended them.
+// fake's side: it sees a request some time after the client started its
+// timer; the reasons say the timeouts ended them.
 const SLACK_AFTER_MS = 2000;
 
 let llm: FakeLlm | undefined;
 let service: MemoryService | undefined;
 let store: Store | undefined;
 afterEach(async () => {
+  vi.restoreAllMocks();
   await service?.close();
   await store?.close();
   await llm?.close();
@@ -75,7 +69,7 @@ afterEach(async () => {
   llm = undefined;
 });
 
-describe("timeouts fire while the garbage collector runs", () => {
+describe("timeouts fire even when no AbortSignal.timeout would", () => {
   it("ends every attempt of the openai summariser at timeoutMs", async () => {
     llm = await startFakeLlm({ fallback: { hang: true } });
     // Long enough for the fake to read a request body on a loaded machine.
@@ -104,7 +98,7 @@ describe("timeouts fire while the garbage collector runs", () => {
     );
     const outcomes: unknown[] = [];
     void Promise.all(calls).then((o) => outcomes.push(...o));
-    await waitCollecting("8 summarise calls timing out", () => outcomes.length === 8);
+    await waitFor("8 summarise calls timing out", () => outcomes.length === 8);
     for (const outcome of outcomes) {
       const { err, elapsed } = outcome as { err: unknown; elapsed: number };
       expect(err).toBeInstanceOf(SummarizerError);
@@ -117,7 +111,7 @@ describe("timeouts fire while the garbage collector runs", () => {
     expect(llm.requests.length).toBeGreaterThan(0);
     expect(llm.requests.length).toBeLessThanOrEqual(16);
     // The client closed every hung request (the fake sees the close a moment later).
-    await waitCollecting("the fake seeing every request closed", () =>
+    await waitFor("the fake seeing every request closed", () =>
       (llm?.requests ?? []).every((r) => r.endedAt !== undefined),
     );
     for (const ms of heldFor(llm.requests)) expect(ms).toBeLessThan(timeoutMs + SLACK_AFTER_MS);
@@ -187,13 +181,13 @@ describe("timeouts fire while the garbage collector runs", () => {
       await fold("healthy", "healthy");
       expect(await series(metrics, "windlass_fold_queue_depth")).toBe(1);
 
-      await waitCollecting(
+      await waitFor(
         "the healthy thread's summary",
         async () => (await store?.getThread("", "healthy"))?.summary === "healthy summary",
       );
       // The stalled threads keep retrying, and every attempt ends at its bound
       // while their next ones hang again.
-      await waitCollecting("three ended attempts per stalled thread", () => {
+      await waitFor("three ended attempts per stalled thread", () => {
         const ended = stalled().filter((r) => r.endedAt !== undefined);
         return ended.length >= 6;
       });

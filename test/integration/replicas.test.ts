@@ -170,7 +170,15 @@ describe("two replicas over one Redis", () => {
   });
 
   it("makes a Get on B wait for the fold running on A and return its result", async () => {
-    llm.setFallback({ reply: (r) => `summary #${r.index}`, delayMs: 300 });
+    // When the fake answered A (this process's clock, as the Get's return is).
+    let answeredAt: number | undefined;
+    llm.setFallback({
+      reply: (r) => {
+        answeredAt = Date.now();
+        return `summary #${r.index}`;
+      },
+      delayMs: 300,
+    });
     const logged = [a.stderr().length, b.stderr().length] as const;
     const t = newThread();
     await onA.add({
@@ -179,11 +187,10 @@ describe("two replicas over one Redis", () => {
       messages: ["a", "b", "c", "d"].map(user),
     });
     // A's fold is in flight once the model has its request (it answers 300 ms later).
-    for (const until = Date.now() + 2000; llm.requests.length === 0; ) {
+    for (const until = Date.now() + 10_000; llm.requests.length === 0; ) {
       if (Date.now() > until) throw new Error("A started no fold");
       await new Promise((r) => setTimeout(r, 5));
     }
-    const answerDue = Date.now() + 300 - 10;
     const got = await onB.get({ threadId: t });
     const returned = Date.now();
     expect(got.degraded).toBe(false);
@@ -194,12 +201,14 @@ describe("two replicas over one Redis", () => {
       "c",
       "d",
     ]);
-    // The Get waited for the model's answer to A, and not much longer.
-    expect(returned).toBeGreaterThanOrEqual(answerDue);
-    expect(returned - answerDue).toBeLessThan(2000);
+    // The Get waited for the model's answer to A, and woke on A's commit: well
+    // before its own wait (5 s) would have ended it.
+    if (answeredAt === undefined) throw new Error("the fake never answered A");
+    expect(returned).toBeGreaterThanOrEqual(answeredAt);
+    expect(returned - answeredAt).toBeLessThan(2500);
     // B did not fold the same messages itself: the lease kept it to A.
     expect(llm.requests).toHaveLength(1);
-    for (const until = Date.now() + 2000; foldLog(a.stderr().slice(logged[0])).length === 0; ) {
+    for (const until = Date.now() + 10_000; foldLog(a.stderr().slice(logged[0])).length === 0; ) {
       if (Date.now() > until) throw new Error("A logged no fold");
       await new Promise((r) => setTimeout(r, 20));
     }

@@ -210,3 +210,149 @@ describe("fold deadline", () => {
     );
   });
 });
+
+describe("fold state", () => {
+  const incarnationOf = async (s: Store, threadId: string) =>
+    (await s.getThread("", threadId))?.incarnation ?? "";
+
+  // Each way the thread stops needing its failure, behind the scheduler's back
+  // (never through forget()): its next retry must find out and drop it.
+  it.each([
+    {
+      how: "cleared in the store",
+      change: async (s: Store) => {
+        await s.clear("", "t", Date.now());
+      },
+    },
+    {
+      how: "cleared and written again, with nothing due",
+      change: async (s: Store) => {
+        await s.clear("", "t", Date.now());
+        await append(s, "t", "openai", 1);
+      },
+    },
+    {
+      how: "switched to a window strategy",
+      change: async (s: Store) => {
+        await s.append({
+          namespace: "",
+          threadId: "t",
+          messages: [],
+          strategy: windowDefault,
+          defaultStrategy: windowDefault,
+          replaceStrategy: true,
+          requestId: "",
+          requestHash: "",
+          expectedLastSeq: undefined,
+          now: Date.now(),
+        });
+      },
+    },
+  ])("forgets a failing thread $how", async ({ change }) => {
+    const s = await start();
+    await append(s.store, "t", "openai", 4);
+    s.scheduler.kick("", "t");
+    const first = await incarnationOf(s.store, "t");
+    await waitUntil(() => s.scheduler.failure("", "t", first) !== undefined);
+    expect(s.scheduler.size).toBe(1);
+    await change(s.store);
+    await waitUntil(() => s.scheduler.size === 0);
+    expect(s.scheduler.failure("", "t", first)).toBeUndefined();
+  });
+
+  it("keeps retrying a failing thread while another holder has its lease, then forgets it", async () => {
+    const s = await start();
+    await append(s.store, "t", "openai", 4);
+    s.scheduler.kick("", "t");
+    const first = await incarnationOf(s.store, "t");
+    await waitUntil(() => s.scheduler.failure("", "t", first) !== undefined);
+    // Another replica, say, takes the lease between two of this one's retries …
+    let token: number | undefined;
+    await waitUntil(async () => {
+      token = await s.store.acquireFoldLease("", "t", 60_000);
+      return token !== undefined;
+    });
+    // … and clears the thread while it holds it.
+    await s.store.clear("", "t", Date.now());
+    // Retries find the lease taken, and come back all the same.
+    const armed = s.delays.length;
+    await waitUntil(() => s.delays.length >= armed + 3);
+    expect(s.scheduler.size).toBe(1);
+    await s.store.releaseFoldLease("", "t", token ?? 0);
+    await waitUntil(() => s.scheduler.size === 0);
+  });
+
+  it("retries a failing thread whose retry found the queue full, then forgets it", async () => {
+    // Retry timers fire at once, but their retries wait while the gate is shut.
+    let gateOpen = false;
+    const shut: (() => void)[] = [];
+    let releaseHold: () => void = () => {};
+    const holding = new Promise<void>((resolve) => {
+      releaseHold = resolve;
+    });
+    let holdCalled = false;
+    const hold: Summarizer = {
+      name: "hold",
+      summarize: async () => {
+        holdCalled = true;
+        await holding;
+        return "held summary";
+      },
+    };
+    const s = await start({
+      extra: [hold],
+      maxConcurrent: 1,
+      maxPending: 1,
+      startRetryTimer: (retry) =>
+        setTimeout(() => {
+          if (gateOpen) retry();
+          else shut.push(retry);
+        }, 0),
+    });
+    await append(s.store, "t", "openai", 4);
+    s.scheduler.kick("", "t");
+    await waitUntil(() => shut.length === 1);
+    // The only slot held, the only queue place taken, the thread cleared.
+    await append(s.store, "busy", "hold", 4);
+    s.scheduler.kick("", "busy");
+    await waitUntil(() => holdCalled);
+    await append(s.store, "queued", "extractive", 4);
+    s.scheduler.kick("", "queued");
+    expect(s.scheduler.pending).toBe(1);
+    await s.store.clear("", "t", Date.now());
+    // The retry meets the full queue: dropped, it would leave the thread for good.
+    gateOpen = true;
+    for (const retry of shut.splice(0)) retry();
+    expect(s.scheduler.size).toBe(3);
+    releaseHold();
+    await waitUntil(() => s.scheduler.size === 0);
+    expect((await s.store.getThread("", "queued"))?.summarizedThroughSeq).toBe(2);
+  });
+
+  it("keeps at most maxFailing failing threads, forgetting the oldest failure", async () => {
+    const held: NodeJS.Timeout[] = [];
+    const s = await start({
+      maxConcurrent: 1,
+      maxFailing: 3,
+      // Retries wait (close() clears them): the failures stay for the count.
+      startRetryTimer: (retry) => {
+        const timer = setTimeout(retry, 3_600_000).unref();
+        held.push(timer);
+        return timer;
+      },
+    });
+    const threads = Array.from({ length: 10 }, (_, i) => `t${i}`);
+    for (const t of threads) await append(s.store, t, "openai", 4);
+    for (const t of threads) s.scheduler.kick("", t);
+    expect(s.scheduler.size).toBe(10);
+    // Each fold failed and armed its retry, and the last one has ended.
+    await waitUntil(
+      () => held.length === 10 && s.scheduler.pending === 0 && !s.scheduler.isRunning("", "t9"),
+    );
+    expect(s.scheduler.size).toBe(3);
+    for (const [i, t] of threads.entries()) {
+      const failure = s.scheduler.failure("", t, await incarnationOf(s.store, t));
+      expect(failure !== undefined, t).toBe(i >= 7);
+    }
+  });
+});

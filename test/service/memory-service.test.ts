@@ -358,19 +358,43 @@ describe("MemoryService: background summaries", () => {
     expect(r.degraded).toBe(false);
   });
 
-  it("waits for a running fold, bounded, and a slow model does not stall later reads", async () => {
-    h.llm.setFallback({ reply: "late", delayMs: 1500 });
+  /**
+   * Starts over with the server's Get wait at `getFoldWaitMs` and a model
+   * that holds its reply until `release()`: while held, the fold is running
+   * for certain, and only a wait's end or a deadline can end a Get.
+   */
+  async function heldModel(getFoldWaitMs: number): Promise<{ release: () => void }> {
+    await h.close();
+    h = await startHarness({ limits: { getFoldWaitMs } });
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    h.llm.setFallback({ reply: "late", until: held });
     await summaryThread(6);
+    await waitUntil(() => h.llm.requests.length === 1);
+    return { release };
+  }
+
+  it("waits for a running fold, bounded, and a slow model does not stall later reads", async () => {
+    // Held below the summariser's 2 s timeout (service-harness.ts), so the fold is still running.
+    const waitMs = 400;
+    const model = await heldModel(waitMs);
     const t0 = Date.now();
     const first = await h.service.get(getReq(), h.ctx());
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(350);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(waitMs - 50);
     expect(first.degraded).toBe(true);
-    expect(first.degradedReason).toContain("still running");
+    expect(first.degradedReason).toBe("summary fold still running when the wait ended");
     expect(contents(first)).toEqual(["m5", "m6"]);
     const t1 = Date.now();
     const second = await h.service.get(getReq(), h.ctx());
-    expect(Date.now() - t1).toBeLessThan(200);
+    // A Get that waited would take the whole wait, no less.
+    expect(Date.now() - t1).toBeLessThan(waitMs);
     expect(second.degraded).toBe(true);
+    // Said without waiting: the first Get already found the model slow.
+    expect(second.degradedReason).toBe("summary fold still running: the summariser is slow");
+    expect(h.llm.answered()).toBe(0);
+    model.release();
     await waitUntil(async () => (await h.store.getThread("", "default"))?.summary === "late");
     const third = await h.service.get(getReq(), h.ctx());
     expect(third.degraded).toBe(false);
@@ -378,12 +402,20 @@ describe("MemoryService: background summaries", () => {
   });
 
   it("honours the call's deadline while waiting", async () => {
-    h.llm.setFallback({ reply: "late", delayMs: 1000 });
-    await summaryThread(6);
+    // Only the deadline can end this Get early and say the fold is still
+    // running: the server would wait 60 s, and the held fold only ends at the
+    // summariser's 2 s timeout, as a failure. 1.5 s is 5x the 300 ms deadline.
+    const model = await heldModel(60_000);
     const t0 = Date.now();
-    const r = await h.service.get(getReq(), h.ctx({ deadline: Date.now() + 200 }));
-    expect(Date.now() - t0).toBeLessThan(350);
+    const r = await h.service.get(getReq(), h.ctx({ deadline: t0 + 300 }));
+    const elapsed = Date.now() - t0;
     expect(r.degraded).toBe(true);
+    expect(r.degradedReason).toBe("summary fold still running when the wait ended");
+    expect(h.llm.answered()).toBe(0);
+    // It waited until close to the deadline (less the reserve to answer in, 60 ms here).
+    expect(elapsed).toBeGreaterThanOrEqual(200);
+    expect(elapsed).toBeLessThan(1500);
+    model.release();
   });
 
   it("degrades to the last good summary and a window when the model fails, retries, loses nothing", async () => {
