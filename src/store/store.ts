@@ -152,8 +152,12 @@ export interface Store {
    */
   health(timeoutMs: number): Promise<StoreHealth>;
 
-  /** Releases connections and timers. */
-  close(): Promise<void>;
+  /**
+   * Releases connections and timers. Writes already handed to the store may
+   * finish within `graceMs` (a store's own default when absent); after it,
+   * those left are refused with unavailable and close resolves.
+   */
+  close(graceMs?: number): Promise<void>;
 }
 
 /** What Store.health found. */
@@ -212,6 +216,11 @@ export interface AppendCommand {
    */
   ttlMs?: number;
   defaultTtlMs?: number;
+  /**
+   * The call's deadline, ms since the epoch: a store that queues writes
+   * refuses one still queued then with deadline_exceeded, storing nothing.
+   */
+  deadline?: number;
 }
 
 export interface AppendResult {
