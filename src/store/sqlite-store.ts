@@ -65,6 +65,9 @@ export const DEFAULT_CLOSE_GRACE_MS = 10_000;
  */
 const STOP_WAIT_MS = 250;
 
+/** setTimeout fires at once for longer delays (24 days). */
+const MAX_TIMER_DELAY_MS = 2_147_483_647;
+
 /** Options of the SQLite store beyond the limits every store shares. */
 export interface SqliteStoreOptions {
   /**
@@ -317,7 +320,7 @@ export function createSqliteStore(
         fail(fromWireError(m.error));
         break;
       case "pong":
-        answerPing(m.error === undefined ? undefined : fromWireError(m.error).message);
+        answerPing(m.blockedBy);
         break;
       default:
         break;
@@ -413,7 +416,8 @@ export function createSqliteStore(
         namespace,
         slot,
       };
-      if (deadline !== undefined) {
+      // Beyond a timer's range the worker's own check at the deadline is enough.
+      if (deadline !== undefined && deadline - Date.now() <= MAX_TIMER_DELAY_MS) {
         w.timer = setTimeout(() => refuse(w, queuedPastDeadline()), deadline - Date.now());
         w.timer.unref();
       }
@@ -435,7 +439,7 @@ export function createSqliteStore(
   let ping: Promise<string | undefined> | undefined;
   let answerPing: (error: string | undefined) => void = () => {};
 
-  /** Resolves with the worker's answer (an error message when its probe failed). */
+  /** Resolves with the worker's answer: why writes cannot proceed, when its probe failed. */
   function askWorker(probe: boolean): Promise<string | undefined> {
     ping ??= new Promise<string | undefined>((resolve) => {
       answerPing = (error) => {
@@ -742,7 +746,11 @@ export function createSqliteStore(
       if (stopped !== undefined) {
         return { serving: false, reason: `the SQLite write worker stopped: ${stopped.message}` };
       }
-      return answer === undefined ? { serving: true } : { serving: false, reason: answer };
+      if (answer === undefined) return { serving: true };
+      return {
+        serving: false,
+        reason: `${answer}: writes are refused until it clears; reads are served`,
+      };
     },
 
     /**
@@ -803,4 +811,4 @@ type WorkerMessage =
   | { type: "closed" }
   | { type: "failed"; error: WireError }
   | { type: "done"; outcomes: WriteOutcome[] }
-  | { type: "pong"; error?: WireError };
+  | { type: "pong"; blockedBy?: string };

@@ -124,7 +124,9 @@ describe("SQLite store at its size limit", () => {
     );
     const health = await store.health(5000);
     expect(health.serving).toBe(false);
-    expect(health.reason).toMatch(/disk is full/);
+    expect(health.reason).toMatch(
+      /^the SQLite store's disk is full \(SQLITE_FULL: .*\): writes are refused until it clears; reads are served$/,
+    );
 
     // Events published: one messages_added per acknowledged Add, nothing else.
     const publishedAdds = published

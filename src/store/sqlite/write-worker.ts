@@ -2,7 +2,7 @@ import { parentPort, workerData } from "node:worker_threads";
 import type { StoreLimits } from "../store.js";
 import { openWriteConnection } from "./schema.js";
 import { WriteGate } from "./write-gate.js";
-import { createWriter, type QueuedWrite, toWireError } from "./writer.js";
+import { createWriter, type QueuedWrite, toWireError, writeBlockedBy } from "./writer.js";
 
 /**
  * The SQLite store's write worker: it owns the write connection, so no fsync
@@ -15,7 +15,8 @@ import { createWriter, type QueuedWrite, toWireError } from "./writer.js";
  *   before it are done; with `probe`, after a small write tells whether a
  *   full disk has room again);
  * to it: { type: "ready" }, { type: "done", outcomes }, { type: "failed", error }
- * (could not open), { type: "pong", error? }, { type: "closed" }.
+ * (could not open), { type: "pong", blockedBy? } (why the probe's write
+ * failed), { type: "closed" }.
  */
 
 export interface WriteWorkerData {
@@ -81,7 +82,7 @@ type FromStore =
 function answerPing(probe: boolean): void {
   const error = probe ? writer.probeSpace() : undefined;
   port?.postMessage(
-    error === undefined ? { type: "pong" } : { type: "pong", error: toWireError(error) },
+    error === undefined ? { type: "pong" } : { type: "pong", blockedBy: writeBlockedBy(error) },
   );
 }
 

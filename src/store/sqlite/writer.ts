@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import Database from "better-sqlite3";
 import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../../core/append.js";
-import { invalidArgument, MemoryError } from "../../core/errors.js";
+import { type ErrorCode, invalidArgument, MemoryError } from "../../core/errors.js";
 import { ttlAfterAdd, ttlFields } from "../../core/ttl.js";
 import type { EventBody, StoredMessage, ThreadState } from "../../core/types.js";
 import { checkQuotas, messageBytes, type NamespaceUsage } from "../quota.js";
@@ -770,7 +770,9 @@ export function createWriter(
         }
         // The group's transaction is gone: each write on its own, in order.
         for (const w of taken) runAlone(w, outcomes);
-        for (const w of again) if (take(w, outcomes)) runAlone(w, outcomes);
+        for (const w of again) {
+          if (!answered.has(w.id) && take(w, outcomes)) runAlone(w, outcomes);
+        }
         return outcomes;
       } finally {
         gate.activity = Activity.idle;
@@ -814,36 +816,53 @@ export function queuedPastDeadline(): MemoryError {
   );
 }
 
-/**
- * The store's error for a SQLite failure of the file or the disk rather than
- * of the write; undefined for anything else.
- */
-export function sqliteFault(err: unknown): MemoryError | undefined {
+/** A SQLite failure of the file or the disk rather than of the write. */
+interface SqliteFault {
+  code: ErrorCode;
+  /** What is wrong, with SQLite's code and message: "the SQLite store's disk is full (…)". */
+  cause: string;
+  /** What a refused write's caller may do. */
+  advice: string;
+}
+
+function faultOf(err: unknown): SqliteFault | undefined {
   if (!(err instanceof Database.SqliteError)) return undefined;
   const detail = `${err.code}: ${err.message}`;
   if (err.code === "SQLITE_FULL") {
-    return new MemoryError(
-      "resource_exhausted",
-      `${DISK_FULL} (${detail}): this write was not stored; reads are still served, and writes resume once space is freed`,
-    );
+    return {
+      code: "resource_exhausted",
+      cause: `${DISK_FULL} (${detail})`,
+      advice: "; reads are still served, and writes resume once space is freed",
+    };
   }
   if (err.code.startsWith("SQLITE_BUSY") || err.code.startsWith("SQLITE_LOCKED")) {
-    return new MemoryError(
-      "unavailable",
-      `the SQLite database is locked by another process (${detail}): this write was not stored; retry with backoff`,
-    );
+    return {
+      code: "unavailable",
+      cause: `the SQLite database is locked by another process (${detail})`,
+      advice: "; retry with backoff",
+    };
   }
   if (err.code.startsWith("SQLITE_READONLY")) {
-    return new MemoryError(
-      "unavailable",
-      `the SQLite database cannot be written (${detail}): this write was not stored`,
-    );
+    return {
+      code: "unavailable",
+      cause: `the SQLite database cannot be written (${detail})`,
+      advice: "",
+    };
   }
   if (err.code.startsWith("SQLITE_IOERR")) {
-    return new MemoryError(
-      "unavailable",
-      `the SQLite store's disk failed (${detail}): this write was not stored`,
-    );
+    return { code: "unavailable", cause: `the SQLite store's disk failed (${detail})`, advice: "" };
   }
   return undefined;
+}
+
+/** The store's error for a SQLite fault (faultOf); undefined for anything else. */
+export function sqliteFault(err: unknown): MemoryError | undefined {
+  const fault = faultOf(err);
+  if (fault === undefined) return undefined;
+  return new MemoryError(fault.code, `${fault.cause}: this write was not stored${fault.advice}`);
+}
+
+/** Why a write could not proceed, for health: the fault's cause, or the error's message. */
+export function writeBlockedBy(err: unknown): string {
+  return faultOf(err)?.cause ?? `the SQLite write connection failed (${toWireError(err).message})`;
 }

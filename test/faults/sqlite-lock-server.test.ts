@@ -2,7 +2,7 @@ import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { ServiceError } from "@grpc/grpc-js";
+import { type ServiceError, status } from "@grpc/grpc-js";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
@@ -12,14 +12,16 @@ import {
   type LockHolder,
   type ServerProcess,
   startServerProcess,
+  stopGracefully,
 } from "../support/sqlite-server.js";
 import { createGrpcClient, type MemoryGrpcClient } from "../transport/clients.js";
 
 /**
- * SIGTERM while the SQLite write worker is stuck: another process holds the
- * database's write lock, so an Add waits in SQLite's busy handler (5 s by
- * default). The real server must still exit within its shutdown grace plus
- * a little, refuse that Add, and leave it unstored.
+ * The real server while another process holds the database's write lock, so
+ * an Add waits in SQLite's busy handler (5 s by default): an Add whose
+ * deadline passes meanwhile must never be stored, even once the lock is
+ * released; and a SIGTERM must still exit within the shutdown grace plus a
+ * little, refusing the Add and leaving it unstored.
  */
 
 const GRACE_MS = 200;
@@ -31,7 +33,7 @@ const GRACE_MS = 200;
 const EXIT_BOUND_MS = 5 * (GRACE_MS + 250 + 25);
 const strategy = { kind: { case: "buffer" as const, value: {} }, maxStored: 1000 };
 
-describe("SQLite server shut down while its write worker waits for a lock", () => {
+describe("SQLite server while another process holds the write lock", () => {
   const dir = mkdtempSync(join(tmpdir(), "windlass-shutdown-"));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
   const servers: ServerProcess[] = [];
@@ -41,6 +43,44 @@ describe("SQLite server shut down while its write worker waits for a lock", () =
     for (const c of clients.splice(0)) c.close();
     for (const s of servers.splice(0)) await killHard(s.child);
     for (const h of holders.splice(0)) await h.release();
+  });
+
+  /** The thread ids a fresh open of the file holds. */
+  const storedThreads = (path: string): unknown[] => {
+    const db = new Database(path, { readonly: true });
+    try {
+      return db.prepare("SELECT thread_id FROM threads ORDER BY thread_id").pluck().all();
+    } finally {
+      db.close();
+    }
+  };
+  const message = (content: string) => ({
+    strategy,
+    messages: [{ role: Role.USER, content }],
+  });
+
+  it("never stores an Add whose deadline passed while it waited, even once the lock is gone", {
+    timeout: 60_000,
+  }, async () => {
+    const path = join(dir, "deadline.db");
+    const server = await startServerProcess(["--store", `sqlite:${path}`]);
+    servers.push(server);
+    const client = createGrpcClient(server.address);
+    clients.push(client);
+    const holder = await holdWriteLock(path);
+    holders.push(holder);
+    const late = await client
+      .add({ threadId: "late", ...message("too late") }, { deadline: Date.now() + 300 })
+      .then(
+        () => "stored",
+        (err: ServiceError) => err.code,
+      );
+    expect(late).toBe(status.DEADLINE_EXCEEDED);
+    await holder.release();
+    // Written after the late Add reached the worker: once it is stored, the late one was decided.
+    await client.add({ threadId: "later", ...message("after the lock") });
+    expect(await stopGracefully(server.child)).toBe(0);
+    expect(storedThreads(path)).toEqual(["later"]);
   });
 
   it("exits 0 within the grace, refusing the Add it had not stored", {
@@ -56,10 +96,6 @@ describe("SQLite server shut down while its write worker waits for a lock", () =
     servers.push(server);
     const client = createGrpcClient(server.address);
     clients.push(client);
-    const message = (content: string) => ({
-      strategy,
-      messages: [{ role: Role.USER, content }],
-    });
     await client.add({ threadId: "before", ...message("stored before the lock") });
     holders.push(await holdWriteLock(path));
     const stuck = client.add({ threadId: "stuck", ...message("waits for the lock") }).then(
@@ -86,12 +122,6 @@ describe("SQLite server shut down while its write worker waits for a lock", () =
       .map((line) => JSON.parse(line) as { callsInFlight: number });
     expect(graceOver).toMatchObject([{ callsInFlight: 1 }]);
     await holders.splice(0)[0]?.release();
-    const db = new Database(path, { readonly: true });
-    try {
-      const threads = db.prepare("SELECT thread_id FROM threads ORDER BY thread_id").pluck().all();
-      expect(threads).toEqual(["before"]);
-    } finally {
-      db.close();
-    }
+    expect(storedThreads(path)).toEqual(["before"]);
   });
 });
