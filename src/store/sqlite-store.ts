@@ -461,7 +461,7 @@ export function createSqliteStore(
       case Activity.committing:
         return "it is inside a transaction (a slow or hung disk?)";
       default:
-        return "its thread is not running";
+        return "it has no write in progress (its thread is starved, or this one is)";
     }
   }
 
