@@ -715,7 +715,8 @@ export function createWriter(
      *   COMMIT fails, nothing of the group is stored: every write taken is
      *   run again in a transaction of its own, and so are the rest, so no
      *   statement ever runs outside a transaction and each is answered with
-     *   its own outcome;
+     *   its own outcome (after an I/O error at COMMIT, whose frames a crash
+     *   recovery might still find, as unknown: sqliteFault);
      * - a write is taken (WriteGate) only once the transaction has begun, so
      *   one still waiting for a lock at its deadline is refused unchanged.
      */
@@ -823,6 +824,8 @@ interface SqliteFault {
   cause: string;
   /** What a refused write's caller may do. */
   advice: string;
+  /** The write may be stored though it failed (an I/O error at commit). */
+  outcomeUnknown?: boolean;
 }
 
 function faultOf(err: unknown): SqliteFault | undefined {
@@ -850,7 +853,14 @@ function faultOf(err: unknown): SqliteFault | undefined {
     };
   }
   if (err.code.startsWith("SQLITE_IOERR")) {
-    return { code: "unavailable", cause: `the SQLite store's disk failed (${detail})`, advice: "" };
+    // A failed fsync may leave the commit's frames in the WAL, where recovery
+    // after a crash could still find them: the outcome is not known.
+    return {
+      code: "unavailable",
+      cause: `the SQLite store's disk failed (${detail})`,
+      advice: "",
+      outcomeUnknown: true,
+    };
   }
   return undefined;
 }
@@ -859,7 +869,11 @@ function faultOf(err: unknown): SqliteFault | undefined {
 export function sqliteFault(err: unknown): MemoryError | undefined {
   const fault = faultOf(err);
   if (fault === undefined) return undefined;
-  return new MemoryError(fault.code, `${fault.cause}: this write was not stored${fault.advice}`);
+  const outcome =
+    fault.outcomeUnknown === true
+      ? "this write may or may not be stored; retry it with the same request_id"
+      : "this write was not stored";
+  return new MemoryError(fault.code, `${fault.cause}: ${outcome}${fault.advice}`);
 }
 
 /** Why a write could not proceed, for health: the fault's cause, or the error's message. */
