@@ -20,6 +20,9 @@ import type { Summarizer } from "./summarizer/summarizer.js";
 import { tracedSummarizer, tracingEnabled } from "./tracing.js";
 import { startServers } from "./transport/servers.js";
 
+/** The store's close gets at least this, so an idle store always closes cleanly. */
+const STORE_CLOSE_MIN_GRACE_MS = 250;
+
 /** A running windlass-memory: the store, the service and both servers. */
 export interface App {
   readonly grpcPort: number;
@@ -121,6 +124,7 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
     service,
     stop() {
       stopping ??= (async () => {
+        const graceEnds = Date.now() + config.shutdownGraceMs;
         const closing = servers.shutdown(config.shutdownGraceMs);
         // Health is NOT_SERVING for good now; no check may reach the store as it closes.
         const checksStopped = storeHealth.stop();
@@ -128,7 +132,8 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
         await service.close();
         await closing;
         await checksStopped;
-        await store.close();
+        // What is left of the grace: the whole stop stays within it (or the store's minimum).
+        await store.close(Math.max(STORE_CLOSE_MIN_GRACE_MS, graceEnds - Date.now()));
       })();
       return stopping;
     },

@@ -224,6 +224,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       ...(labels === undefined ? {} : { labels }),
       ...(ttlMs === undefined ? {} : { ttlMs }),
       defaultTtlMs: limits.defaultTtlMs,
+      ...(ctx.deadline === undefined ? {} : { deadline: ctx.deadline }),
     });
     if (!result.replayed) maybeKick(ctx.namespace, result.thread);
     return create(AddResponseSchema, {

@@ -21,12 +21,14 @@ import {
   toThread,
 } from "./sqlite/schema.js";
 import { SqliteTtl } from "./sqlite/ttl.js";
+import { Activity, WriteGate } from "./sqlite/write-gate.js";
 import type { WriteWorkerData } from "./sqlite/write-worker.js";
 import {
   type Committed,
   fromWireError,
   type LoggedEvent,
   type QueuedWrite,
+  queuedPastDeadline,
   type WireError,
   type WriteOp,
   type WriteOutcome,
@@ -54,6 +56,18 @@ export const DEFAULT_SQLITE_CACHE_BYTES = 256 * 1024 * 1024;
 /** Default bound of the write queue: writes posted to the worker and not yet answered. */
 export const DEFAULT_MAX_QUEUED_WRITES = 4096;
 
+/** Default grace of close(): how long the worker may take to finish what it was handed. */
+export const DEFAULT_CLOSE_GRACE_MS = 10_000;
+
+/**
+ * After close's grace, how long the worker has to stop waiting for a lock
+ * (it looks between slices of 25 ms) and then to end once terminated.
+ */
+const STOP_WAIT_MS = 250;
+
+/** setTimeout fires at once for longer delays (24 days). */
+const MAX_TIMER_DELAY_MS = 2_147_483_647;
+
 /** Options of the SQLite store beyond the limits every store shares. */
 export interface SqliteStoreOptions {
   /**
@@ -73,6 +87,11 @@ export interface SqliteStoreOptions {
    * UNAVAILABLE. Default DEFAULT_MAX_QUEUED_WRITES.
    */
   maxQueuedWrites?: number;
+  /**
+   * The database's size limit in bytes (PRAGMA max_page_count, rounded down
+   * to pages): writes past it fail as on a full disk. Default: SQLite's own.
+   */
+  maxDatabaseBytes?: number;
 }
 
 /**
@@ -108,6 +127,12 @@ interface Waiting {
   /** The key of `inFlight` this write holds. */
   key: string;
   namespace: string;
+  /** Its WriteGate slot, free again once the worker has answered. */
+  slot: number;
+  /** Refuses it at its call's deadline if the worker has not taken it. */
+  timer?: NodeJS.Timeout;
+  /** Already refused (deadline, close): the worker's answer only frees the slot. */
+  refused?: boolean;
 }
 
 /**
@@ -133,8 +158,12 @@ interface Waiting {
  * (sqlite/write-worker.ts) owns the write connection. Writes that reach it
  * while it commits form the next group: one transaction, one fsync, each
  * write in its own savepoint (one that fails, e.g. failed_precondition or a
- * quota, is rolled back alone); each is answered after that COMMIT. At most
- * `maxQueuedWrites` writes wait; more are refused with unavailable. Reads run
+ * quota, is rolled back alone); each is answered after that COMMIT. When the
+ * file or the disk fails (full, locked by another process, read-only, an I/O
+ * error) each write's outcome is still what the file holds (writer.ts
+ * runGroup), a full disk being resource_exhausted and the rest unavailable.
+ * At most `maxQueuedWrites` writes wait; more are refused with unavailable;
+ * an Add still queued at its deadline is refused unstored. Reads run
  * on this thread on a connection of their own: WAL lets them read the last
  * commit while the worker writes, so no Get waits for an fsync.
  *
@@ -230,11 +259,24 @@ export function createSqliteStore(
 
   // --- the write worker -------------------------------------------------
 
+  const gate = WriteGate.allocate(maxQueued);
+  /** Slots of gate not held by a write; a write takes one, so they bound the queue. */
+  const freeSlots = Array.from({ length: maxQueued }, (_, i) => maxQueued - 1 - i);
   const workerData: WriteWorkerData = {
     path,
     busyTimeoutMs,
     pageCacheBytes: budget.pageCacheBytes,
     limits: lim,
+    gate: gate.shared,
+    gateCapacity: maxQueued,
+    ...(options.maxDatabaseBytes === undefined
+      ? {}
+      : {
+          maxPageCount: Math.max(
+            1,
+            Math.floor(options.maxDatabaseBytes / Number(db.pragma("page_size", { simple: true }))),
+          ),
+        }),
   };
   const worker = new Worker(file, { workerData });
   // Keeps the process alive only while writes wait for it (see write and settle).
@@ -247,12 +289,25 @@ export function createSqliteStore(
   let workerClosed: Promise<void> | undefined;
   const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
 
+  /**
+   * Answers every write still waiting once the worker is gone (or given up
+   * on): one it never took was not stored; one it took may have committed
+   * just before, so its outcome is unknown (a retry with its request_id is
+   * safe).
+   */
   function fail(err: Error): void {
     broken ??= err;
     for (const [id, w] of waiting) {
       waiting.delete(id);
+      clearTimeout(w.timer);
+      if (w.refused === true) continue;
       release(w.key);
-      w.reject(new MemoryError("unavailable", `the SQLite store stopped: ${broken.message}`));
+      const outcome = gate.cancel(w.slot)
+        ? "this write was not stored"
+        : "this write's outcome is unknown";
+      w.reject(
+        new MemoryError("unavailable", `the SQLite store stopped (${broken.message}): ${outcome}`),
+      );
     }
   }
 
@@ -263,6 +318,9 @@ export function createSqliteStore(
         break;
       case "failed":
         fail(fromWireError(m.error));
+        break;
+      case "pong":
+        answerPing(m.blockedBy);
         break;
       default:
         break;
@@ -275,7 +333,11 @@ export function createSqliteStore(
     const w = waiting.get(outcome.id);
     if (w === undefined) return;
     waiting.delete(outcome.id);
+    clearTimeout(w.timer);
+    gate.free(w.slot);
+    freeSlots.push(w.slot);
     if (waiting.size === 0) worker.unref();
+    if (w.refused === true) return;
     if (outcome.ok) {
       applyCommitted(outcome.committed, w.namespace);
       release(w.key);
@@ -308,15 +370,28 @@ export function createSqliteStore(
     if (writes.length > 0) worker.postMessage({ type: "writes", writes });
   }
 
-  /** Hands `op` to the worker; resolves once the group holding it has committed. */
-  function write<T>(op: WriteOp, namespace: string, threadId: string): Promise<Committed<T>> {
+  /**
+   * Hands `op` to the worker; resolves once the group holding it has
+   * committed. With a `deadline`, a write the worker has not taken by then
+   * is refused with deadline_exceeded, unstored.
+   */
+  function write<T>(
+    op: WriteOp,
+    namespace: string,
+    threadId: string,
+    deadline?: number,
+  ): Promise<Committed<T>> {
     if (closed) return Promise.reject(new MemoryError("unavailable", "the store is closed"));
     if (broken !== undefined) {
       return Promise.reject(
         new MemoryError("unavailable", `the SQLite store stopped: ${broken.message}`),
       );
     }
-    if (waiting.size >= maxQueued) {
+    if (deadline !== undefined && Date.now() >= deadline) {
+      return Promise.reject(queuedPastDeadline());
+    }
+    const slot = freeSlots.pop();
+    if (slot === undefined) {
       return Promise.reject(
         new MemoryError(
           "unavailable",
@@ -328,18 +403,66 @@ export function createSqliteStore(
     if (waiting.size === 0) worker.ref();
     const key = `${namespace}\0${threadId}`;
     hold(key);
+    gate.queue(slot);
     // After this turn's I/O callbacks: the writes of every call that arrived
     // together cross to the worker in one message.
     if (outbox.length === 0) setImmediate(post);
-    outbox.push({ id, op });
+    outbox.push(deadline === undefined ? { id, slot, op } : { id, slot, op, deadline });
     return new Promise<Committed<T>>((resolve, reject) => {
-      waiting.set(id, {
+      const w: Waiting = {
         resolve: resolve as (c: Committed<unknown>) => void,
         reject,
         key,
         namespace,
-      });
+        slot,
+      };
+      // Beyond a timer's range the worker's own check at the deadline is enough.
+      if (deadline !== undefined && deadline - Date.now() <= MAX_TIMER_DELAY_MS) {
+        w.timer = setTimeout(() => refuse(w, queuedPastDeadline()), deadline - Date.now());
+        w.timer.unref();
+      }
+      waiting.set(id, w);
     });
+  }
+
+  /** Refuses a write the worker has not taken; it stays in `waiting` until the worker answers. */
+  function refuse(w: Waiting, err: MemoryError): void {
+    if (w.refused === true || !gate.cancel(w.slot)) return;
+    w.refused = true;
+    release(w.key);
+    w.reject(err);
+  }
+
+  // --- health: a ping the worker answers between groups -----------------
+
+  /** The ping in flight (one at a time, shared by concurrent health calls). */
+  let ping: Promise<string | undefined> | undefined;
+  let answerPing: (error: string | undefined) => void = () => {};
+
+  /** Resolves with the worker's answer: why writes cannot proceed, when its probe failed. */
+  function askWorker(probe: boolean): Promise<string | undefined> {
+    ping ??= new Promise<string | undefined>((resolve) => {
+      answerPing = (error) => {
+        ping = undefined;
+        answerPing = () => {};
+        resolve(error);
+      };
+      // Behind the writes queued so far: the answer says the worker got through them.
+      post();
+      worker.postMessage({ type: "ping", probe });
+    });
+    return ping;
+  }
+
+  function activityOf(): string {
+    switch (gate.activity) {
+      case Activity.waitingForLock:
+        return "it is waiting for a lock another process holds on the database";
+      case Activity.committing:
+        return "it is inside a transaction (a slow or hung disk?)";
+      default:
+        return "it has no write in progress (its thread is starved, or this one is)";
+    }
   }
 
   /** Brings the cache up to date with a commit and publishes its events. */
@@ -466,7 +589,13 @@ export function createSqliteStore(
 
   return {
     async append(cmd: AppendCommand): Promise<AppendResult> {
-      return commitNs<AppendResult>({ kind: "append", cmd }, cmd.namespace, cmd.threadId);
+      const c = await write<AppendResult>(
+        { kind: "append", cmd },
+        cmd.namespace,
+        cmd.threadId,
+        cmd.deadline,
+      );
+      return c.value;
     },
 
     async read(
@@ -584,31 +713,91 @@ export function createSqliteStore(
       };
     },
 
-    async health(): Promise<StoreHealth> {
+    /**
+     * Serving when the write worker answers a ping within `timeoutMs`: not
+     * serving once it has stopped, and while it cannot answer (waiting for a
+     * lock another process holds, or stuck in a commit), since writes then
+     * cannot proceed. A full disk (or the size limit reached) is reported
+     * not serving too, naming it, though reads are still served and the
+     * store refuses nothing but writes: a server that cannot store an Add
+     * cannot do what it is for, and readiness is where an operator looks.
+     * While full, each call has the worker try a small write, so health
+     * turns serving again by itself once there is room, with no Add needed.
+     */
+    async health(timeoutMs: number): Promise<StoreHealth> {
       if (closed) return { serving: false, reason: "the SQLite store is closed" };
       if (broken !== undefined) {
         return { serving: false, reason: `the SQLite write worker stopped: ${broken.message}` };
       }
-      return { serving: true };
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<"late">((resolve) => {
+        timer = setTimeout(() => resolve("late"), timeoutMs);
+      });
+      const answer = await Promise.race([askWorker(gate.diskFull), late]);
+      clearTimeout(timer);
+      if (answer === "late") {
+        return {
+          serving: false,
+          reason: `the SQLite write worker did not answer within ${timeoutMs} ms: ${activityOf()}`,
+        };
+      }
+      // The worker may have stopped while the ping was out.
+      const stopped = broken as Error | undefined;
+      if (stopped !== undefined) {
+        return { serving: false, reason: `the SQLite write worker stopped: ${stopped.message}` };
+      }
+      if (answer === undefined) return { serving: true };
+      return {
+        serving: false,
+        reason: `${answer}: writes are refused until it clears; reads are served`,
+      };
     },
 
-    async close(): Promise<void> {
+    /**
+     * Lets the worker commit and answer what it was handed within `graceMs`;
+     * then it stops waiting for locks (writes it had not taken are refused,
+     * unstored), is terminated, and every write still unanswered is refused
+     * with unavailable. Resolves within graceMs + 2 × STOP_WAIT_MS, unless
+     * the worker's thread is stuck inside SQLite (a hung fsync), which no
+     * one can end: then the process is left to exit without it.
+     */
+    async close(graceMs = DEFAULT_CLOSE_GRACE_MS): Promise<void> {
       if (workerClosed === undefined) {
         closed = true;
         worker.ref();
         // Writes already handed over are committed and answered first.
         post();
         worker.postMessage({ type: "close" });
-        workerClosed = exited.then(() => {
+        workerClosed = (async () => {
+          if (!(await exitsWithin(graceMs))) {
+            gate.abandon();
+            if (!(await exitsWithin(STOP_WAIT_MS))) {
+              void worker.terminate();
+              await exitsWithin(STOP_WAIT_MS);
+            }
+          }
+          fail(new Error("the store closed"));
+          worker.unref();
           listeners.clear();
           cache.clear();
           db.close();
           lock.close();
-        });
+        })();
       }
       return workerClosed;
     },
   };
+
+  /** Whether the worker exits within `ms`. */
+  async function exitsWithin(ms: number): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), ms);
+    });
+    const inTime = await Promise.race([exited.then(() => true), late]);
+    clearTimeout(timer);
+    return inTime;
+  }
 
   /** Runs a write in the worker; its value once the group holding it has committed. */
   async function commitNs<T>(op: WriteOp, namespace: string, threadId: string): Promise<T> {
@@ -621,4 +810,5 @@ type WorkerMessage =
   | { type: "ready" }
   | { type: "closed" }
   | { type: "failed"; error: WireError }
-  | { type: "done"; outcomes: WriteOutcome[] };
+  | { type: "done"; outcomes: WriteOutcome[] }
+  | { type: "pong"; blockedBy?: string };

@@ -152,13 +152,18 @@ export interface Store {
   /**
    * Whether the store can serve now, for gRPC health and GET /readyz: it
    * answers within `timeoutMs`, runs the incarnation this replica has
-   * adopted, and (SQLite) its write worker is alive. Never throws; a store
+   * adopted (Redis), and can take writes (SQLite: its write worker answers,
+   * is not stuck on a lock, and its disk is not full). Never throws; a store
    * that cannot tell within `timeoutMs` is reported not serving.
    */
   health(timeoutMs: number): Promise<StoreHealth>;
 
-  /** Releases connections and timers. */
-  close(): Promise<void>;
+  /**
+   * Releases connections and timers. Writes already handed to the store may
+   * finish within `graceMs` (a store's own default when absent); after it,
+   * those left are refused with unavailable and close resolves.
+   */
+  close(graceMs?: number): Promise<void>;
 }
 
 /** What Store.health found. */
@@ -217,6 +222,11 @@ export interface AppendCommand {
    */
   ttlMs?: number;
   defaultTtlMs?: number;
+  /**
+   * The call's deadline, ms since the epoch: a store that queues writes
+   * refuses one still queued then with deadline_exceeded, storing nothing.
+   */
+  deadline?: number;
 }
 
 export interface AppendResult {

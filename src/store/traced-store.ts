@@ -58,6 +58,6 @@ export function tracedStore(store: Store, kind: "memory" | "sqlite" | "redis"): 
     importThread: (cmd) =>
       span("importThread", cmd.namespace, cmd.threadId, () => store.importThread(cmd)),
     health: (timeoutMs) => store.health(timeoutMs),
-    close: () => store.close(),
+    close: (graceMs) => store.close(graceMs),
   };
 }

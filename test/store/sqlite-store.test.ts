@@ -766,6 +766,19 @@ describe("SQLite store's write worker", () => {
     expect((await s.append(cmd({ threadId: "later" }))).lastSeq).toBe(1);
   });
 
+  it("refuses an Add whose deadline has passed, storing nothing, and keeps one whose deadline is far off", async () => {
+    const s = openStore();
+    await expect(
+      s.append(cmd({ threadId: "past", deadline: Date.now() - 1 })),
+    ).rejects.toMatchObject({ code: "deadline_exceeded" });
+    expect(await s.getThread("ns", "past")).toBeUndefined();
+    // 30 days: beyond setTimeout's range, where a timer would fire at once.
+    const far = await s.append(cmd({ threadId: "far", deadline: Date.now() + 30 * 86_400_000 }));
+    expect(far.lastSeq).toBe(1);
+    const soon = await s.append(cmd({ threadId: "soon", deadline: Date.now() + 60_000 }));
+    expect(soon.lastSeq).toBe(1);
+  });
+
   it("answers writes handed over before close, and refuses those after", async () => {
     const s = createSqliteStore(freshPath());
     const before = s.append(cmd({ threadId: "before" }));

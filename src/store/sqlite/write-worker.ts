@@ -1,7 +1,8 @@
 import { parentPort, workerData } from "node:worker_threads";
 import type { StoreLimits } from "../store.js";
 import { openWriteConnection } from "./schema.js";
-import { createWriter, type QueuedWrite, toWireError } from "./writer.js";
+import { WriteGate } from "./write-gate.js";
+import { createWriter, type QueuedWrite, toWireError, writeBlockedBy } from "./writer.js";
 
 /**
  * The SQLite store's write worker: it owns the write connection, so no fsync
@@ -9,9 +10,13 @@ import { createWriter, type QueuedWrite, toWireError } from "./writer.js";
  * committing wait in the port and form the next group: one transaction and
  * one fsync for all of them (group commit), each answered only after that
  * COMMIT returned. Messages from the store:
- *   { type: "writes", writes: QueuedWrite[] } and { type: "close" };
+ *   { type: "writes", writes: QueuedWrite[] }, { type: "close" } and
+ *   { type: "ping", probe } (health: answered once the writes that came
+ *   before it are done; with `probe`, after a small write tells whether a
+ *   full disk has room again);
  * to it: { type: "ready" }, { type: "done", outcomes }, { type: "failed", error }
- * (could not open), { type: "closed" }.
+ * (could not open), { type: "pong", blockedBy? } (why the probe's write
+ * failed), { type: "closed" }.
  */
 
 export interface WriteWorkerData {
@@ -19,7 +24,15 @@ export interface WriteWorkerData {
   busyTimeoutMs: number;
   pageCacheBytes: number;
   limits: StoreLimits;
+  /** PRAGMA max_page_count: the database's size limit; absent: SQLite's own. */
+  maxPageCount?: number;
+  /** WriteGate's buffer and its slot count. */
+  gate: SharedArrayBuffer;
+  gateCapacity: number;
 }
+
+/** The connection's own busy timeout: the slice in which the writer waits for a lock. */
+const LOCK_WAIT_SLICE_MS = 25;
 
 /** The most writes one transaction commits; more wait for the next group. */
 const MAX_GROUP = 512;
@@ -35,7 +48,10 @@ try {
   port.postMessage({ type: "failed", error: toWireError(err) });
   process.exit(1);
 }
-const writer = createWriter(db, data.limits);
+db.pragma(`busy_timeout = ${LOCK_WAIT_SLICE_MS}`);
+if (data.maxPageCount !== undefined) db.pragma(`max_page_count = ${data.maxPageCount}`);
+const gate = new WriteGate(data.gate, data.gateCapacity);
+const writer = createWriter(db, data.limits, gate, data.busyTimeoutMs);
 const queue: QueuedWrite[] = [];
 let scheduled = false;
 let closing = false;
@@ -50,6 +66,7 @@ function flush(): void {
     const group = queue.splice(0, MAX_GROUP);
     port?.postMessage({ type: "done", outcomes: writer.runGroup(group) });
   }
+  for (const probe of pingsAfterFlush.splice(0)) answerPing(probe);
   if (closing) {
     db.close();
     port?.postMessage({ type: "closed" });
@@ -57,7 +74,27 @@ function flush(): void {
   }
 }
 
-port.on("message", (m: { type: "writes"; writes: QueuedWrite[] } | { type: "close" }) => {
+type FromStore =
+  | { type: "writes"; writes: QueuedWrite[] }
+  | { type: "close" }
+  | { type: "ping"; probe: boolean };
+
+function answerPing(probe: boolean): void {
+  const error = probe ? writer.probeSpace() : undefined;
+  port?.postMessage(
+    error === undefined ? { type: "pong" } : { type: "pong", blockedBy: writeBlockedBy(error) },
+  );
+}
+
+/** Pings that came with writes: answered once those writes are done. */
+const pingsAfterFlush: boolean[] = [];
+
+port.on("message", (m: FromStore) => {
+  if (m.type === "ping") {
+    if (scheduled) pingsAfterFlush.push(m.probe);
+    else answerPing(m.probe);
+    return;
+  }
   if (m.type === "writes") {
     for (const w of m.writes) queue.push(w);
   } else {

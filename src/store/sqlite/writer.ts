@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
-import type Database from "better-sqlite3";
+import Database from "better-sqlite3";
 import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../../core/append.js";
-import { invalidArgument, MemoryError } from "../../core/errors.js";
+import { type ErrorCode, invalidArgument, MemoryError } from "../../core/errors.js";
 import { ttlAfterAdd, ttlFields } from "../../core/ttl.js";
 import type { EventBody, StoredMessage, ThreadState } from "../../core/types.js";
 import { checkQuotas, messageBytes, type NamespaceUsage } from "../quota.js";
@@ -26,6 +26,7 @@ import {
   toThread,
 } from "./schema.js";
 import { SqliteTtl } from "./ttl.js";
+import { Activity, type WriteGate } from "./write-gate.js";
 
 /** A write transaction's outcome, and what to do once it has committed. */
 export interface Committed<T> {
@@ -78,14 +79,19 @@ export interface WireError {
 
 export interface QueuedWrite {
   id: number;
+  /** Its slot in the WriteGate: whoever changes it first decides whether it runs. */
+  slot: number;
   op: WriteOp;
+  /** The call's deadline (ms since the epoch): not taken after it. */
+  deadline?: number;
 }
 
 export type WriteOutcome =
   | { id: number; ok: true; committed: Committed<unknown> }
   | { id: number; ok: false; error: WireError };
 
-export function toWireError(err: unknown): WireError {
+export function toWireError(thrown: unknown): WireError {
+  const err = sqliteFault(thrown) ?? thrown;
   if (err instanceof MemoryError) {
     const e: WireError = { message: err.message, code: err.code };
     if (err.field !== undefined) e.field = err.field;
@@ -107,9 +113,15 @@ export function fromWireError(e: WireError): Error {
  * The store's writes on the write connection (run in the worker). `runGroup`
  * commits a group of writes as one transaction, so one fsync covers them all;
  * each write runs in its own savepoint, so one that fails (a precondition, a
- * quota) is rolled back alone and the others still commit.
+ * quota) is rolled back alone and the others still commit. The connection's
+ * own busy timeout is short: `busyTimeoutMs` is waited out in slices of it.
  */
-export function createWriter(db: Database.Database, lim: StoreLimits) {
+export function createWriter(
+  db: Database.Database,
+  lim: StoreLimits,
+  gate: WriteGate,
+  busyTimeoutMs: number,
+) {
   const sql = {
     thread: db.prepare<[string, string], ThreadRow>(
       "SELECT * FROM threads WHERE namespace = ? AND thread_id = ?",
@@ -295,7 +307,7 @@ export function createWriter(db: Database.Database, lim: StoreLimits) {
   }
 
   /**
-   * The Add itself, inside appendWithTtlTx's transaction; `row` is the
+   * The Add itself, inside appendWithTtl's savepoint; `row` is the
    * thread's row as that transaction read it (undefined: none, or expired and
    * just removed), so the Add reads it once.
    */
@@ -394,49 +406,47 @@ export function createWriter(db: Database.Database, lim: StoreLimits) {
     };
   }
 
-  const commitSummaryTx = db.transaction(
-    (cmd: CommitSummaryCommand): Committed<ThreadState | undefined> => {
-      const row = sql.thread.get(cmd.namespace, cmd.threadId);
-      const lease = sql.lease.get(cmd.namespace, cmd.threadId);
-      if (
-        row === undefined ||
-        row.incarnation !== cmd.incarnation ||
-        row.summarized_through_seq !== cmd.fromSeq ||
-        cmd.throughSeq <= cmd.fromSeq ||
-        lease === undefined ||
-        lease.token !== cmd.leaseToken
-      ) {
-        return { value: undefined, events: [] };
-      }
-      const state = toThread(row);
-      state.summary = cmd.summary;
-      state.summaryTime = cmd.now;
-      state.summarizedThroughSeq = cmd.throughSeq;
-      state.updateTime = cmd.now;
-      const { count, bytes, through } = trim(row.id, state);
-      use(cmd.namespace, { threads: 0, messages: -count, bytes: -bytes }, row.id);
-      saveThread(row.id, state);
-      const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
-        type: "summary_updated",
-        summary: cmd.summary,
-        summarizedThroughSeq: cmd.throughSeq,
-        foldedCount: cmd.foldedCount,
-      });
-      return {
-        value: state,
-        events: [event],
-        messages: {
-          incarnation: state.incarnation,
-          created: false,
-          lastSeqBefore: state.lastSeq,
-          added: [],
-          droppedThrough: through,
-        },
-      };
-    },
-  );
+  const commitSummary = (cmd: CommitSummaryCommand): Committed<ThreadState | undefined> => {
+    const row = sql.thread.get(cmd.namespace, cmd.threadId);
+    const lease = sql.lease.get(cmd.namespace, cmd.threadId);
+    if (
+      row === undefined ||
+      row.incarnation !== cmd.incarnation ||
+      row.summarized_through_seq !== cmd.fromSeq ||
+      cmd.throughSeq <= cmd.fromSeq ||
+      lease === undefined ||
+      lease.token !== cmd.leaseToken
+    ) {
+      return { value: undefined, events: [] };
+    }
+    const state = toThread(row);
+    state.summary = cmd.summary;
+    state.summaryTime = cmd.now;
+    state.summarizedThroughSeq = cmd.throughSeq;
+    state.updateTime = cmd.now;
+    const { count, bytes, through } = trim(row.id, state);
+    use(cmd.namespace, { threads: 0, messages: -count, bytes: -bytes }, row.id);
+    saveThread(row.id, state);
+    const event = logEvent(cmd.namespace, cmd.threadId, cmd.now, {
+      type: "summary_updated",
+      summary: cmd.summary,
+      summarizedThroughSeq: cmd.throughSeq,
+      foldedCount: cmd.foldedCount,
+    });
+    return {
+      value: state,
+      events: [event],
+      messages: {
+        incarnation: state.incarnation,
+        created: false,
+        lastSeqBefore: state.lastSeq,
+        added: [],
+        droppedThrough: through,
+      },
+    };
+  };
 
-  const recordFoldFailureTx = db.transaction((cmd: FoldFailureCommand): Committed<void> => {
+  const recordFoldFailure = (cmd: FoldFailureCommand): Committed<void> => {
     const row = sql.thread.get(cmd.namespace, cmd.threadId);
     if (row === undefined || row.incarnation !== cmd.incarnation) {
       return { value: undefined, events: [] };
@@ -447,19 +457,17 @@ export function createWriter(db: Database.Database, lim: StoreLimits) {
       attempt: cmd.attempt,
     });
     return { value: undefined, events: [event] };
-  });
+  };
 
-  const acquireLeaseTx = db.transaction(
-    (namespace: string, threadId: string, ttlMs: number): number | undefined => {
-      const now = Date.now();
-      const held = sql.lease.get(namespace, threadId);
-      if (held !== undefined && held.expires_at > now) return undefined;
-      const token = sql.nextLeaseToken.get();
-      if (token === undefined) throw new Error("sqlite store: meta.lease_counter is missing");
-      sql.setLease.run(namespace, threadId, token, now + ttlMs);
-      return token;
-    },
-  );
+  const acquireLease = (namespace: string, threadId: string, ttlMs: number): number | undefined => {
+    const now = Date.now();
+    const held = sql.lease.get(namespace, threadId);
+    if (held !== undefined && held.expires_at > now) return undefined;
+    const token = sql.nextLeaseToken.get();
+    if (token === undefined) throw new Error("sqlite store: meta.lease_counter is missing");
+    sql.setLease.run(namespace, threadId, token, now + ttlMs);
+    return token;
+  };
 
   /**
    * Removes the thread if it has expired at `now`, inside the caller's
@@ -478,7 +486,7 @@ export function createWriter(db: Database.Database, lim: StoreLimits) {
   }
 
   /** An Add with retention: an expired thread goes first; the Add moves the expiry on. */
-  const appendWithTtlTx = db.transaction((cmd: AppendCommand): Committed<AppendResult> => {
+  const appendWithTtl = (cmd: AppendCommand): Committed<AppendResult> => {
     const row = sql.thread.get(cmd.namespace, cmd.threadId);
     const expired = expireIfDue(cmd.namespace, cmd.threadId, cmd.now, row);
     const before = expired === undefined ? row : undefined;
@@ -504,15 +512,13 @@ export function createWriter(db: Database.Database, lim: StoreLimits) {
       events: [expired.event, ...done.events],
       ended: [...(done.ended ?? []), expired.incarnation],
     };
-  });
+  };
 
-  const sweepOneTx = db.transaction(
-    (namespace: string, threadId: string, now: number): Committed<boolean> => {
-      const expired = expireIfDue(namespace, threadId, now);
-      if (expired === undefined) return { value: false, events: [] };
-      return { value: true, events: [expired.event], ended: [expired.incarnation] };
-    },
-  );
+  const sweepOne = (namespace: string, threadId: string, now: number): Committed<boolean> => {
+    const expired = expireIfDue(namespace, threadId, now);
+    if (expired === undefined) return { value: false, events: [] };
+    return { value: true, events: [expired.event], ended: [expired.incarnation] };
+  };
 
   /** Store.importThread, in its own statements so the hot path's stay as they are. */
   const insertImportedThread = db.prepare<
@@ -522,7 +528,7 @@ export function createWriter(db: Database.Database, lim: StoreLimits) {
        summarized_through_seq, summary, summary_time, create_time, update_time)
      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   );
-  const importTx = db.transaction((cmd: ImportThreadCommand): Committed<boolean> => {
+  const importThread = (cmd: ImportThreadCommand): Committed<boolean> => {
     if (sql.thread.get(cmd.namespace, cmd.threadId) !== undefined) {
       return { value: false, events: [] };
     }
@@ -564,81 +570,313 @@ export function createWriter(db: Database.Database, lim: StoreLimits) {
             }),
           ];
     return { value: true, events };
-  });
+  };
 
-  const clearTx = db.transaction(
-    (namespace: string, threadId: string, now: number): Committed<boolean> => {
-      const row = sql.thread.get(namespace, threadId);
-      if (row === undefined) return { value: false, events: [] };
-      deleteThread(namespace, row);
-      return {
-        value: true,
-        events: [logEvent(namespace, threadId, now, { type: "thread_cleared" })],
-        ended: [row.incarnation],
-      };
-    },
-  );
+  const clearThread = (namespace: string, threadId: string, now: number): Committed<boolean> => {
+    const row = sql.thread.get(namespace, threadId);
+    if (row === undefined) return { value: false, events: [] };
+    deleteThread(namespace, row);
+    return {
+      value: true,
+      events: [logEvent(namespace, threadId, now, { type: "thread_cleared" })],
+      ended: [row.incarnation],
+    };
+  };
 
   /** One batch of clearAll: the first `limit` threads of the namespace in byte order. */
-  const clearBatchTx = db.transaction(
-    (namespace: string, now: number, limit: number): Committed<number> => {
-      // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
-      const threads = sql.firstThreads.all(namespace, limit);
-      for (const t of threads) deleteThread(namespace, t);
-      return {
-        value: threads.length,
-        events: threads.map((t) =>
-          logEvent(namespace, t.thread_id, now, { type: "thread_cleared" }),
-        ),
-        ended: threads.map((t) => t.incarnation),
-      };
-    },
-  );
+  const clearBatch = (namespace: string, now: number, limit: number): Committed<number> => {
+    // SQLite's BINARY collation compares UTF-8 bytes: the order ListThreads promises.
+    const threads = sql.firstThreads.all(namespace, limit);
+    for (const t of threads) deleteThread(namespace, t);
+    return {
+      value: threads.length,
+      events: threads.map((t) => logEvent(namespace, t.thread_id, now, { type: "thread_cleared" })),
+      ended: threads.map((t) => t.incarnation),
+    };
+  };
 
   function runOne(op: WriteOp): Committed<unknown> {
     switch (op.kind) {
       case "append":
-        return appendWithTtlTx(op.cmd);
+        return appendWithTtl(op.cmd);
       case "import":
-        return importTx(op.cmd);
+        return importThread(op.cmd);
       case "sweepOne":
-        return sweepOneTx(op.namespace, op.threadId, op.now);
+        return sweepOne(op.namespace, op.threadId, op.now);
       case "commitSummary":
-        return commitSummaryTx(op.cmd);
+        return commitSummary(op.cmd);
       case "recordFoldFailure":
-        return recordFoldFailureTx(op.cmd);
+        return recordFoldFailure(op.cmd);
       case "acquireLease":
-        return { value: acquireLeaseTx(op.namespace, op.threadId, op.ttlMs), events: [] };
+        return { value: acquireLease(op.namespace, op.threadId, op.ttlMs), events: [] };
       case "releaseLease":
         sql.releaseLease.run(op.namespace, op.threadId, op.token);
         return { value: undefined, events: [] };
       case "clear":
-        return clearTx(op.namespace, op.threadId, op.now);
+        return clearThread(op.namespace, op.threadId, op.now);
       case "clearBatch":
-        return clearBatchTx(op.namespace, op.now, op.limit);
+        return clearBatch(op.namespace, op.now, op.limit);
     }
   }
 
-  const group = db.transaction((writes: QueuedWrite[]): WriteOutcome[] =>
-    writes.map(({ id, op }): WriteOutcome => {
+  const begin = db.prepare("BEGIN IMMEDIATE");
+  const commit = db.prepare("COMMIT");
+  const rollback = db.prepare("ROLLBACK");
+  const savepoint = db.prepare("SAVEPOINT write");
+  const releaseSavepoint = db.prepare("RELEASE write");
+  const rollbackToSavepoint = db.prepare("ROLLBACK TO write");
+
+  /** A failure outcome; a full disk is also noted in the gate (for health). */
+  function failed(id: number, err: unknown): WriteOutcome {
+    if (err instanceof Database.SqliteError && err.code === "SQLITE_FULL") gate.diskFull = true;
+    return { id, ok: false, error: toWireError(err) };
+  }
+
+  /**
+   * Takes `w` to run it, or answers it without running it: refused by the
+   * store already (its answer is ignored), or its deadline has passed.
+   */
+  function take(w: QueuedWrite, outcomes: WriteOutcome[]): boolean {
+    if (w.deadline !== undefined && Date.now() >= w.deadline && gate.cancel(w.slot)) {
+      outcomes.push({ id: w.id, ok: false, error: toWireError(queuedPastDeadline()) });
+      return false;
+    }
+    if (gate.take(w.slot)) return true;
+    outcomes.push({ id: w.id, ok: false, error: { message: "refused by the store" } });
+    return false;
+  }
+
+  /**
+   * BEGIN IMMEDIATE, waiting for another process's lock in slices of the
+   * connection's short busy timeout up to `busyTimeoutMs`, so that between
+   * slices the writes not taken yet (`untaken`, which this shortens) are
+   * refused at their deadlines, and close's grace can end the wait. Undefined
+   * once begun; else why not (error undefined: every write waiting was
+   * answered meanwhile).
+   */
+  function beginWhenFree(
+    untaken: QueuedWrite[] | undefined,
+    outcomes: WriteOutcome[],
+  ): { error: unknown } | undefined {
+    const giveUpAt = Date.now() + busyTimeoutMs;
+    for (;;) {
       try {
-        return { id, ok: true, committed: runOne(op) };
+        begin.run();
+        gate.activity = Activity.committing;
+        return undefined;
       } catch (err) {
-        return { id, ok: false, error: toWireError(err) };
+        if (!(err instanceof Database.SqliteError) || !err.code.startsWith("SQLITE_BUSY")) {
+          return { error: err };
+        }
+        if (Date.now() >= giveUpAt) return { error: err };
+        if (gate.abandoned) return { error: new MemoryError("unavailable", CLOSING) };
+        gate.activity = Activity.waitingForLock;
+        if (untaken === undefined) continue;
+        const now = Date.now();
+        for (let i = untaken.length - 1; i >= 0; i--) {
+          const w = untaken[i] as QueuedWrite;
+          if (w.deadline !== undefined && now >= w.deadline) {
+            untaken.splice(i, 1);
+            take(w, outcomes);
+          }
+        }
+        if (untaken.length === 0) return { error: undefined };
       }
-    }),
-  );
+    }
+  }
+
+  /** One write in a transaction of its own; its outcome is what the file then holds. */
+  function runAlone(w: QueuedWrite, outcomes: WriteOutcome[]): void {
+    const notBegun = beginWhenFree(undefined, outcomes);
+    if (notBegun !== undefined) {
+      outcomes.push(failed(w.id, notBegun.error));
+      return;
+    }
+    try {
+      const committed = runOne(w.op);
+      commit.run();
+      gate.diskFull = false;
+      outcomes.push({ id: w.id, ok: true, committed });
+    } catch (err) {
+      if (db.inTransaction) rollback.run();
+      outcomes.push(failed(w.id, err));
+    }
+  }
 
   return {
-    /** Commits `writes` in one transaction (BEGIN IMMEDIATE ... COMMIT, one fsync). */
+    /**
+     * Commits `writes` in one transaction (BEGIN IMMEDIATE ... COMMIT, one
+     * fsync), each write in its own savepoint, and returns an outcome per
+     * write that equals what the file holds afterwards:
+     * - a write that fails on its own (a precondition, a quota) is rolled
+     *   back to its savepoint and the others go on;
+     * - when SQLite rolls back the whole transaction by itself (SQLITE_FULL,
+     *   SQLITE_IOERR, SQLITE_NOMEM; `db.inTransaction` is then false), or
+     *   COMMIT fails, nothing of the group is stored: every write taken is
+     *   run again in a transaction of its own, and so are the rest, so no
+     *   statement ever runs outside a transaction and each is answered with
+     *   its own outcome (after an I/O error at COMMIT, whose frames a crash
+     *   recovery might still find, as unknown: sqliteFault);
+     * - a write is taken (WriteGate) only once the transaction has begun, so
+     *   one still waiting for a lock at its deadline is refused unchanged.
+     */
     runGroup(writes: QueuedWrite[]): WriteOutcome[] {
+      const outcomes: WriteOutcome[] = [];
+      gate.activity = Activity.committing;
       try {
-        return group.immediate(writes);
+        const untaken = [...writes];
+        const notBegun = beginWhenFree(untaken, outcomes);
+        if (notBegun !== undefined) {
+          // Nothing ran: each write not answered yet gets the reason, unchanged.
+          for (const w of untaken) {
+            if (take(w, outcomes)) outcomes.push(failed(w.id, notBegun.error));
+          }
+          return outcomes;
+        }
+        const answered = new Set(outcomes.map((o) => o.id));
+        const inGroup: WriteOutcome[] = [];
+        const taken: QueuedWrite[] = [];
+        let again: QueuedWrite[] | undefined;
+        for (let i = 0; i < writes.length; i++) {
+          const w = writes[i] as QueuedWrite;
+          if (answered.has(w.id) || !take(w, outcomes)) continue;
+          taken.push(w);
+          savepoint.run();
+          try {
+            inGroup.push({ id: w.id, ok: true, committed: runOne(w.op) });
+            releaseSavepoint.run();
+          } catch (err) {
+            if (!db.inTransaction) {
+              // SQLite rolled the whole group back: the writes before this one too.
+              again = writes.slice(i + 1);
+              break;
+            }
+            rollbackToSavepoint.run();
+            releaseSavepoint.run();
+            inGroup.push(failed(w.id, err));
+          }
+        }
+        if (again === undefined) {
+          try {
+            commit.run();
+            if (!inGroup.some((o) => !o.ok && o.error.message.startsWith(DISK_FULL))) {
+              gate.diskFull = false;
+            }
+            outcomes.push(...inGroup);
+            return outcomes;
+          } catch {
+            if (db.inTransaction) rollback.run();
+            again = [];
+          }
+        }
+        // The group's transaction is gone: each write on its own, in order.
+        for (const w of taken) runAlone(w, outcomes);
+        for (const w of again) {
+          if (!answered.has(w.id) && take(w, outcomes)) runAlone(w, outcomes);
+        }
+        return outcomes;
+      } finally {
+        gate.activity = Activity.idle;
+      }
+    },
+
+    /**
+     * Whether a small write can commit now (health, while the disk is full):
+     * a value that needs new pages, deleted again in the same transaction.
+     * Undefined when it can; else the error.
+     */
+    probeSpace(): unknown {
+      const notBegun = beginWhenFree(undefined, []);
+      if (notBegun !== undefined) return notBegun.error;
+      try {
+        db.prepare(
+          "INSERT OR REPLACE INTO meta (key, value) VALUES ('space_probe', zeroblob(?))",
+        ).run(2 * Number(db.pragma("page_size", { simple: true })));
+        db.prepare("DELETE FROM meta WHERE key = 'space_probe'").run();
+        commit.run();
+        gate.diskFull = false;
+        return undefined;
       } catch (err) {
-        // The commit itself failed: nothing of the group is stored.
-        const error = toWireError(err);
-        return writes.map(({ id }) => ({ id, ok: false, error }));
+        if (db.inTransaction) rollback.run();
+        return err;
       }
     },
   };
+}
+
+/** Why the worker answered a write without running it during close. */
+const CLOSING = "the SQLite store is closing; this write was not stored";
+
+const DISK_FULL = "the SQLite store's disk is full";
+
+/** A write still queued (not taken by a transaction) at its call's deadline. */
+export function queuedPastDeadline(): MemoryError {
+  return new MemoryError(
+    "deadline_exceeded",
+    "the SQLite write was still queued at the call's deadline; it was not stored",
+  );
+}
+
+/** A SQLite failure of the file or the disk rather than of the write. */
+interface SqliteFault {
+  code: ErrorCode;
+  /** What is wrong, with SQLite's code and message: "the SQLite store's disk is full (…)". */
+  cause: string;
+  /** What a refused write's caller may do. */
+  advice: string;
+  /** The write may be stored though it failed (an I/O error at commit). */
+  outcomeUnknown?: boolean;
+}
+
+function faultOf(err: unknown): SqliteFault | undefined {
+  if (!(err instanceof Database.SqliteError)) return undefined;
+  const detail = `${err.code}: ${err.message}`;
+  if (err.code === "SQLITE_FULL") {
+    return {
+      code: "resource_exhausted",
+      cause: `${DISK_FULL} (${detail})`,
+      advice: "; reads are still served, and writes resume once space is freed",
+    };
+  }
+  if (err.code.startsWith("SQLITE_BUSY") || err.code.startsWith("SQLITE_LOCKED")) {
+    return {
+      code: "unavailable",
+      cause: `the SQLite database is locked by another process (${detail})`,
+      advice: "; retry with backoff",
+    };
+  }
+  if (err.code.startsWith("SQLITE_READONLY")) {
+    return {
+      code: "unavailable",
+      cause: `the SQLite database cannot be written (${detail})`,
+      advice: "",
+    };
+  }
+  if (err.code.startsWith("SQLITE_IOERR")) {
+    // A failed fsync may leave the commit's frames in the WAL, where recovery
+    // after a crash could still find them: the outcome is not known.
+    return {
+      code: "unavailable",
+      cause: `the SQLite store's disk failed (${detail})`,
+      advice: "",
+      outcomeUnknown: true,
+    };
+  }
+  return undefined;
+}
+
+/** The store's error for a SQLite fault (faultOf); undefined for anything else. */
+export function sqliteFault(err: unknown): MemoryError | undefined {
+  const fault = faultOf(err);
+  if (fault === undefined) return undefined;
+  const outcome =
+    fault.outcomeUnknown === true
+      ? "this write may or may not be stored; retry it with the same request_id"
+      : "this write was not stored";
+  return new MemoryError(fault.code, `${fault.cause}: ${outcome}${fault.advice}`);
+}
+
+/** Why a write could not proceed, for health: the fault's cause, or the error's message. */
+export function writeBlockedBy(err: unknown): string {
+  return faultOf(err)?.cause ?? `the SQLite write connection failed (${toWireError(err).message})`;
 }
