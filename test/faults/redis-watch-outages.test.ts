@@ -44,7 +44,11 @@ function transports(replica: Replica): Driver[] {
     connectDriver(replica.httpPort, "connect", "1.1"),
     connectDriver(replica.httpPort, "grpc-web", "1.1"),
   ];
-  started.push({ stop: async () => drivers.forEach((d) => d.close()) });
+  started.push({
+    stop: async () => {
+      for (const d of drivers) d.close();
+    },
+  });
   return drivers;
 }
 
