@@ -39,7 +39,7 @@ import {
   RELEASE_LEASE,
   ROTATE_INCARNATION,
 } from "./redis/scripts.js";
-import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
+import { historyLostError, newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
 import type {
   AppendCommand,
   AppendResult,
@@ -1061,11 +1061,7 @@ const HISTORY_LOST =
   "the store's history was lost (Redis restarted empty, was flushed or failed over to a copy without it)";
 
 function historyLost(): MemoryError {
-  return new MemoryError(
-    "out_of_range",
-    `resume_token: ${HISTORY_LOST}; re-read with Get and watch from now`,
-    { field: "resume_token" },
-  );
+  return historyLostError(HISTORY_LOST);
 }
 
 /** The resume-token codec of an incarnation "<store id>.<secret>". */

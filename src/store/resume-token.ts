@@ -142,6 +142,15 @@ const STORE_ID = /^[0-9a-z]{4,32}$/;
 /** Store id, position (canonical decimal, below 2^53), 22 base64url characters. */
 const TOKEN = /^([0-9a-z]{4,32})\.(0|[1-9]\d{0,14})\.([A-Za-z0-9_-]{22})$/;
 
+/**
+ * A cursor this store signed that its history no longer reaches, or one of
+ * a history it lost: out_of_range, so the client re-reads with Get and
+ * watches from now instead of resuming into events it never saw.
+ */
+export function historyLostError(why: string): MemoryError {
+  return outOfRange(`${why}; re-read with Get and watch from now`);
+}
+
 function outOfRange(why: string): MemoryError {
   return new MemoryError("out_of_range", `resume_token: ${why}`, { field: "resume_token" });
 }

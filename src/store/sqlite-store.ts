@@ -2,16 +2,17 @@ import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import type Database from "better-sqlite3";
-import { invalidArgument, MemoryError } from "../core/errors.js";
+import { MemoryError } from "../core/errors.js";
 import { recallSize } from "../core/recall.js";
 import { isExpired } from "../core/ttl.js";
 import type { Labels, MemoryEvent, StoredMessage, Strategy, ThreadState } from "../core/types.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
-import { ResumeTokens } from "./resume-token.js";
+import { historyLostError, ResumeTokens } from "./resume-token.js";
 import { SqliteLabels } from "./sqlite/labels.js";
 import { MessageCache } from "./sqlite/message-cache.js";
 import {
   type EventRow,
+  fileIdentity,
   lockDatabaseFile,
   MESSAGE_QUERIES,
   type MessageRow,
@@ -213,6 +214,8 @@ export function createSqliteStore(
     lock.close();
     throw err;
   }
+  // What the path must still name for this process to be serving that file (see health).
+  const openedIdentity = fileIdentity(path);
   const meta = db.prepare<[string], unknown>("SELECT value FROM meta WHERE key = ?").pluck();
   const databaseId = String(meta.get("database_id"));
   const tokenSecret = String(meta.get("token_secret"));
@@ -571,7 +574,10 @@ export function createSqliteStore(
   const readEventsTx = db.transaction((namespace: string, seq: number, limit: number) => {
     const log = sql.eventLog.get(namespace);
     if (seq > (log?.last_seq ?? 0)) {
-      throw invalidArgument("resume_token", "refers to an event this server never logged");
+      // Signed with this file's key, so the file once reached it: it was put back to an older state.
+      throw historyLostError(
+        "the database's history no longer reaches it (the file was put back to an older copy)",
+      );
     }
     if (seq < (log?.dropped_through ?? 0)) {
       throw new MemoryError(
@@ -728,6 +734,14 @@ export function createSqliteStore(
       if (closed) return { serving: false, reason: "the SQLite store is closed" };
       if (broken !== undefined) {
         return { serving: false, reason: `the SQLite write worker stopped: ${broken.message}` };
+      }
+      if (fileIdentity(path) !== openedIdentity) {
+        // The process still writes the file it opened, which nobody else will read.
+        return {
+          serving: false,
+          reason:
+            "the SQLite database file was replaced or removed while the server ran: restart the server to open the file now there",
+        };
       }
       let timer: NodeJS.Timeout | undefined;
       const late = new Promise<"late">((resolve) => {

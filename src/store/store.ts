@@ -100,9 +100,10 @@ export interface Store {
    * retained history, or the cursor is another database's (or of a format
    * from before an upgrade); invalid_argument (field resume_token) when it is
    * malformed, edited, truncated, issued for another namespace, or ahead of
-   * the namespace's newest event. (Redis: a signed cursor ahead of the newest
-   * event is out_of_range instead, because only a history that was rewound
-   * since can produce one; see redis-store.ts, Incarnation.)
+   * the namespace's newest event in a store whose history cannot be put
+   * back (memory). SQLite and Redis answer a signed cursor ahead of the
+   * newest event with out_of_range instead: only a history put back to an
+   * older state since (a restored file, a rewound Redis) can produce one.
    */
   readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]>;
 

@@ -1,3 +1,4 @@
+import { statSync } from "node:fs";
 import Database from "better-sqlite3";
 import type {
   ChatMessage,
@@ -229,6 +230,40 @@ export function openWriteConnection(
  * connection lives in the store's worker). Throws when the file cannot be
  * opened or was written by a newer schema. The caller holds the process lock.
  */
+/**
+ * The file's identity on its filesystem (device and inode): what tells this
+ * file from a copy of it.
+ */
+export function fileIdentity(path: string): string | undefined {
+  try {
+    const s = statSync(path, { bigint: true });
+    return `${s.dev}:${s.ino}`;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The file's incarnation is its database_id and token_secret, which sign
+ * every resume token. A file that is not the one it was at its last open (a
+ * backup put back, a copy, a move to another filesystem) may hold an older
+ * history than tokens clients still hold, so it takes a new incarnation:
+ * those tokens are out_of_range ("re-read with Get"), never resumed at
+ * positions its history reuses. Runs in the open's transaction.
+ */
+function adoptFileIdentity(db: Database.Database, path: string): void {
+  const identity = fileIdentity(path);
+  if (identity === undefined) return;
+  const recorded = db.prepare("SELECT value FROM meta WHERE key = 'file_identity'").pluck().get();
+  if (recorded === identity) return;
+  if (recorded !== undefined) {
+    const set = db.prepare("UPDATE meta SET value = ? WHERE key = ?");
+    set.run(newStoreId(), "database_id");
+    set.run(newTokenSecret(), "token_secret");
+  }
+  db.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('file_identity', ?)").run(identity);
+}
+
 export function openDatabase(
   path: string,
   busyTimeoutMs: number,
@@ -266,6 +301,7 @@ export function openDatabase(
       ensureTtlSchema(db);
       // Leases belong to folds of a process that no longer runs (one process per file).
       db.exec("DELETE FROM fold_leases");
+      adoptFileIdentity(db, path);
     }).immediate();
     db.pragma("query_only = ON");
     return db;
