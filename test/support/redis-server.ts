@@ -1,12 +1,16 @@
 /**
- * A real `redis-server` for tests, on a free port of 127.0.0.1, with no
- * persistence (`--save "" --appendonly no`, in a temporary directory).
+ * A real `redis-server` for tests, on a free port of 127.0.0.1, in a
+ * temporary directory, with no persistence (`--save "" --appendonly no`)
+ * unless `args` turn it on: they come after those, so they win.
  *
  * ```ts
  * const redis = await startRedisServer();
  * const store = await createRedisStore(redis.url);
  * // … redis.kill(); await redis.restart(); // same port, empty data
  * await redis.stop();
+ * const aof = await startRedisServer({ args: ["--appendonly", "yes", "--appendfsync", "always"] });
+ * // … aof.kill(); await aof.restart(); // same port and directory: the AOF is replayed
+ * const replica = await startRedisServer({ args: ["--replicaof", "127.0.0.1", String(aof.port)] });
  * ```
  *
  * A missing binary is an error, never a skip: under CI=true a missing tool
@@ -29,8 +33,17 @@ export interface RedisServer {
   stop(): Promise<void>;
   /** Ends the server with SIGKILL (a crash) and waits for it to exit. Idempotent. */
   kill(): Promise<void>;
-  /** Starts the server again on the same port (stopping it first if it runs); its data is gone. */
-  restart(): Promise<void>;
+  /**
+   * Starts the server again on the same port and directory (stopping it
+   * first if it runs): without persistence its data is gone, with AOF on it
+   * loads what the AOF kept. `args` replace the start-up arguments if given.
+   */
+  restart(args?: readonly string[]): Promise<void>;
+}
+
+export interface RedisServerOptions {
+  /** More `redis-server` arguments, e.g. `--appendonly yes --appendfsync always` or `--replicaof HOST PORT`. */
+  args?: readonly string[];
 }
 
 const BINARY = process.env.REDIS_SERVER ?? "redis-server";
@@ -43,15 +56,16 @@ process.once("exit", () => {
 });
 
 /** Starts a redis-server on a free port and waits until it answers PING. */
-export async function startRedisServer(): Promise<RedisServer> {
+export async function startRedisServer(options: RedisServerOptions = {}): Promise<RedisServer> {
   requireBinary();
+  let args = options.args ?? [];
   const dir = mkdtempSync(join(tmpdir(), "windlass-redis-"));
   let child: ChildProcess | undefined;
   let port = 0;
   for (let attempt = 1; ; attempt++) {
     port = await freePort();
     try {
-      child = await launch(port, dir);
+      child = await launch(port, dir, args);
       break;
     } catch (err) {
       // Another process took the port between our probe and redis's bind.
@@ -69,7 +83,6 @@ export async function startRedisServer(): Promise<RedisServer> {
     const exited = once(c, "exit");
     c.kill(signal);
     await exited;
-    running.delete(c);
   }
 
   return {
@@ -85,12 +98,13 @@ export async function startRedisServer(): Promise<RedisServer> {
     async kill() {
       await end("SIGKILL");
     },
-    async restart() {
+    async restart(newArgs?: readonly string[]) {
+      if (newArgs !== undefined) args = newArgs;
       await end("SIGTERM");
       // The port was ours a moment ago; a short wait covers a slow release.
       for (let attempt = 1; ; attempt++) {
         try {
-          child = await launch(port, dir);
+          child = await launch(port, dir, args);
           return;
         } catch (err) {
           if (!(err instanceof PortInUse) || attempt >= 20) throw err;
@@ -114,9 +128,9 @@ function requireBinary(): void {
 
 class PortInUse extends Error {}
 
-async function launch(port: number, dir: string): Promise<ChildProcess> {
+async function launch(port: number, dir: string, args: readonly string[]): Promise<ChildProcess> {
   mkdirSync(dir, { recursive: true });
-  const child = spawn(
+  return spawnAnsweringPing(
     BINARY,
     [
       "--port",
@@ -135,10 +149,24 @@ async function launch(port: number, dir: string): Promise<ChildProcess> {
       "no",
       "--loglevel",
       "warning",
+      ...args,
     ],
-    { stdio: ["ignore", "pipe", "pipe"] },
+    port,
   );
+}
+
+/**
+ * Spawns `binary args` (redis-server, redis-sentinel) and resolves once it
+ * answers PING on `port`; killed when the test process exits.
+ */
+export async function spawnAnsweringPing(
+  binary: string,
+  args: readonly string[],
+  port: number,
+): Promise<ChildProcess> {
+  const child = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
   running.add(child);
+  child.once("exit", () => running.delete(child));
   let output = "";
   const collect = (d: Buffer) => {
     output = (output + d.toString()).slice(-4000);
@@ -148,16 +176,14 @@ async function launch(port: number, dir: string): Promise<ChildProcess> {
   const deadline = Date.now() + START_TIMEOUT_MS;
   while (Date.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) {
-      running.delete(child);
       if (/address already in use/i.test(output)) throw new PortInUse(`port ${port} is taken`);
-      throw new Error(`redis-server exited at start-up: ${output.trim()}`);
+      throw new Error(`${binary} exited at start-up: ${output.trim()}`);
     }
     if (await answersPing(port)) return child;
     await new Promise((r) => setTimeout(r, 20));
   }
   child.kill("SIGKILL");
-  running.delete(child);
-  throw new Error(`redis-server did not answer PING within ${START_TIMEOUT_MS} ms: ${output}`);
+  throw new Error(`${binary} did not answer PING within ${START_TIMEOUT_MS} ms: ${output}`);
 }
 
 /** A port the kernel just gave us and took back: free unless someone races for it. */
