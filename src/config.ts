@@ -68,7 +68,14 @@ export interface Config {
 export type StoreConfig =
   | { kind: "memory" }
   | { kind: "sqlite"; path: string; cacheMb: number }
-  | { kind: "redis"; url: string };
+  | {
+      kind: "redis";
+      url: string;
+      /** Replicas that must confirm an acknowledged write (WAIT); 0: no wait. */
+      minReplicas: number;
+      /** Longest an acknowledged write waits for them before UNAVAILABLE. */
+      replicaWaitMs: number;
+    };
 
 /**
  * The longest delay a timer can have: Node runs a longer setTimeout after
@@ -111,6 +118,18 @@ export const SETTINGS = {
     env: "WINDLASS_STORE",
     default: "memory",
     help: "memory | sqlite:PATH | redis://HOST:PORT/DB",
+  },
+  redisMinReplicas: {
+    flag: "redis-min-replicas",
+    env: "WINDLASS_REDIS_MIN_REPLICAS",
+    default: "0",
+    help: "Redis store: an Add, import or Clear is acknowledged only once this many replicas have it (WAIT); 0: once the primary has it",
+  },
+  redisReplicaWaitMs: {
+    flag: "redis-replica-wait-ms",
+    env: "WINDLASS_REDIS_REPLICA_WAIT_MS",
+    default: "1000",
+    help: "longest such a write waits for the replicas before UNAVAILABLE (a retry with its request_id answers the stored result)",
   },
   sqliteCacheMb: {
     flag: "sqlite-cache-mb",
@@ -406,7 +425,11 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     host: str("host"),
     grpcPort: int("port", 0, 65535),
     httpPort: int("httpPort", 0, 65535),
-    store: parseStore(str("store"), int("sqliteCacheMb", 0, 1024 * 1024)),
+    store: parseStore(str("store"), int("sqliteCacheMb", 0, 1024 * 1024), {
+      minReplicas: int("redisMinReplicas", 0, 100),
+      // WAIT's 0 would mean "forever".
+      replicaWaitMs: int("redisReplicaWaitMs", 1, MAX_TIMER_MS),
+    }),
     summarizer,
     openai:
       baseUrl === undefined
@@ -514,15 +537,29 @@ function parseTtl(v: string): number {
   return ms;
 }
 
-function parseStore(v: string, sqliteCacheMb: number): StoreConfig {
+function parseStore(
+  v: string,
+  sqliteCacheMb: number,
+  redis: { minReplicas: number; replicaWaitMs: number },
+): StoreConfig {
+  if (redis.minReplicas > 0 && !/^redis/.test(v)) {
+    throw new ConfigError(
+      "--redis-min-replicas / WINDLASS_REDIS_MIN_REPLICAS: only a redis store has replicas to wait for",
+    );
+  }
   if (v === "memory") return { kind: "memory" };
   if (v.startsWith("sqlite:") && v.length > "sqlite:".length) {
     return { kind: "sqlite", path: v.slice("sqlite:".length), cacheMb: sqliteCacheMb };
   }
-  if (/^rediss?:\/\/\S+$/.test(v)) return { kind: "redis", url: v };
+  if (/^rediss?:\/\/\S+$/.test(v)) return { kind: "redis", url: v, ...redis };
   throw new ConfigError(
-    `--store / WINDLASS_STORE: "${v}" is not memory, sqlite:PATH or redis://HOST:PORT/DB`,
+    `--store / WINDLASS_STORE: "${redact(v)}" is not memory, sqlite:PATH or redis://HOST:PORT/DB`,
   );
+}
+
+/** The URL with its userinfo (it may hold a password) replaced, for error messages. */
+function redact(url: string): string {
+  return url.replace(/^([a-z+]+:\/\/)[^/]*@/, "$1***@");
 }
 
 // scheme://host[:port], as a browser sends it in Origin: no path, no slash at the end.

@@ -36,7 +36,12 @@ describe("configuration", () => {
     expect(c.host).toBe("0.0.0.0");
     expect(c.grpcPort).toBe(7000);
     expect(c.httpPort).toBe(6001);
-    expect(c.store).toEqual({ kind: "redis", url: "redis://127.0.0.1:6379/0" });
+    expect(c.store).toEqual({
+      kind: "redis",
+      url: "redis://127.0.0.1:6379/0",
+      minReplicas: 0,
+      replicaWaitMs: 1000,
+    });
     expect(c.openai).toMatchObject({
       baseUrl: "http://127.0.0.1:9/v1",
       model: "llama",
@@ -54,6 +59,35 @@ describe("configuration", () => {
         /--sqlite-cache-mb \/ WINDLASS_SQLITE_CACHE_MB/,
       );
     }
+  });
+
+  it("asks the Redis store for replica confirmation by --redis-min-replicas, validated", () => {
+    const redis = { WINDLASS_STORE: "redis://127.0.0.1:6379/0", WINDLASS_REDIS_MIN_REPLICAS: "2" };
+    expect(loadConfig(["--redis-replica-wait-ms", "250"], redis).store).toMatchObject({
+      minReplicas: 2,
+      replicaWaitMs: 250,
+    });
+    expect(loadConfig(["--redis-min-replicas=0"], redis).store).toMatchObject({ minReplicas: 0 });
+    for (const bad of ["-1", "one", "1.5", "101"]) {
+      expect(() => loadConfig(["--redis-min-replicas", bad], redis)).toThrow(
+        /^--redis-min-replicas \/ WINDLASS_REDIS_MIN_REPLICAS: /,
+      );
+    }
+    expect(() => loadConfig(["--redis-min-replicas", "1"], {})).toThrow(
+      /^--redis-min-replicas \/ WINDLASS_REDIS_MIN_REPLICAS: only a redis store/,
+    );
+    // WAIT's 0 means "forever": not a timeout.
+    for (const bad of ["0", "soon", "2147483648"]) {
+      expect(() => loadConfig(["--redis-replica-wait-ms", bad], redis)).toThrow(
+        /^--redis-replica-wait-ms \/ WINDLASS_REDIS_REPLICA_WAIT_MS: /,
+      );
+    }
+  });
+
+  it("names --store without echoing a password", () => {
+    expect(() => loadConfig(["--store", "rediz://:s3cret@h:1/0"], {})).toThrow(
+      /^(?!.*s3cret).*--store/,
+    );
   });
 
   it("maps bearer tokens to namespaces from the environment only", () => {

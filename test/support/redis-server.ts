@@ -149,6 +149,9 @@ async function launch(port: number, dir: string, args: readonly string[]): Promi
       "no",
       "--loglevel",
       "warning",
+      // A primary's SIGTERM would wait up to 10 s for lagging replicas.
+      "--shutdown-timeout",
+      "0",
       ...args,
     ],
     port,
