@@ -70,12 +70,22 @@ export type StoreConfig =
   | { kind: "sqlite"; path: string; cacheMb: number }
   | {
       kind: "redis";
+      /** redis://, rediss:// or redis+sentinel:// (see parseRedisSentinelUrl). */
       url: string;
       /** Replicas that must confirm an acknowledged write (WAIT); 0: no wait. */
       minReplicas: number;
       /** Longest an acknowledged write waits for them before UNAVAILABLE. */
       replicaWaitMs: number;
     };
+
+/** A `redis+sentinel://` store URL, parsed. */
+export interface RedisSentinelUrl {
+  sentinels: { host: string; port: number }[];
+  masterName: string;
+  /** For the Redis nodes (the sentinels are asked without one); never logged. */
+  username: string | undefined;
+  password: string | undefined;
+}
 
 /**
  * The longest delay a timer can have: Node runs a longer setTimeout after
@@ -117,7 +127,7 @@ export const SETTINGS = {
     flag: "store",
     env: "WINDLASS_STORE",
     default: "memory",
-    help: "memory | sqlite:PATH | redis://HOST:PORT/DB",
+    help: "memory | sqlite:PATH | redis://HOST:PORT/DB | redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER",
   },
   redisMinReplicas: {
     flag: "redis-min-replicas",
@@ -552,14 +562,65 @@ function parseStore(
     return { kind: "sqlite", path: v.slice("sqlite:".length), cacheMb: sqliteCacheMb };
   }
   if (/^rediss?:\/\/\S+$/.test(v)) return { kind: "redis", url: v, ...redis };
+  if (v.startsWith(SENTINEL_SCHEME)) {
+    parseRedisSentinelUrl(v);
+    return { kind: "redis", url: v, ...redis };
+  }
   throw new ConfigError(
-    `--store / WINDLASS_STORE: "${redact(v)}" is not memory, sqlite:PATH or redis://HOST:PORT/DB`,
+    `--store / WINDLASS_STORE: "${redact(v)}" is not memory, sqlite:PATH, redis://HOST:PORT/DB or redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER`,
   );
 }
+
+const SENTINEL_SCHEME = "redis+sentinel://";
 
 /** The URL with its userinfo (it may hold a password) replaced, for error messages. */
 function redact(url: string): string {
   return url.replace(/^([a-z+]+:\/\/)[^/]*@/, "$1***@");
+}
+
+/**
+ * `redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT…]/MASTER`: the
+ * sentinels to ask and the name they monitor the primary under. Throws
+ * ConfigError naming --store (never echoing the password).
+ */
+export function parseRedisSentinelUrl(url: string): RedisSentinelUrl {
+  const bad = (why: string) =>
+    new ConfigError(`--store / WINDLASS_STORE: "${redact(url)}": ${why}`);
+  if (!url.startsWith(SENTINEL_SCHEME)) throw bad("does not start with redis+sentinel://");
+  const rest = url.slice(SENTINEL_SCHEME.length);
+  const at = rest.lastIndexOf("@");
+  const userinfo = at === -1 ? undefined : rest.slice(0, at);
+  const slash = rest.indexOf("/", at + 1);
+  if (slash === -1) throw bad("names no master (…/MASTER after the sentinels)");
+  const hosts = rest.slice(at + 1, slash);
+  const decode = (part: string, what: string) => {
+    try {
+      return decodeURIComponent(part);
+    } catch {
+      throw bad(`its ${what} is not valid percent-encoding`);
+    }
+  };
+  const masterName = decode(rest.slice(slash + 1), "master name");
+  if (!/^[A-Za-z0-9._-]+$/.test(masterName)) {
+    throw bad("the master name must be letters, digits, '.', '_' or '-'");
+  }
+  const sentinels = hosts.split(",").map((hostPort) => {
+    const m = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/.exec(hostPort);
+    const port = Number(m?.[2]);
+    if (m?.[1] === undefined || !(port >= 1 && port <= 65535)) {
+      throw bad(`"${hostPort}" is not a sentinel HOST:PORT`);
+    }
+    return { host: m[1].replace(/^\[(.*)\]$/, "$1"), port };
+  });
+  let username: string | undefined;
+  let password: string | undefined;
+  if (userinfo !== undefined) {
+    const colon = userinfo.indexOf(":");
+    const user = decode(colon === -1 ? userinfo : userinfo.slice(0, colon), "user name");
+    username = user === "" ? undefined : user;
+    password = colon === -1 ? undefined : decode(userinfo.slice(colon + 1), "password");
+  }
+  return { sentinels, masterName, username, password };
 }
 
 // scheme://host[:port], as a browser sends it in Origin: no path, no slash at the end.

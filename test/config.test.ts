@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError, helpText, loadConfig } from "../src/config.js";
+import { ConfigError, helpText, loadConfig, parseRedisSentinelUrl } from "../src/config.js";
 
 describe("configuration", () => {
   it("has the documented defaults", () => {
@@ -84,7 +84,42 @@ describe("configuration", () => {
     }
   });
 
-  it("names --store without echoing a password", () => {
+  it("parses redis+sentinel:// store URLs, and names --store without echoing a password", () => {
+    const url = "redis+sentinel://:s3cret@127.0.0.1:26379,sentinel-b:26380,[::1]:26381/mymaster";
+    expect(loadConfig(["--store", url], {}).store).toMatchObject({ kind: "redis", url });
+    expect(parseRedisSentinelUrl(url)).toEqual({
+      sentinels: [
+        { host: "127.0.0.1", port: 26379 },
+        { host: "sentinel-b", port: 26380 },
+        { host: "::1", port: 26381 },
+      ],
+      masterName: "mymaster",
+      username: undefined,
+      password: "s3cret",
+    });
+    expect(parseRedisSentinelUrl("redis+sentinel://app:p%40ss@h:1/m")).toMatchObject({
+      username: "app",
+      password: "p@ss",
+    });
+    for (const bad of [
+      "redis+sentinel://:s3cret@127.0.0.1:26379",
+      "redis+sentinel://:s3cret@127.0.0.1/mymaster",
+      "redis+sentinel://:s3cret@127.0.0.1:99999/mymaster",
+      "redis+sentinel://:s3cret@a:1,,b:2/mymaster",
+      "redis+sentinel://:s3cret@a:1/my master",
+      "redis+sentinel://:s3cret@a:1/",
+    ]) {
+      const err = (() => {
+        try {
+          loadConfig(["--store", bad], {});
+        } catch (e) {
+          return e as Error;
+        }
+      })();
+      expect(err).toBeInstanceOf(ConfigError);
+      expect(err?.message).toMatch(/^--store \/ WINDLASS_STORE: /);
+      expect(err?.message).not.toContain("s3cret");
+    }
     expect(() => loadConfig(["--store", "rediz://:s3cret@h:1/0"], {})).toThrow(
       /^(?!.*s3cret).*--store/,
     );

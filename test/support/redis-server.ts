@@ -24,7 +24,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 export interface RedisServer {
-  /** "redis://127.0.0.1:PORT/0" */
+  /** "redis://127.0.0.1:PORT/0" (with ":PASSWORD@" when it requires one) */
   readonly url: string;
   readonly port: number;
   /** The running server's process id (SIGSTOP/SIGCONT it to hang Redis); undefined while stopped. */
@@ -44,6 +44,8 @@ export interface RedisServer {
 export interface RedisServerOptions {
   /** More `redis-server` arguments, e.g. `--appendonly yes --appendfsync always` or `--replicaof HOST PORT`. */
   args?: readonly string[];
+  /** Require it (`--requirepass`; also `--masterauth`, for a replica); the url then carries it. */
+  password?: string;
 }
 
 const BINARY = process.env.REDIS_SERVER ?? "redis-server";
@@ -65,7 +67,7 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
   for (let attempt = 1; ; attempt++) {
     port = await freePort();
     try {
-      child = await launch(port, dir, args);
+      child = await launch(port, dir, args, options.password);
       break;
     } catch (err) {
       // Another process took the port between our probe and redis's bind.
@@ -86,7 +88,7 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
   }
 
   return {
-    url: `redis://127.0.0.1:${port}/0`,
+    url: `redis://${options.password === undefined ? "" : `:${options.password}@`}127.0.0.1:${port}/0`,
     port,
     get pid() {
       return child?.pid;
@@ -104,7 +106,7 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
       // The port was ours a moment ago; a short wait covers a slow release.
       for (let attempt = 1; ; attempt++) {
         try {
-          child = await launch(port, dir, args);
+          child = await launch(port, dir, args, options.password);
           return;
         } catch (err) {
           if (!(err instanceof PortInUse) || attempt >= 20) throw err;
@@ -128,7 +130,12 @@ function requireBinary(): void {
 
 class PortInUse extends Error {}
 
-async function launch(port: number, dir: string, args: readonly string[]): Promise<ChildProcess> {
+async function launch(
+  port: number,
+  dir: string,
+  args: readonly string[],
+  password: string | undefined,
+): Promise<ChildProcess> {
   mkdirSync(dir, { recursive: true });
   return spawnAnsweringPing(
     BINARY,
@@ -152,9 +159,11 @@ async function launch(port: number, dir: string, args: readonly string[]): Promi
       // A primary's SIGTERM would wait up to 10 s for lagging replicas.
       "--shutdown-timeout",
       "0",
+      ...(password === undefined ? [] : ["--requirepass", password, "--masterauth", password]),
       ...args,
     ],
     port,
+    password,
   );
 }
 
@@ -166,6 +175,7 @@ export async function spawnAnsweringPing(
   binary: string,
   args: readonly string[],
   port: number,
+  password?: string,
 ): Promise<ChildProcess> {
   const child = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
   running.add(child);
@@ -182,7 +192,7 @@ export async function spawnAnsweringPing(
       if (/address already in use/i.test(output)) throw new PortInUse(`port ${port} is taken`);
       throw new Error(`${binary} exited at start-up: ${output.trim()}`);
     }
-    if (await answersPing(port)) return child;
+    if (await answersPing(port, password)) return child;
     await new Promise((r) => setTimeout(r, 20));
   }
   child.kill("SIGKILL");
@@ -201,8 +211,8 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-/** PING over a raw socket: the helper needs no Redis client of its own. */
-export function answersPing(port: number): Promise<boolean> {
+/** PING (after AUTH, given a password) over a raw socket: the helper needs no Redis client of its own. */
+export function answersPing(port: number, password?: string): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = createConnection({ host: "127.0.0.1", port });
     let reply = "";
@@ -212,10 +222,13 @@ export function answersPing(port: number): Promise<boolean> {
     };
     socket.setTimeout(500, () => done(false));
     socket.on("error", () => done(false));
-    socket.on("connect", () => socket.write("PING\r\n"));
+    const auth = password === undefined ? "" : `AUTH ${password}\r\n`;
+    const expected = password === undefined ? "+PONG\r\n" : "+OK\r\n+PONG\r\n";
+    socket.on("connect", () => socket.write(`${auth}PING\r\n`));
     socket.on("data", (d) => {
       reply += d.toString();
-      if (reply.includes("\r\n")) done(reply.startsWith("+PONG"));
+      if (reply.length >= expected.length || reply.startsWith("-"))
+        done(reply.startsWith(expected));
     });
   });
 }

@@ -1,8 +1,10 @@
-import { createClient } from "redis";
+import { createClient, createSentinel } from "redis";
+import { parseRedisSentinelUrl } from "../../config.js";
 import { MemoryError } from "../../core/errors.js";
 
 /**
- * The structural part of a node-redis client the Redis store uses. Raw `sendCommand` with RESP2 replies (strings, integers, null,
+ * The structural part of a node-redis client (or sentinel client) the Redis
+ * store uses. Raw `sendCommand` with RESP2 replies (strings, integers, null,
  * arrays) keeps reply parsing in one place and independent of node-redis's
  * typed wrappers.
  */
@@ -15,9 +17,9 @@ export interface RedisConnection {
   on(event: "error", listener: (err: Error) => void): unknown;
 }
 
-/** The store's connections to one Redis deployment. */
+/** The store's connections to one Redis deployment (a single node, or a primary behind Sentinel). */
 export interface RedisClients {
-  /** "host:port", never a password. */
+  /** "host:port", or the sentinel master's name and sentinels: never a password. */
   readonly target: string;
   /** Every command but blocking reads and acknowledged writes, pipelined. */
   readonly main: RedisConnection;
@@ -31,12 +33,18 @@ export interface RedisClients {
   openPrimarySession(): RedisConnection;
 }
 
+const SENTINEL_SCHEME = "redis+sentinel://";
+
 function reconnectDelay(retries: number): number {
   return Math.min(2000, 50 * 2 ** Math.min(retries, 10)) + Math.floor(Math.random() * 100);
 }
 
-/** Opens (but does not connect) the clients of a redis:// or rediss:// URL. */
+/** Opens (but does not connect) the clients of a redis://, rediss:// or redis+sentinel:// URL. */
 export function redisClients(url: string): RedisClients {
+  return url.startsWith(SENTINEL_SCHEME) ? sentinelClients(url) : singleNodeClients(url);
+}
+
+function singleNodeClients(url: string): RedisClients {
   const options = {
     url,
     RESP: 2,
@@ -52,6 +60,84 @@ export function redisClients(url: string): RedisClients {
     openPrimarySession: () =>
       createClient({ ...options, socket: { connectTimeout: 1000, reconnectStrategy: false } }),
   };
+}
+
+/**
+ * node-redis's sentinel client: it asks the sentinels for the primary,
+ * subscribes to their failover announcements and moves its connections to
+ * the promoted replica. The userinfo's credentials are for the Redis nodes.
+ */
+function sentinelClients(url: string): RedisClients {
+  const parsed = parseRedisSentinelUrl(url);
+  const nodeOptions = {
+    RESP: 2,
+    disableOfflineQueue: true,
+    maintNotifications: "disabled",
+    ...(parsed.username === undefined ? {} : { username: parsed.username }),
+    ...(parsed.password === undefined ? {} : { password: parsed.password }),
+    socket: { connectTimeout: 1000, reconnectStrategy: reconnectDelay },
+  } as const;
+  const open = (): SentinelClient =>
+    createSentinel({
+      name: parsed.masterName,
+      sentinelRootNodes: parsed.sentinels,
+      RESP: 2,
+      nodeClientOptions: nodeOptions,
+      sentinelClientOptions: { socket: { connectTimeout: 1000 } },
+      // Errors of the inner clients reach the store's "error" listener (start-up reports the last).
+      passthroughClientErrorEvents: true,
+    });
+  const main = sentinelLink(open());
+  return {
+    target: `sentinel master ${parsed.masterName} via ${parsed.sentinels.map((s) => `${s.host}:${s.port}`).join(",")}`,
+    main: main.link,
+    duplicate: () => sentinelLink(open()).link,
+    openPrimarySession: () => {
+      // Where the sentinel client last found the primary; a stale address
+      // fails (refused, or READONLY on a demoted node), and the next session asks again.
+      const primary = main.sentinel.getMasterNode();
+      return createClient({
+        ...nodeOptions,
+        socket: {
+          host: primary?.host ?? "primary-not-known-yet.invalid",
+          port: primary?.port ?? 6379,
+          connectTimeout: 1000,
+          reconnectStrategy: false,
+        },
+      });
+    },
+  };
+}
+
+/** The part of node-redis's sentinel client used here. */
+interface SentinelClient {
+  readonly isOpen: boolean;
+  sendCommand(isReadonly: boolean, args: string[]): Promise<unknown>;
+  connect(): Promise<unknown>;
+  close(): Promise<void>;
+  destroy(): Promise<void>;
+  on(event: "error", listener: (err: unknown) => void): unknown;
+  getMasterNode(): { host: string; port: number } | undefined;
+}
+
+function sentinelLink(sentinel: SentinelClient) {
+  const link: RedisConnection = {
+    get isOpen() {
+      return sentinel.isOpen;
+    },
+    sendCommand: (args) => sentinel.sendCommand(false, [...args]),
+    connect: () => sentinel.connect(),
+    close: () => sentinel.close(),
+    destroy: () => {
+      sentinel.destroy().catch(() => {});
+    },
+    on: (event, listener) =>
+      // The sentinel client also emits plain strings as errors.
+      sentinel.on(event, (err: unknown) =>
+        listener(err instanceof Error ? err : new Error(String(err))),
+      ),
+  };
+  return { link, sentinel };
 }
 
 /** "host:port" of a redis URL, never its credentials. */
@@ -112,6 +198,8 @@ export class ReplicaConfirmation {
   readonly #open: () => RedisConnection;
   readonly #send: SendOn;
   #session: Session | undefined;
+  /** The current session, once connected. */
+  #ready: Promise<Session> | undefined;
   #closed = false;
 
   constructor(open: () => RedisConnection, send: SendOn, options: ReplicaConfirmationOptions) {
@@ -136,26 +224,38 @@ export class ReplicaConfirmation {
   async #current(): Promise<Session> {
     if (this.#closed) throw new MemoryError("unavailable", "the store is closed");
     const existing = this.#session;
-    if (existing !== undefined && !existing.ended) return existing.ready;
-    const link = this.#open();
-    const session: Session = {
-      link,
-      ended: false,
-      inFlight: undefined,
-      next: undefined,
-      ready: Promise.resolve(undefined as unknown as Session),
+    if (existing !== undefined && !existing.ended && this.#ready !== undefined) return this.#ready;
+    const opened = this.#open();
+    // Any failed command but NOSCRIPT (answered by EVAL on the same session)
+    // ends the session: a READONLY means it reached a demoted primary, and
+    // the next session asks where the primary is now.
+    const link: RedisConnection = {
+      get isOpen() {
+        return opened.isOpen;
+      },
+      sendCommand: (args) =>
+        opened.sendCommand(args).catch((err: unknown) => {
+          if (!(err instanceof Error && err.message.startsWith("NOSCRIPT"))) this.#end(session);
+          throw err;
+        }),
+      connect: () => opened.connect(),
+      close: () => opened.close(),
+      destroy: () => opened.destroy(),
+      on: (event, listener) => opened.on(event, listener),
     };
+    const session: Session = { link, ended: false, inFlight: undefined, next: undefined };
     link.on("error", () => this.#end(session));
-    session.ready = link.connect().then(
+    const ready = link.connect().then(
       () => session,
       (err: unknown) => {
         this.#end(session);
         throw err;
       },
     );
-    session.ready.catch(() => {});
+    ready.catch(() => {});
     this.#session = session;
-    return session.ready;
+    this.#ready = ready;
+    return ready;
   }
 
   #end(session: Session): void {
@@ -225,7 +325,6 @@ export class ReplicaConfirmation {
 
 interface Session {
   link: RedisConnection;
-  ready: Promise<Session>;
   ended: boolean;
   inFlight: Promise<number> | undefined;
   next: Promise<number> | undefined;
