@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis-store.js";
 import type { Store } from "../../src/store/store.js";
-import { addCommand, NAMESPACE } from "../support/acknowledged-writers.js";
+import { addCommand, NAMESPACE, STRATEGY } from "../support/acknowledged-writers.js";
 import { ask, QUICK_REPLICATION, waitForLinkOf } from "../support/redis-replication.js";
 import { freePort, type RedisServer, startRedisServer } from "../support/redis-server.js";
 
@@ -119,6 +119,44 @@ describe("acknowledged means replicated (minReplicas)", () => {
     await failOver();
     const promoted = await open(replica, { keyPrefix });
     expect(await contents(promoted)).toEqual(["before", "while frozen", "also while frozen"]);
+  });
+
+  it("holds an import and a Clear to the same rule", async () => {
+    const store = await open(primary, {
+      keyPrefix: prefix(),
+      minReplicas: 1,
+      replicaWaitMs: WAIT_MS,
+    });
+    await store.append(add("r1", "to be cleared", "cleared"));
+    const imported = {
+      namespace: NAMESPACE,
+      threadId: "imported",
+      strategy: STRATEGY,
+      lastSeq: 1,
+      summarizedThroughSeq: 0,
+      summary: "",
+      summaryTime: 0,
+      createTime: 100,
+      updateTime: 100,
+      messages: [{ seq: 1, role: "user" as const, content: "imported", createTime: 100 }],
+      now: 200,
+    };
+    freezeReplica();
+    const codes = await Promise.all(
+      [store.importThread(imported), store.clear(NAMESPACE, "cleared", 300)].map((p) =>
+        p.then(
+          () => "acknowledged",
+          (e: unknown) => (e instanceof MemoryError ? e.code : String(e)),
+        ),
+      ),
+    );
+    expect(codes).toEqual(["unavailable", "unavailable"]);
+    thawReplica();
+    // Both ran on the primary: the import's retry finds it there (and waits again).
+    expect(await store.importThread(imported)).toBe(false);
+    expect(await store.clear(NAMESPACE, "cleared", 400)).toBe(false);
+    expect(await contents(store, "imported")).toEqual(["imported"]);
+    expect(await contents(store, "cleared")).toEqual([]);
   });
 
   it("without it, an Add acknowledged while the replica lags is lost in the failover", async () => {

@@ -9,7 +9,7 @@ import type { Strategy } from "../../src/core/types.js";
 import type { AppendCommand, AppendResult, Store } from "../../src/store/store.js";
 
 export const NAMESPACE = "durability";
-const STRATEGY: Strategy = {
+export const STRATEGY: Strategy = {
   kind: "buffer",
   maxMessages: 0,
   excludeSystem: false,
