@@ -316,7 +316,11 @@ export async function createRedisStore(
       : undefined;
   const unconfirmed: AcknowledgedWrite = { link: client, confirm: async () => {} };
 
-  /** Where an Add, import or Clear goes: the main connection, or one WAIT confirms (minReplicas). */
+  /**
+   * Where an Add, import or Clear goes when replicas must confirm it (a
+   * session one WAIT confirms). Callers use `unconfirmed` without awaiting
+   * when they need not, so the write is queued in the call, as before.
+   */
   async function beginWrite(): Promise<AcknowledgedWrite> {
     if (replicas === undefined) return unconfirmed;
     try {
@@ -501,7 +505,7 @@ export async function createRedisStore(
     async append(cmd: AppendCommand): Promise<AppendResult> {
       const k = keys(cmd.namespace);
       const id = cmd.threadId;
-      const write = await beginWrite();
+      const write = replicas === undefined ? unconfirmed : await beginWrite();
       if ((cmd.ttlMs ?? 0) > 0 || (cmd.defaultTtlMs ?? 0) > 0) {
         await command(["SADD", `${prefix}:${TTL_NAMESPACES_KEY}`, cmd.namespace], write.link);
       }
@@ -621,7 +625,7 @@ export async function createRedisStore(
 
     async clear(namespace: string, threadId: string, now: number): Promise<boolean> {
       const k = keys(namespace);
-      const write = await beginWrite();
+      const write = replicas === undefined ? unconfirmed : await beginWrite();
       const reply = await run(
         CLEAR,
         [
@@ -645,7 +649,7 @@ export async function createRedisStore(
       // Chunks keep each script short, so one big namespace never blocks Redis
       // for long; each chunk is atomic on its own.
       let total = 0;
-      const write = await beginWrite();
+      const write = replicas === undefined ? unconfirmed : await beginWrite();
       for (;;) {
         const n = Number(
           await run(
@@ -799,7 +803,7 @@ export async function createRedisStore(
         cmd.ttlMs === undefined || cmd.expireTime === undefined
           ? undefined
           : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime };
-      const write = await beginWrite();
+      const write = replicas === undefined ? unconfirmed : await beginWrite();
       if (ttl !== undefined) {
         await command(["SADD", `${prefix}:${TTL_NAMESPACES_KEY}`, cmd.namespace], write.link);
       }
