@@ -1,8 +1,10 @@
 import { randomUUID } from "node:crypto";
-import { afterAll, beforeAll } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MemoryError } from "../../src/core/errors.js";
 import { createRedisStore } from "../../src/store/redis-store.js";
 import { runStoreContract } from "../store/store-contract.js";
 import { type SentinelDeployment, startSentinelDeployment } from "../support/redis-sentinel.js";
+import { freePort } from "../support/redis-server.js";
 
 /**
  * The whole Store contract through redis+sentinel:// with a password and
@@ -24,3 +26,25 @@ runStoreContract("redis+sentinel, minReplicas 1", (limits) =>
     replicaWaitMs: 5000,
   }),
 );
+
+describe("redis+sentinel:// start-up", () => {
+  it("fails with unavailable naming the sentinels and the master, never the password, when no sentinel answers", async () => {
+    const port = await freePort();
+    const err = await createRedisStore(
+      `redis+sentinel://:start-secret@127.0.0.1:${port}/windlass`,
+      {},
+      {
+        connectWaitMs: 500,
+      },
+    ).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(MemoryError);
+    expect((err as MemoryError).code).toBe("unavailable");
+    expect((err as MemoryError).message).toContain(
+      `the redis store at sentinel master windlass via 127.0.0.1:${port} is unreachable`,
+    );
+    expect((err as MemoryError).message).not.toContain("start-secret");
+  });
+});
