@@ -70,7 +70,24 @@ export interface Config {
 export type StoreConfig =
   | { kind: "memory" }
   | { kind: "sqlite"; path: string; cacheMb: number }
-  | { kind: "redis"; url: string };
+  | {
+      kind: "redis";
+      /** redis://, rediss:// or redis+sentinel:// (see parseRedisSentinelUrl). */
+      url: string;
+      /** Replicas that must confirm an acknowledged write (WAIT); 0: no wait. */
+      minReplicas: number;
+      /** Longest an acknowledged write waits for them before UNAVAILABLE. */
+      replicaWaitMs: number;
+    };
+
+/** A `redis+sentinel://` store URL, parsed. */
+export interface RedisSentinelUrl {
+  sentinels: { host: string; port: number }[];
+  masterName: string;
+  /** For the Redis nodes (the sentinels are asked without one); never logged. */
+  username: string | undefined;
+  password: string | undefined;
+}
 
 /**
  * The longest delay a timer can have: Node runs a longer setTimeout after
@@ -112,7 +129,19 @@ export const SETTINGS = {
     flag: "store",
     env: "WINDLASS_STORE",
     default: "memory",
-    help: "memory | sqlite:PATH | redis://HOST:PORT/DB",
+    help: "memory | sqlite:PATH | redis://HOST:PORT/DB | redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER",
+  },
+  redisMinReplicas: {
+    flag: "redis-min-replicas",
+    env: "WINDLASS_REDIS_MIN_REPLICAS",
+    default: "0",
+    help: "Redis store: an Add, import or Clear is acknowledged only once this many replicas have it (WAIT); 0: once the primary has it",
+  },
+  redisReplicaWaitMs: {
+    flag: "redis-replica-wait-ms",
+    env: "WINDLASS_REDIS_REPLICA_WAIT_MS",
+    default: "1000",
+    help: "longest such a write waits for the replicas before UNAVAILABLE (a retry with its request_id answers the stored result)",
   },
   sqliteCacheMb: {
     flag: "sqlite-cache-mb",
@@ -414,7 +443,11 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     host: str("host"),
     grpcPort: int("port", 0, 65535),
     httpPort: int("httpPort", 0, 65535),
-    store: parseStore(str("store"), int("sqliteCacheMb", 0, 1024 * 1024)),
+    store: parseStore(str("store"), int("sqliteCacheMb", 0, 1024 * 1024), {
+      minReplicas: int("redisMinReplicas", 0, 100),
+      // WAIT's 0 would mean "forever".
+      replicaWaitMs: int("redisReplicaWaitMs", 1, MAX_TIMER_MS),
+    }),
     summarizer,
     openai:
       baseUrl === undefined
@@ -523,15 +556,80 @@ function parseTtl(v: string): number {
   return ms;
 }
 
-function parseStore(v: string, sqliteCacheMb: number): StoreConfig {
+function parseStore(
+  v: string,
+  sqliteCacheMb: number,
+  redis: { minReplicas: number; replicaWaitMs: number },
+): StoreConfig {
+  if (redis.minReplicas > 0 && !/^redis/.test(v)) {
+    throw new ConfigError(
+      "--redis-min-replicas / WINDLASS_REDIS_MIN_REPLICAS: only a redis store has replicas to wait for",
+    );
+  }
   if (v === "memory") return { kind: "memory" };
   if (v.startsWith("sqlite:") && v.length > "sqlite:".length) {
     return { kind: "sqlite", path: v.slice("sqlite:".length), cacheMb: sqliteCacheMb };
   }
-  if (/^rediss?:\/\/\S+$/.test(v)) return { kind: "redis", url: v };
+  if (/^rediss?:\/\/\S+$/.test(v)) return { kind: "redis", url: v, ...redis };
+  if (v.startsWith(SENTINEL_SCHEME)) {
+    parseRedisSentinelUrl(v);
+    return { kind: "redis", url: v, ...redis };
+  }
   throw new ConfigError(
-    `--store / WINDLASS_STORE: "${v}" is not memory, sqlite:PATH or redis://HOST:PORT/DB`,
+    `--store / WINDLASS_STORE: "${redact(v)}" is not memory, sqlite:PATH, redis://HOST:PORT/DB or redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER`,
   );
+}
+
+const SENTINEL_SCHEME = "redis+sentinel://";
+
+/** The URL with its userinfo (it may hold a password) replaced, for error messages. */
+function redact(url: string): string {
+  return url.replace(/^([a-z+]+:\/\/)[^/]*@/, "$1***@");
+}
+
+/**
+ * `redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT…]/MASTER`: the
+ * sentinels to ask and the name they monitor the primary under. Throws
+ * ConfigError naming --store (never echoing the password).
+ */
+export function parseRedisSentinelUrl(url: string): RedisSentinelUrl {
+  const bad = (why: string) =>
+    new ConfigError(`--store / WINDLASS_STORE: "${redact(url)}": ${why}`);
+  if (!url.startsWith(SENTINEL_SCHEME)) throw bad("does not start with redis+sentinel://");
+  const rest = url.slice(SENTINEL_SCHEME.length);
+  const at = rest.lastIndexOf("@");
+  const userinfo = at === -1 ? undefined : rest.slice(0, at);
+  const slash = rest.indexOf("/", at + 1);
+  if (slash === -1) throw bad("names no master (…/MASTER after the sentinels)");
+  const hosts = rest.slice(at + 1, slash);
+  const decode = (part: string, what: string) => {
+    try {
+      return decodeURIComponent(part);
+    } catch {
+      throw bad(`its ${what} is not valid percent-encoding`);
+    }
+  };
+  const masterName = decode(rest.slice(slash + 1), "master name");
+  if (!/^[A-Za-z0-9._-]+$/.test(masterName)) {
+    throw bad("the master name must be letters, digits, '.', '_' or '-'");
+  }
+  const sentinels = hosts.split(",").map((hostPort) => {
+    const m = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/.exec(hostPort);
+    const port = Number(m?.[2]);
+    if (m?.[1] === undefined || !(port >= 1 && port <= 65535)) {
+      throw bad(`"${hostPort}" is not a sentinel HOST:PORT`);
+    }
+    return { host: m[1].replace(/^\[(.*)\]$/, "$1"), port };
+  });
+  let username: string | undefined;
+  let password: string | undefined;
+  if (userinfo !== undefined) {
+    const colon = userinfo.indexOf(":");
+    const user = decode(colon === -1 ? userinfo : userinfo.slice(0, colon), "user name");
+    username = user === "" ? undefined : user;
+    password = colon === -1 ? undefined : decode(userinfo.slice(colon + 1), "password");
+  }
+  return { sentinels, masterName, username, password };
 }
 
 // scheme://host[:port], as a browser sends it in Origin: no path, no slash at the end.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError, helpText, loadConfig } from "../src/config.js";
+import { ConfigError, helpText, loadConfig, parseRedisSentinelUrl } from "../src/config.js";
 
 describe("configuration", () => {
   it("has the documented defaults", () => {
@@ -36,7 +36,12 @@ describe("configuration", () => {
     expect(c.host).toBe("0.0.0.0");
     expect(c.grpcPort).toBe(7000);
     expect(c.httpPort).toBe(6001);
-    expect(c.store).toEqual({ kind: "redis", url: "redis://127.0.0.1:6379/0" });
+    expect(c.store).toEqual({
+      kind: "redis",
+      url: "redis://127.0.0.1:6379/0",
+      minReplicas: 0,
+      replicaWaitMs: 1000,
+    });
     expect(c.openai).toMatchObject({
       baseUrl: "http://127.0.0.1:9/v1",
       model: "llama",
@@ -54,6 +59,70 @@ describe("configuration", () => {
         /--sqlite-cache-mb \/ WINDLASS_SQLITE_CACHE_MB/,
       );
     }
+  });
+
+  it("asks the Redis store for replica confirmation by --redis-min-replicas, validated", () => {
+    const redis = { WINDLASS_STORE: "redis://127.0.0.1:6379/0", WINDLASS_REDIS_MIN_REPLICAS: "2" };
+    expect(loadConfig(["--redis-replica-wait-ms", "250"], redis).store).toMatchObject({
+      minReplicas: 2,
+      replicaWaitMs: 250,
+    });
+    expect(loadConfig(["--redis-min-replicas=0"], redis).store).toMatchObject({ minReplicas: 0 });
+    for (const bad of ["-1", "one", "1.5", "101"]) {
+      expect(() => loadConfig(["--redis-min-replicas", bad], redis)).toThrow(
+        /^--redis-min-replicas \/ WINDLASS_REDIS_MIN_REPLICAS: /,
+      );
+    }
+    expect(() => loadConfig(["--redis-min-replicas", "1"], {})).toThrow(
+      /^--redis-min-replicas \/ WINDLASS_REDIS_MIN_REPLICAS: only a redis store/,
+    );
+    // WAIT's 0 means "forever": not a timeout.
+    for (const bad of ["0", "soon", "2147483648"]) {
+      expect(() => loadConfig(["--redis-replica-wait-ms", bad], redis)).toThrow(
+        /^--redis-replica-wait-ms \/ WINDLASS_REDIS_REPLICA_WAIT_MS: /,
+      );
+    }
+  });
+
+  it("parses redis+sentinel:// store URLs, and names --store without echoing a password", () => {
+    const url = "redis+sentinel://:s3cret@127.0.0.1:26379,sentinel-b:26380,[::1]:26381/mymaster";
+    expect(loadConfig(["--store", url], {}).store).toMatchObject({ kind: "redis", url });
+    expect(parseRedisSentinelUrl(url)).toEqual({
+      sentinels: [
+        { host: "127.0.0.1", port: 26379 },
+        { host: "sentinel-b", port: 26380 },
+        { host: "::1", port: 26381 },
+      ],
+      masterName: "mymaster",
+      username: undefined,
+      password: "s3cret",
+    });
+    expect(parseRedisSentinelUrl("redis+sentinel://app:p%40ss@h:1/m")).toMatchObject({
+      username: "app",
+      password: "p@ss",
+    });
+    for (const bad of [
+      "redis+sentinel://:s3cret@127.0.0.1:26379",
+      "redis+sentinel://:s3cret@127.0.0.1/mymaster",
+      "redis+sentinel://:s3cret@127.0.0.1:99999/mymaster",
+      "redis+sentinel://:s3cret@a:1,,b:2/mymaster",
+      "redis+sentinel://:s3cret@a:1/my master",
+      "redis+sentinel://:s3cret@a:1/",
+    ]) {
+      const err = (() => {
+        try {
+          loadConfig(["--store", bad], {});
+        } catch (e) {
+          return e as Error;
+        }
+      })();
+      expect(err).toBeInstanceOf(ConfigError);
+      expect(err?.message).toMatch(/^--store \/ WINDLASS_STORE: /);
+      expect(err?.message).not.toContain("s3cret");
+    }
+    expect(() => loadConfig(["--store", "rediz://:s3cret@h:1/0"], {})).toThrow(
+      /^(?!.*s3cret).*--store/,
+    );
   });
 
   it("maps bearer tokens to namespaces from the environment only", () => {

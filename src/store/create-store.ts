@@ -25,7 +25,10 @@ export async function createStore(
     case "redis": {
       // Loaded on demand: node-redis is only needed by deployments that use it.
       const { createRedisStore } = await import("./redis-store.js");
-      return createRedisStore(config.url, limits);
+      return createRedisStore(config.url, limits, {
+        minReplicas: config.minReplicas,
+        replicaWaitMs: config.replicaWaitMs,
+      });
     }
   }
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { createClient, ErrorReply } from "redis";
+import { ErrorReply } from "redis";
 import {
   lastSeqMismatchError,
   requestIdReusedError,
@@ -20,6 +20,12 @@ import type {
 import { livePage } from "./live-page.js";
 import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
 import { messageBytes, type QuotaName, quotaExceededError } from "./quota.js";
+import {
+  type AcknowledgedWrite,
+  type RedisConnection,
+  ReplicaConfirmation,
+  redisClients,
+} from "./redis/connection.js";
 import {
   ACQUIRE_LEASE,
   ALL_SCRIPTS,
@@ -76,20 +82,15 @@ export interface RedisStoreOptions {
    * reconnect and every Watch read, in ms; default 1000.
    */
   incarnationCheckMs?: number;
-}
-
-/**
- * The structural part of a node-redis client this store uses. Raw
- * `sendCommand` with RESP2 replies (strings, integers, null, arrays) keeps
- * reply parsing in one place and independent of node-redis's typed wrappers.
- */
-interface RedisConnection {
-  readonly isOpen: boolean;
-  sendCommand(args: readonly string[]): Promise<unknown>;
-  connect(): Promise<unknown>;
-  close(): Promise<void>;
-  destroy(): void;
-  on(event: "error", listener: (err: Error) => void): unknown;
+  /**
+   * Replicas that must have an Add, import or Clear before it is
+   * acknowledged (WAIT after it); default 0, acknowledged once the primary
+   * ran it. Summary commits, fold leases and failure records are not waited
+   * for: a summary lost in a failover is folded again from the messages.
+   */
+  minReplicas?: number;
+  /** Longest such a write waits for its replicas, then unavailable; default 1000. */
+  replicaWaitMs?: number;
 }
 
 type Listener = (events: MemoryEvent[]) => void;
@@ -140,6 +141,8 @@ const STREAM_ID = /^0-(0|[1-9]\d{0,14})$/;
  * sets the ttl, so no expiring thread is ever missed by the sweep.
  */
 const TTL_NAMESPACES_KEY = "ttl-namespaces";
+/** A counter each WAIT increments first (ReplicaConfirmation), under the key prefix. */
+const REPLICATION_FENCE_KEY = "replication-fence";
 /** The key holding "<store id>.<secret>" of the resume tokens, under the key prefix. */
 const TOKEN_KEY = "resume-token-key";
 /** Server replies that mean "not now" rather than "wrong": the call may be retried. */
@@ -168,8 +171,10 @@ const TRANSIENT_REPLY =
  * Cluster they all hash to one slot (a namespace is the unit of sharding).
  * The namespace is encoded because it may contain braces, and prefixed with
  * "ns-" so an empty namespace still makes a non-empty tag (Redis ignores
- * `{}`). The client itself is a single-node client (one primary, or a
- * proxy in front of a cluster).
+ * `{}`). The client is a single-node client (one primary, or a proxy in
+ * front of a cluster) or, for redis+sentinel://, follows the primary the
+ * sentinels name through failovers (src/store/redis/connection.ts, which
+ * also confirms writes with WAIT when options.minReplicas asks for it).
  *
  * Events: one stream per namespace (`log`), keeping at least eventRetention
  * entries (trimmed in batches of at least 64 or an eighth of that). Entry ids
@@ -213,19 +218,10 @@ export async function createRedisStore(
   }
   const commandTimeoutMs = options.commandTimeoutMs ?? 5000;
   const decoded = new DecodedMessages(DECODED_MESSAGES_KEPT);
-  const target = describeTarget(url);
-  const redis = createClient({
-    url,
-    RESP: 2,
-    disableOfflineQueue: true,
-    maintNotifications: "disabled",
-    socket: {
-      connectTimeout: 1000,
-      reconnectStrategy: (retries: number) =>
-        Math.min(2000, 50 * 2 ** Math.min(retries, 10)) + Math.floor(Math.random() * 100),
-    },
-  });
-  const client: RedisConnection = redis;
+  // Single node or Sentinel (src/store/redis/connection.ts); `redis.duplicate()` gives the readers theirs.
+  const redis = redisClients(url);
+  const target = redis.target;
+  const client: RedisConnection = redis.main;
   // node-redis emits every connection failure as an event; the calls report
   // them (as unavailable), so the events are only noted here, for start-up.
   let lastError: Error | undefined;
@@ -302,9 +298,9 @@ export async function createRedisStore(
     return withTimeout(connection.sendCommand(args), timeoutMs, target);
   }
 
-  async function command(args: readonly string[]): Promise<unknown> {
+  async function command(args: readonly string[], via: RedisConnection = client): Promise<unknown> {
     try {
-      return await send(client, args, commandTimeoutMs);
+      return await send(via, args, commandTimeoutMs);
     } catch (err) {
       throw storeError(err);
     }
@@ -315,15 +311,42 @@ export async function createRedisStore(
     script: LuaScript,
     scriptKeys: readonly string[],
     args: readonly string[],
+    via: RedisConnection = client,
   ): Promise<unknown> {
     const tail = [String(scriptKeys.length), ...scriptKeys, ...args];
     try {
-      return await send(client, ["EVALSHA", script.sha, ...tail], commandTimeoutMs);
+      return await send(via, ["EVALSHA", script.sha, ...tail], commandTimeoutMs);
     } catch (err) {
       if (!(err instanceof ErrorReply && err.message.startsWith("NOSCRIPT"))) throw storeError(err);
     }
     try {
-      return await send(client, ["EVAL", script.source, ...tail], commandTimeoutMs);
+      return await send(via, ["EVAL", script.source, ...tail], commandTimeoutMs);
+    } catch (err) {
+      throw storeError(err);
+    }
+  }
+
+  const minReplicas = options.minReplicas ?? 0;
+  const replicas =
+    minReplicas > 0
+      ? new ReplicaConfirmation(() => redis.openPrimarySession(), send, {
+          replicas: minReplicas,
+          waitMs: options.replicaWaitMs ?? 1000,
+          commandTimeoutMs,
+          fenceKey: `${prefix}:${REPLICATION_FENCE_KEY}`,
+        })
+      : undefined;
+  const unconfirmed: AcknowledgedWrite = { link: client, confirm: async () => {} };
+
+  /**
+   * Where an Add, import or Clear goes when replicas must confirm it (a
+   * session one WAIT confirms). Callers use `unconfirmed` without awaiting
+   * when they need not, so the write is queued in the call, as before.
+   */
+  async function beginWrite(): Promise<AcknowledgedWrite> {
+    if (replicas === undefined) return unconfirmed;
+    try {
+      return await replicas.begin();
     } catch (err) {
       throw storeError(err);
     }
@@ -395,7 +418,7 @@ export async function createRedisStore(
   }
 
   // node-redis reconnects by itself; the store it reaches may not hold the data it left.
-  redis.on("ready", () => {
+  redis.onReady(() => {
     incarnationChecked = false;
     checkIncarnation().catch(() => {});
   });
@@ -589,7 +612,7 @@ export async function createRedisStore(
   }
 
   /** One APPEND call (see scripts.ts APPEND for its replies). */
-  function appendOnce(cmd: AppendCommand): Promise<unknown> {
+  function appendOnce(cmd: AppendCommand, via: RedisConnection): Promise<unknown> {
     const k = keys(cmd.namespace);
     const id = cmd.threadId;
     return run(
@@ -624,6 +647,7 @@ export async function createRedisStore(
         String(cmd.defaultTtlMs ?? 0),
         ...cmd.messages.map((m) => `${messageBytes(m)} ${encodeMessage(m, cmd.now)}`),
       ],
+      via,
     );
   }
 
@@ -633,24 +657,36 @@ export async function createRedisStore(
     async append(cmd: AppendCommand): Promise<AppendResult> {
       const k = keys(cmd.namespace);
       const id = cmd.threadId;
-      if ((cmd.ttlMs ?? 0) > 0 || (cmd.defaultTtlMs ?? 0) > 0) {
-        await command(["SADD", `${prefix}:${TTL_NAMESPACES_KEY}`, cmd.namespace]);
+      const write = replicas === undefined ? unconfirmed : await beginWrite();
+      // The caller has given up: an Add stored now would be one it was told had failed.
+      if (cmd.deadline !== undefined && Date.now() >= cmd.deadline) {
+        throw new MemoryError(
+          "deadline_exceeded",
+          "the call's deadline passed before the Add reached Redis; nothing was stored",
+        );
       }
-      let reply = await appendOnce(cmd);
+      if ((cmd.ttlMs ?? 0) > 0 || (cmd.defaultTtlMs ?? 0) > 0) {
+        await command(["SADD", `${prefix}:${TTL_NAMESPACES_KEY}`, cmd.namespace], write.link);
+      }
+      let reply = await appendOnce(cmd, write.link);
       if (asArray(reply)[0] === "expired") {
         // Removed (with its event) in its own atomic step, then the Add goes to a new thread.
         await run(
           EXPIRE_THREAD,
           [k.thread(id), k.threads, k.events, k.usage],
           [id, String(cmd.now), String(lim.eventRetention)],
+          write.link,
         );
-        reply = await appendOnce(cmd);
+        reply = await appendOnce(cmd, write.link);
       }
       const [status, value] = asArray(reply);
       switch (status) {
         case "ok":
+          await write.confirm();
           return decodeResult(asString(value), false);
         case "replayed":
+          // The first attempt may not have reached the replicas (its WAIT fell short).
+          await write.confirm();
           return decodeResult(asString(value), true);
         case "request_id_reused":
           throw requestIdReusedError();
@@ -748,6 +784,7 @@ export async function createRedisStore(
 
     async clear(namespace: string, threadId: string, now: number): Promise<boolean> {
       const k = keys(namespace);
+      const write = replicas === undefined ? unconfirmed : await beginWrite();
       const reply = await run(
         CLEAR,
         [
@@ -760,7 +797,9 @@ export async function createRedisStore(
           k.usage,
         ],
         [threadId, String(now), String(lim.eventRetention)],
+        write.link,
       );
+      await write.confirm();
       return reply === 1;
     },
 
@@ -769,16 +808,21 @@ export async function createRedisStore(
       // Chunks keep each script short, so one big namespace never blocks Redis
       // for long; each chunk is atomic on its own.
       let total = 0;
+      const write = replicas === undefined ? unconfirmed : await beginWrite();
       for (;;) {
         const n = Number(
           await run(
             CLEAR_CHUNK,
             [k.threads, k.events, k.usage],
             [k.base, String(now), String(lim.eventRetention), String(CLEAR_BATCH)],
+            write.link,
           ),
         );
         total += n;
-        if (n < CLEAR_BATCH) return total;
+        if (n < CLEAR_BATCH) {
+          await write.confirm();
+          return total;
+        }
       }
     },
 
@@ -934,8 +978,9 @@ export async function createRedisStore(
         cmd.ttlMs === undefined || cmd.expireTime === undefined
           ? undefined
           : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime };
+      const write = replicas === undefined ? unconfirmed : await beginWrite();
       if (ttl !== undefined) {
-        await command(["SADD", `${prefix}:${TTL_NAMESPACES_KEY}`, cmd.namespace]);
+        await command(["SADD", `${prefix}:${TTL_NAMESPACES_KEY}`, cmd.namespace], write.link);
       }
       let bytes = 0;
       const entries = cmd.messages.map((m) => {
@@ -968,12 +1013,15 @@ export async function createRedisStore(
           ttl === undefined ? "" : String(ttl.expireTime),
           ...entries,
         ],
+        write.link,
       );
       const [status, quota, limit] = asArray(reply);
       switch (status) {
         case "ok":
+          await write.confirm();
           return true;
         case "exists":
+          await write.confirm();
           return false;
         case "quota":
           throw quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
@@ -998,6 +1046,7 @@ export async function createRedisStore(
       if (closed) return;
       closed = true;
       clearInterval(incarnationTimer);
+      await replicas?.close();
       for (const reader of [...readers.values()]) {
         for (const sub of reader.subscriptions) sub.active = false;
         stopReader(reader);
@@ -1262,16 +1311,6 @@ function asArray(value: unknown): unknown[] {
 function asString(value: unknown): string {
   if (typeof value !== "string") throw new Error("redis store: unexpected reply (not a string)");
   return value;
-}
-
-/** "host:port" of a redis URL, never its credentials. */
-function describeTarget(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.hostname}:${u.port || "6379"}`;
-  } catch {
-    throw new Error("redis store: the URL is not a valid redis:// or rediss:// URL");
-  }
 }
 
 class CommandTimeout extends Error {

@@ -487,6 +487,16 @@ describe("redis store", () => {
     }
   });
 
+  it("never sends an Add whose deadline has passed", async () => {
+    const store = await track(open());
+    expect(await codeOf(store.append(cmd({ threadId: "late", deadline: Date.now() - 1 })))).toBe(
+      "deadline_exceeded",
+    );
+    expect(await store.getThread("ns", "late")).toBeUndefined();
+    await store.append(cmd({ threadId: "late", deadline: Date.now() + 60_000 }));
+    expect((await store.getThread("ns", "late"))?.lastSeq).toBe(1);
+  });
+
   it("fails fast with unavailable while Redis is down and recovers by itself", async () => {
     const own = await startRedisServer();
     try {

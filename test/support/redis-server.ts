@@ -1,12 +1,16 @@
 /**
- * A real `redis-server` for tests, on a free port of 127.0.0.1, with no
- * persistence (`--save "" --appendonly no`, in a temporary directory).
+ * A real `redis-server` for tests, on a free port of 127.0.0.1, in a
+ * temporary directory, with no persistence (`--save "" --appendonly no`)
+ * unless `args` turn it on: they come after those, so they win.
  *
  * ```ts
  * const redis = await startRedisServer();
  * const store = await createRedisStore(redis.url);
  * // … redis.kill(); await redis.restart(); // same port, empty data
  * await redis.stop();
+ * const aof = await startRedisServer({ args: ["--appendonly", "yes", "--appendfsync", "always"] });
+ * // … aof.kill(); await aof.restart(); // same port and directory: the AOF is replayed
+ * const replica = await startRedisServer({ args: ["--replicaof", "127.0.0.1", String(aof.port)] });
  * ```
  *
  * A missing binary is an error, never a skip: under CI=true a missing tool
@@ -20,7 +24,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 export interface RedisServer {
-  /** "redis://127.0.0.1:PORT/0" */
+  /** "redis://127.0.0.1:PORT/0" (with ":PASSWORD@" when it requires one) */
   readonly url: string;
   readonly port: number;
   /** The running server's process id (SIGSTOP/SIGCONT it to hang Redis); undefined while stopped. */
@@ -30,10 +34,18 @@ export interface RedisServer {
   /** Ends the server with SIGKILL (a crash) and waits for it to exit. Idempotent. */
   kill(): Promise<void>;
   /**
-   * Starts the server again on the same port (stopping it first if it runs);
-   * its data is gone, unless the options turned persistence on.
+   * Starts the server again on the same port and directory (stopping it
+   * first if it runs): without persistence its data is gone, with AOF on it
+   * loads what the AOF kept. `args` replace the start-up arguments if given.
    */
-  restart(): Promise<void>;
+  restart(args?: readonly string[]): Promise<void>;
+}
+
+export interface RedisServerOptions {
+  /** More `redis-server` arguments, e.g. `--appendonly yes --appendfsync always` or `--replicaof HOST PORT`. */
+  args?: readonly string[];
+  /** Require it (`--requirepass`; also `--masterauth`, for a replica); the url then carries it. */
+  password?: string;
 }
 
 const BINARY = process.env.REDIS_SERVER ?? "redis-server";
@@ -45,27 +57,17 @@ process.once("exit", () => {
   for (const child of running) child.kill("SIGKILL");
 });
 
-/** Options of {@link startRedisServer}. */
-export interface RedisServerOptions {
-  /**
-   * More redis-server arguments, after the defaults so they win (e.g.
-   * `["--appendonly", "yes", "--appendfsync", "always"]`: then restart()
-   * keeps the data, replayed from the append-only file).
-   */
-  args?: readonly string[];
-}
-
 /** Starts a redis-server on a free port and waits until it answers PING. */
 export async function startRedisServer(options: RedisServerOptions = {}): Promise<RedisServer> {
-  const extra = options.args ?? [];
   requireBinary();
+  let args = options.args ?? [];
   const dir = mkdtempSync(join(tmpdir(), "windlass-redis-"));
   let child: ChildProcess | undefined;
   let port = 0;
   for (let attempt = 1; ; attempt++) {
     port = await freePort();
     try {
-      child = await launch(port, dir, extra);
+      child = await launch(port, dir, args, options.password);
       break;
     } catch (err) {
       // Another process took the port between our probe and redis's bind.
@@ -83,11 +85,10 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
     const exited = once(c, "exit");
     c.kill(signal);
     await exited;
-    running.delete(c);
   }
 
   return {
-    url: `redis://127.0.0.1:${port}/0`,
+    url: `redis://${options.password === undefined ? "" : `:${options.password}@`}127.0.0.1:${port}/0`,
     port,
     get pid() {
       return child?.pid;
@@ -99,12 +100,13 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
     async kill() {
       await end("SIGKILL");
     },
-    async restart() {
+    async restart(newArgs?: readonly string[]) {
+      if (newArgs !== undefined) args = newArgs;
       await end("SIGTERM");
       // The port was ours a moment ago; a short wait covers a slow release.
       for (let attempt = 1; ; attempt++) {
         try {
-          child = await launch(port, dir, extra);
+          child = await launch(port, dir, args, options.password);
           return;
         } catch (err) {
           if (!(err instanceof PortInUse) || attempt >= 20) throw err;
@@ -128,9 +130,14 @@ function requireBinary(): void {
 
 class PortInUse extends Error {}
 
-async function launch(port: number, dir: string, extra: readonly string[]): Promise<ChildProcess> {
+async function launch(
+  port: number,
+  dir: string,
+  args: readonly string[],
+  password: string | undefined,
+): Promise<ChildProcess> {
   mkdirSync(dir, { recursive: true });
-  const child = spawn(
+  return spawnAnsweringPing(
     BINARY,
     [
       "--port",
@@ -149,11 +156,30 @@ async function launch(port: number, dir: string, extra: readonly string[]): Prom
       "no",
       "--loglevel",
       "warning",
-      ...extra,
+      // A primary's SIGTERM would wait up to 10 s for lagging replicas.
+      "--shutdown-timeout",
+      "0",
+      ...(password === undefined ? [] : ["--requirepass", password, "--masterauth", password]),
+      ...args,
     ],
-    { stdio: ["ignore", "pipe", "pipe"] },
+    port,
+    password,
   );
+}
+
+/**
+ * Spawns `binary args` (redis-server, redis-sentinel) and resolves once it
+ * answers PING on `port`; killed when the test process exits.
+ */
+export async function spawnAnsweringPing(
+  binary: string,
+  args: readonly string[],
+  port: number,
+  password?: string,
+): Promise<ChildProcess> {
+  const child = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
   running.add(child);
+  child.once("exit", () => running.delete(child));
   let output = "";
   const collect = (d: Buffer) => {
     output = (output + d.toString()).slice(-4000);
@@ -163,16 +189,14 @@ async function launch(port: number, dir: string, extra: readonly string[]): Prom
   const deadline = Date.now() + START_TIMEOUT_MS;
   while (Date.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) {
-      running.delete(child);
       if (/address already in use/i.test(output)) throw new PortInUse(`port ${port} is taken`);
-      throw new Error(`redis-server exited at start-up: ${output.trim()}`);
+      throw new Error(`${binary} exited at start-up: ${output.trim()}`);
     }
-    if (await answersPing(port)) return child;
+    if (await answersPing(port, password)) return child;
     await new Promise((r) => setTimeout(r, 20));
   }
   child.kill("SIGKILL");
-  running.delete(child);
-  throw new Error(`redis-server did not answer PING within ${START_TIMEOUT_MS} ms: ${output}`);
+  throw new Error(`${binary} did not answer PING within ${START_TIMEOUT_MS} ms: ${output}`);
 }
 
 /** A port the kernel just gave us and took back: free unless someone races for it. */
@@ -187,8 +211,8 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-/** PING over a raw socket: the helper needs no Redis client of its own. */
-export function answersPing(port: number): Promise<boolean> {
+/** PING (after AUTH, given a password) over a raw socket: the helper needs no Redis client of its own. */
+export function answersPing(port: number, password?: string): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = createConnection({ host: "127.0.0.1", port });
     let reply = "";
@@ -198,10 +222,13 @@ export function answersPing(port: number): Promise<boolean> {
     };
     socket.setTimeout(500, () => done(false));
     socket.on("error", () => done(false));
-    socket.on("connect", () => socket.write("PING\r\n"));
+    const auth = password === undefined ? "" : `AUTH ${password}\r\n`;
+    const expected = password === undefined ? "+PONG\r\n" : "+OK\r\n+PONG\r\n";
+    socket.on("connect", () => socket.write(`${auth}PING\r\n`));
     socket.on("data", (d) => {
       reply += d.toString();
-      if (reply.includes("\r\n")) done(reply.startsWith("+PONG"));
+      if (reply.length >= expected.length || reply.startsWith("-"))
+        done(reply.startsWith(expected));
     });
   });
 }

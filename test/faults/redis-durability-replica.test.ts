@@ -1,0 +1,206 @@
+import { randomUUID } from "node:crypto";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { MemoryError } from "../../src/core/errors.js";
+import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis-store.js";
+import type { Store } from "../../src/store/store.js";
+import { addCommand, NAMESPACE, STRATEGY } from "../support/acknowledged-writers.js";
+import { ask, QUICK_REPLICATION, waitForLinkOf } from "../support/redis-replication.js";
+import { freePort, type RedisServer, startRedisServer } from "../support/redis-server.js";
+
+/**
+ * A primary and one replica: with minReplicas 1 an Add is acknowledged only
+ * once the replica has it (WAIT). The replica is frozen with SIGSTOP, or cut
+ * off (pointed at a port where nothing listens), to make it fall behind, and
+ * "promoted" by REPLICAOF NO ONE after a kill -9 of the primary, which is
+ * what a failover does.
+ */
+// Success needs one WAIT round trip (up to ~200 ms seen on a loaded machine); a refusal takes all of it.
+const WAIT_MS = 2000;
+
+let primary: RedisServer;
+let replica: RedisServer;
+let stopped: number | undefined;
+const stores: Store[] = [];
+beforeEach(async () => {
+  primary = await startRedisServer({ args: QUICK_REPLICATION });
+  replica = await startRedisServer({ args: ["--replicaof", "127.0.0.1", String(primary.port)] });
+  await waitForLinkOf(replica);
+});
+afterEach(async () => {
+  if (stopped !== undefined) process.kill(stopped, "SIGCONT");
+  stopped = undefined;
+  for (const s of stores.splice(0)) await s.close();
+  await replica.stop();
+  await primary.stop();
+});
+
+const prefix = () => `replica-${randomUUID()}`;
+async function open(server: RedisServer, options: RedisStoreOptions): Promise<Store> {
+  const store = await createRedisStore(server.url, {}, options);
+  stores.push(store);
+  return store;
+}
+
+const add = (requestId: string, content: string, threadId = "t") =>
+  addCommand(threadId, requestId, content);
+
+function freezeReplica(): void {
+  const pid = replica.pid;
+  if (pid === undefined) throw new Error("the replica is not running");
+  process.kill(pid, "SIGSTOP");
+  stopped = pid;
+}
+
+function thawReplica(): void {
+  if (stopped !== undefined) process.kill(stopped, "SIGCONT");
+  stopped = undefined;
+}
+
+/** kill -9 of the primary, the replica made primary: the failover, by hand. */
+async function failOver(): Promise<void> {
+  thawReplica();
+  await primary.kill();
+  await ask(replica.port, ["REPLICAOF", "NO", "ONE"]);
+}
+
+/** Resolves once the replica has everything the primary has (their replication offsets match). */
+async function caughtUp(): Promise<void> {
+  const offset = async (port: number, field: string) =>
+    Number(
+      new RegExp(`${field}:(\\d+)`).exec(String(await ask(port, ["INFO", "replication"])))?.[1],
+    );
+  const deadline = Date.now() + 10_000;
+  while (
+    (await offset(replica.port, "slave_repl_offset")) <
+    (await offset(primary.port, "master_repl_offset"))
+  ) {
+    if (Date.now() > deadline) throw new Error("the replica did not catch up in 10 s");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+async function contents(store: Store, threadId = "t"): Promise<string[]> {
+  return ((await store.read(NAMESPACE, threadId))?.messages ?? []).map((m) => m.content);
+}
+
+async function waitCalls(server: RedisServer): Promise<number> {
+  const info = String(await ask(server.port, ["INFO", "commandstats"]));
+  return Number(/cmdstat_wait:calls=(\d+)/.exec(info)?.[1] ?? 0);
+}
+
+describe("acknowledged means replicated (minReplicas)", () => {
+  it("refuses an Add the replica does not confirm, and its retry answers the stored result, which survives a failover", async () => {
+    const keyPrefix = prefix();
+    const store = await open(primary, { keyPrefix, minReplicas: 1, replicaWaitMs: WAIT_MS });
+    await store.append(add("r1", "before"));
+    freezeReplica();
+    const err = await store.append(add("r2", "while frozen")).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(MemoryError);
+    expect((err as MemoryError).code).toBe("unavailable");
+    expect((err as MemoryError).message).toMatch(
+      /0 of the 1 Redis replicas required \(--redis-min-replicas\) confirmed the write within 2000 ms; it may have been stored: a retry with the same request_id answers the stored result/,
+    );
+    // Reads do not queue behind a WAIT: one answers while an Add waits for the frozen replica.
+    const waiting = store.append(add("r3", "also while frozen")).then(
+      () => "acknowledged",
+      () => "refused",
+    );
+    const read = store.read(NAMESPACE, "t").then(() => "read");
+    expect(await Promise.race([read, waiting])).toBe("read");
+    expect(await waiting).toBe("refused");
+    thawReplica();
+    const retried = await store.append(add("r2", "while frozen"));
+    expect(retried.replayed).toBe(true);
+    expect(retried.firstSeq).toBe(2);
+    expect(await contents(store)).toEqual(["before", "while frozen", "also while frozen"]);
+    await failOver();
+    const promoted = await open(replica, { keyPrefix });
+    expect(await contents(promoted)).toEqual(["before", "while frozen", "also while frozen"]);
+  });
+
+  it("holds an import and a Clear to the same rule", async () => {
+    const store = await open(primary, {
+      keyPrefix: prefix(),
+      minReplicas: 1,
+      replicaWaitMs: WAIT_MS,
+    });
+    await store.append(add("r1", "to be cleared", "cleared"));
+    const imported = {
+      namespace: NAMESPACE,
+      threadId: "imported",
+      strategy: STRATEGY,
+      lastSeq: 1,
+      summarizedThroughSeq: 0,
+      summary: "",
+      summaryTime: 0,
+      createTime: 100,
+      updateTime: 100,
+      messages: [{ seq: 1, role: "user" as const, content: "imported", createTime: 100 }],
+      now: 200,
+    };
+    freezeReplica();
+    const codes = await Promise.all(
+      [store.importThread(imported), store.clear(NAMESPACE, "cleared", 300)].map((p) =>
+        p.then(
+          () => "acknowledged",
+          (e: unknown) => (e instanceof MemoryError ? e.code : String(e)),
+        ),
+      ),
+    );
+    expect(codes).toEqual(["unavailable", "unavailable"]);
+    thawReplica();
+    // Both ran on the primary: the import's retry finds it there (and waits again).
+    expect(await store.importThread(imported)).toBe(false);
+    expect(await store.clear(NAMESPACE, "cleared", 400)).toBe(false);
+    expect(await contents(store, "imported")).toEqual(["imported"]);
+    expect(await contents(store, "cleared")).toEqual([]);
+  });
+
+  it("without it, an Add acknowledged while the replica lags is lost in the failover", async () => {
+    const keyPrefix = prefix();
+    const store = await open(primary, { keyPrefix });
+    await store.append(add("r1", "before"));
+    await caughtUp();
+    // (A frozen replica would still find the write in its socket buffer when thawed.)
+    await ask(replica.port, ["REPLICAOF", "127.0.0.1", String(await freePort())]);
+    // Acknowledged by the primary alone.
+    await store.append(add("r2", "while cut off"));
+    await failOver();
+    const promoted = await open(replica, { keyPrefix });
+    expect(await contents(promoted)).toEqual(["before"]);
+  });
+
+  it("confirms concurrent Adds with far fewer WAITs than Adds (and prints Adds/s with and without)", async () => {
+    const writers = 64;
+    const perWriter = 50;
+    const rate = async (store: Store) => {
+      const started = performance.now();
+      await Promise.all(
+        Array.from({ length: writers }, async (_, w) => {
+          for (let i = 0; i < perWriter; i++) {
+            const result = await store.append(add(`w${w}-${i}`, `m${i}`, `t${w}`));
+            expect(result.replayed).toBe(false);
+          }
+        }),
+      );
+      return Math.round((writers * perWriter) / ((performance.now() - started) / 1000));
+    };
+    const without = await rate(await open(primary, { keyPrefix: prefix() }));
+    const before = await waitCalls(primary);
+    const confirmed = await open(primary, {
+      keyPrefix: prefix(),
+      minReplicas: 1,
+      replicaWaitMs: 5000,
+    });
+    const withWait = await rate(confirmed);
+    const waits = (await waitCalls(primary)) - before;
+    console.log(
+      `${writers} writers x ${perWriter} Adds: ${without} Adds/s with minReplicas 0, ${withWait} Adds/s with minReplicas 1 (${waits} WAITs)`,
+    );
+    expect(waits).toBeGreaterThan(0);
+    expect(waits).toBeLessThan((writers * perWriter) / 4);
+  });
+});
