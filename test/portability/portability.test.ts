@@ -282,7 +282,7 @@ describe("export and import", () => {
     } finally {
       await onRedis.close();
     }
-  });
+  }, 60_000); // Three stores and two imports: slow on a loaded machine, not stuck.
 
   it("answers bad usage with status 2 and a missing file with status 1", async () => {
     const unknown = await command(["export", "--store", "memory", "--colour", "red"]);
