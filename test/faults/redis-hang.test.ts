@@ -1,9 +1,8 @@
-import { randomUUID } from "node:crypto";
 import { afterAll, describe, expect, it } from "vitest";
-import { Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { CallFailed, type Driver, grpcDriver } from "../integration/drivers.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { type Replica, startReplica } from "../support/replica-process.js";
+import { RetryingWriter } from "../support/retrying-writer.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { grpcHealthCheck } from "../transport/clients.js";
 
@@ -40,39 +39,6 @@ async function until(what: string, cond: () => boolean | Promise<boolean>, ms: n
   }
 }
 
-/** Adds to its thread one message at a time; a failed call is retried with its request_id. */
-function startWriter(threadId: string) {
-  const state = { acknowledged: 0, failures: 0, slowestFailureMs: 0, stop: false };
-  const done = (async () => {
-    while (!state.stop) {
-      const requestId = randomUUID();
-      for (;;) {
-        const began = Date.now();
-        try {
-          const r = await client.add(
-            {
-              threadId,
-              messages: [{ role: Role.USER, content: `m${state.acknowledged + 1}` }],
-              requestId,
-            },
-            { timeoutMs: DEADLINE_MS },
-          );
-          expect(Number(r.lastSeq)).toBe(state.acknowledged + 1);
-          state.acknowledged += 1;
-          break;
-        } catch (err) {
-          const c = code(err);
-          if (c !== "UNAVAILABLE" && c !== "DEADLINE_EXCEEDED") throw err;
-          state.failures += 1;
-          state.slowestFailureMs = Math.max(state.slowestFailureMs, Date.now() - began);
-          await sleep(20);
-        }
-      }
-    }
-  })();
-  return { state, done };
-}
-
 describe("Redis that hangs", () => {
   it("fails calls within their deadline, reports NOT_SERVING, recovers, and loses nothing acknowledged", async () => {
     redis = await startRedisServer();
@@ -88,8 +54,9 @@ describe("Redis that hangs", () => {
       grpcHealthCheck(`127.0.0.1:${replica.grpcPort}`, "windlass.memory.v1.MemoryService");
     expect(await health()).toBe("SERVING");
 
-    const writers = ["a", "b", "c"].map(startWriter);
-    const total = () => writers.reduce((n, w) => n + w.state.acknowledged, 0);
+    const writers = ["a", "b", "c"].map((t) => new RetryingWriter(client, t, DEADLINE_MS));
+    for (const w of writers) w.start();
+    const total = () => writers.reduce((n, w) => n + w.acknowledged, 0);
     const hangs: { name: string; start(): void; end(): void }[] = [
       {
         name: "SIGSTOP",
@@ -136,20 +103,19 @@ describe("Redis that hangs", () => {
         );
       }
     }
-    for (const w of writers) w.state.stop = true;
-    await Promise.all(writers.map((w) => w.done));
+    await Promise.all(writers.map((w) => w.stop()));
 
     // Each call failed within its deadline (plus scheduling on a loaded machine).
-    for (const w of writers) expect(w.state.slowestFailureMs).toBeLessThan(DEADLINE_MS * 5);
+    for (const w of writers) expect(w.slowestFailureMs).toBeLessThan(DEADLINE_MS * 5);
     // Nothing acknowledged was lost, and retries stored nothing twice.
-    for (const [i, w] of writers.entries()) {
-      const got = await client.get({ threadId: ["a", "b", "c"][i] as string, limit: 0 });
-      expect(Number(got.thread?.lastSeq)).toBe(w.state.acknowledged);
+    for (const w of writers) {
+      const got = await client.get({ threadId: w.threadId, limit: 0 });
+      expect(Number(got.thread?.lastSeq)).toBe(w.acknowledged);
       expect(got.messages.map((m) => m.content)).toEqual(
-        Array.from({ length: w.state.acknowledged }, (_, k) => `m${k + 1}`),
+        Array.from({ length: w.acknowledged }, (_, k) => `m${k + 1}`),
       );
     }
-    const failed = writers.reduce((n, w) => n + w.state.failures, 0);
+    const failed = writers.reduce((n, w) => n + w.failures, 0);
     console.info(
       `redis-hang: ${total()} acknowledged Adds, all present; ${failed} failed attempts retried; ${report.join("; ")}`,
     );

@@ -1,10 +1,10 @@
-import { randomUUID } from "node:crypto";
 import { createClient } from "redis";
 import { afterAll, describe, expect, it } from "vitest";
 import { EventType, Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { CallFailed, connectDriver, type Driver, grpcDriver } from "../integration/drivers.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { type Replica, startReplica } from "../support/replica-process.js";
+import { RetryingWriter } from "../support/retrying-writer.js";
 
 /**
  * Watch when the Redis store fails, through the real `windlass-memory serve`
@@ -136,48 +136,6 @@ class Follower {
   }
 }
 
-/** Adds one message at a time to its thread; retries with the same request_id until acknowledged. */
-class Writer {
-  acknowledged = 0;
-  #stop = false;
-  #running: Promise<void> | undefined;
-
-  constructor(
-    readonly driver: Driver,
-    readonly threadId: string,
-  ) {}
-
-  start(): void {
-    this.#running = this.#run();
-  }
-
-  async #run(): Promise<void> {
-    while (!this.#stop) {
-      const requestId = randomUUID();
-      for (;;) {
-        try {
-          const r = await this.driver.add(
-            { threadId: this.threadId, messages: [user(`m${this.acknowledged + 1}`)], requestId },
-            { timeoutMs: 2000 },
-          );
-          expect(Number(r.lastSeq)).toBe(this.acknowledged + 1);
-          this.acknowledged += 1;
-          break;
-        } catch (err) {
-          const c = code(err);
-          if (c !== "UNAVAILABLE" && c !== "DEADLINE_EXCEEDED") throw err;
-          await sleep(20);
-        }
-      }
-    }
-  }
-
-  async stop(): Promise<void> {
-    this.#stop = true;
-    await this.#running;
-  }
-}
-
 describe("Watch across Redis outages (data kept)", () => {
   it("keeps every stream delivering or resumable over 20 SIGKILL-and-restart cycles, with no gap and no event twice", async () => {
     const redis = await startRedisServer({
@@ -188,7 +146,9 @@ describe("Watch across Redis outages (data kept)", () => {
     const drivers = transports(replica);
     const followers = drivers.map((d) => new Follower(d));
     await Promise.all(followers.map((f) => f.start()));
-    const writers = ["w1", "w2", "w3"].map((t) => new Writer(drivers[0] as Driver, t));
+    const writers = ["w1", "w2", "w3"].map(
+      (t) => new RetryingWriter(drivers[0] as Driver, t, 2000),
+    );
     for (const w of writers) w.start();
     const total = () => writers.reduce((n, w) => n + w.acknowledged, 0);
 
