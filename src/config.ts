@@ -91,6 +91,11 @@ interface Setting {
   repeatable?: boolean;
   help: string;
   default?: string;
+  /**
+   * The default without WINDLASS_AUTH_TOKENS, when it differs: every caller is
+   * then in one namespace, so a per-namespace limit would be the whole server's.
+   */
+  defaultWithoutAuth?: string;
 }
 
 /** Every setting, in the order `--help` and the README list them. */
@@ -213,18 +218,21 @@ export const SETTINGS = {
     flag: "max-threads-per-namespace",
     env: "WINDLASS_MAX_THREADS_PER_NAMESPACE",
     default: "10000",
+    defaultWithoutAuth: "0",
     help: "threads a namespace may hold; an Add past it is RESOURCE_EXHAUSTED (0: unlimited)",
   },
   maxMessagesPerNamespace: {
     flag: "max-messages-per-namespace",
     env: "WINDLASS_MAX_MESSAGES_PER_NAMESPACE",
     default: "1000000",
+    defaultWithoutAuth: "0",
     help: "stored messages a namespace may hold (0: unlimited)",
   },
   maxBytesPerNamespace: {
     flag: "max-bytes-per-namespace",
     env: "WINDLASS_MAX_BYTES_PER_NAMESPACE",
     default: String(1024 * 1024 * 1024),
+    defaultWithoutAuth: "0",
     help: "UTF-8 bytes of stored message text and fields a namespace may hold (0: unlimited)",
   },
   defaultTtl: {
@@ -267,6 +275,7 @@ export const SETTINGS = {
     flag: "rate-limit-rps",
     env: "WINDLASS_RATE_LIMIT_RPS",
     default: "1000",
+    defaultWithoutAuth: "0",
     help: "requests per second per namespace (token bucket); 0 turns the limit off",
   },
   rateLimitBurst: {
@@ -365,9 +374,11 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
       throw new ConfigError(`--${s.flag} is a secret: set ${s.env} in the environment instead`);
     }
   }
+  const given = (s: Setting): string | undefined => flags.get(s.flag) ?? nonEmpty(env[s.env]);
+  const authTokens = parseAuthTokens(given(SETTINGS.authTokens));
   const raw = (key: Key): string | undefined => {
     const s: Setting = SETTINGS[key];
-    return flags.get(s.flag) ?? nonEmpty(env[s.env]) ?? s.default;
+    return given(s) ?? (authTokens === undefined ? s.defaultWithoutAuth : undefined) ?? s.default;
   };
   const str = (key: Key): string => raw(key) ?? "";
   const int = (key: Key, min: number, max = Number.MAX_SAFE_INTEGER): number => {
@@ -458,7 +469,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     },
     metricsPort: raw("metricsPort") === undefined ? undefined : int("metricsPort", 0, 65535),
     metricsToken: parseMetricsToken(raw("metricsToken")),
-    authTokens: parseAuthTokens(raw("authTokens")),
+    authTokens,
     tls:
       tlsCert === undefined || tlsKey === undefined
         ? undefined
@@ -588,7 +599,12 @@ export function helpText(): string {
     "Flags (each also an environment variable):",
   ];
   for (const s of Object.values(SETTINGS) as Setting[]) {
-    const def = s.default === undefined ? "" : ` (default ${s.default})`;
+    const def =
+      s.default === undefined
+        ? ""
+        : s.defaultWithoutAuth === undefined
+          ? ` (default ${s.default})`
+          : ` (default ${s.defaultWithoutAuth}, or ${s.default} with WINDLASS_AUTH_TOKENS)`;
     const name = s.secret ? `${s.env} (env only)` : `--${s.flag} / ${s.env}`;
     lines.push(`  ${name}${def}`, `      ${s.help}`);
   }

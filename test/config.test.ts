@@ -102,13 +102,18 @@ describe("configuration", () => {
   it("lists every setting in --help", () => {
     const text = helpText();
     expect(text).toContain("WINDLASS_OPENAI_API_KEY (env only)");
+    expect(text).toContain(
+      "--rate-limit-rps / WINDLASS_RATE_LIMIT_RPS (default 0, or 1000 with WINDLASS_AUTH_TOKENS)",
+    );
     expect(text).toContain("--get-fold-wait-ms / WINDLASS_GET_FOLD_WAIT_MS");
   });
 });
 
 describe("limits per caller and per connection", () => {
   it("has defaults that protect a small node, each a flag with an environment twin", () => {
-    const c = loadConfig([], {});
+    // No auth: one namespace for every caller, so no per-namespace rate limit by default.
+    expect(loadConfig([], {}).limits.rateLimitRps).toBe(0);
+    const c = loadConfig([], { WINDLASS_AUTH_TOKENS: "t=team" });
     expect(c.limits).toEqual({
       rateLimitRps: 1000,
       rateLimitBurst: 2000,
