@@ -89,6 +89,8 @@ interface Setting {
   secret?: boolean;
   /** The flag may be given more than once; the values are joined with commas. */
   repeatable?: boolean;
+  /** `true` or `false`; the flag alone (`--trace-thread-ids`) means true. */
+  boolean?: boolean;
   help: string;
   default?: string;
   /**
@@ -182,6 +184,7 @@ export const SETTINGS = {
     flag: "json-ignore-unknown-fields",
     env: "WINDLASS_JSON_IGNORE_UNKNOWN_FIELDS",
     default: "false",
+    boolean: true,
     help: "true: drop unknown keys of Connect JSON requests instead of refusing them",
   },
   getFoldWaitMs: {
@@ -354,6 +357,7 @@ export const SETTINGS = {
     flag: "trace-thread-ids",
     env: "WINDLASS_TRACE_THREAD_IDS",
     default: "false",
+    boolean: true,
     help: "true: put namespaces and thread ids into trace span attributes (tracing is on when OTEL_* asks for it)",
   },
   logLevel: {
@@ -491,6 +495,11 @@ function parseFlags(argv: readonly string[]): Map<string, string> {
       .filter((s: Setting) => s.repeatable === true)
       .map((s: Setting) => s.flag),
   );
+  const booleans = new Set(
+    Object.values(SETTINGS)
+      .filter((s: Setting) => s.boolean === true)
+      .map((s: Setting) => s.flag),
+  );
   const out = new Map<string, string>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? "";
@@ -499,7 +508,15 @@ function parseFlags(argv: readonly string[]): Map<string, string> {
     const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq);
     if (!known.has(name)) throw new ConfigError(`unknown flag --${name} (see --help)`);
     let value: string | undefined;
-    if (eq === -1) {
+    if (eq === -1 && booleans.has(name)) {
+      // `--flag` alone is true; `--flag true` / `--flag false` keep working.
+      const next = argv[i + 1];
+      value = "true";
+      if (next === "true" || next === "false") {
+        value = next;
+        i++;
+      }
+    } else if (eq === -1) {
       value = argv[++i];
       if (value === undefined) throw new ConfigError(`--${name} needs a value`);
     } else {
@@ -595,6 +612,7 @@ export function helpText(): string {
     "Usage: windlass-memory serve [flags]",
     "       windlass-memory export [--namespace NS]... [--output FILE] [flags]",
     "       windlass-memory import [--input FILE] [flags]",
+    "       windlass-memory --version",
     "",
     "Flags (each also an environment variable):",
   ];
@@ -605,7 +623,8 @@ export function helpText(): string {
         : s.defaultWithoutAuth === undefined
           ? ` (default ${s.default})`
           : ` (default ${s.defaultWithoutAuth}, or ${s.default} with WINDLASS_AUTH_TOKENS)`;
-    const name = s.secret ? `${s.env} (env only)` : `--${s.flag} / ${s.env}`;
+    const flag = s.boolean ? `--${s.flag}[=true|false]` : `--${s.flag}`;
+    const name = s.secret ? `${s.env} (env only)` : `${flag} / ${s.env}`;
     lines.push(`  ${name}${def}`, `      ${s.help}`);
   }
   return lines.join("\n");

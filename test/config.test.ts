@@ -85,8 +85,35 @@ describe("configuration", () => {
     );
   });
 
+  it("takes a boolean flag alone as true, and still reads --flag=false and --flag false", () => {
+    const env = { WINDLASS_TRACE_THREAD_IDS: "true" };
+    const read = (argv: string[]) => {
+      const c = loadConfig(argv, env);
+      return [c.jsonIgnoreUnknownFields, c.traceThreadIds];
+    };
+    expect(read(["--json-ignore-unknown-fields"])).toEqual([true, true]);
+    // Alone before another flag, which is not taken as its value.
+    expect(read(["--json-ignore-unknown-fields", "--trace-thread-ids", "false"])).toEqual([
+      true,
+      false,
+    ]);
+    expect(read(["--trace-thread-ids=false", "--json-ignore-unknown-fields", "true"])).toEqual([
+      true,
+      false,
+    ]);
+    expect(read(["--json-ignore-unknown-fields", "false", "--trace-thread-ids"])).toEqual([
+      false,
+      true,
+    ]);
+    // A word after a boolean flag is not its value: it is an argument, refused as before.
+    expect(() => loadConfig(["--trace-thread-ids", "yes"], {})).toThrow(
+      'unexpected argument "yes"',
+    );
+    expect(() => loadConfig(["--trace-thread-ids=yes"], {})).toThrow(/--trace-thread-ids.*true/);
+  });
+
   it.each([
-    [["--json-ignore-unknown-fields", "yes"], /--json-ignore-unknown-fields.*true, false/],
+    [["--json-ignore-unknown-fields=yes"], /--json-ignore-unknown-fields.*true, false/],
     [["--http-port", "-1"], /--http-port/],
     [["--max-message-bytes", "12abc"], /--max-message-bytes/],
     [["--default-strategy", "fancy"], /buffer, window, summary/],
@@ -106,6 +133,7 @@ describe("configuration", () => {
       "--rate-limit-rps / WINDLASS_RATE_LIMIT_RPS (default 0, or 1000 with WINDLASS_AUTH_TOKENS)",
     );
     expect(text).toContain("--get-fold-wait-ms / WINDLASS_GET_FOLD_WAIT_MS");
+    expect(text).toContain("--trace-thread-ids[=true|false] / WINDLASS_TRACE_THREAD_IDS");
   });
 });
 

@@ -1,5 +1,6 @@
 import { type ChildProcess, execFile, spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
+import { readFileSync } from "node:fs";
 import * as net from "node:net";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
@@ -166,6 +167,41 @@ describe("the windlass-memory command", () => {
       }
     },
   );
+
+  it("prints the package's version with --version", async () => {
+    const pkg = JSON.parse(
+      readFileSync(new URL("../../package.json", import.meta.url), "utf8"),
+    ) as { version: string };
+    for (const args of [["--version"], ["serve", "--version"]]) {
+      const r = await run(process.execPath, [BIN, ...args]);
+      expect(r.stdout).toBe(`windlass-memory ${pkg.version}\n`);
+    }
+  });
+
+  it("takes a boolean flag alone as true", async () => {
+    requireCurl();
+    // An unknown JSON key is refused by default and dropped with the flag given alone.
+    const body = '{"threadId":"t","messages":[{"role":"ROLE_USER","content":"x"}],"extra":1}';
+    const add = async (s: Served) =>
+      JSON.parse(
+        (
+          await run("curl", [
+            "-sS",
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            body,
+            `http://127.0.0.1:${s.httpPort}/windlass.memory.v1.MemoryService/Add`,
+          ])
+        ).stdout,
+      ) as Record<string, unknown>;
+    const strict = await serve();
+    children.push(strict.child);
+    expect(await add(strict)).toMatchObject({ code: "invalid_argument" });
+    const lax = await serve(["--json-ignore-unknown-fields"]);
+    children.push(lax.child);
+    expect(await add(lax)).toMatchObject({ lastSeq: "1" });
+  });
 
   it("prints its flags with --help", async () => {
     const r = await run(process.execPath, [BIN, "--help"]);
