@@ -1,7 +1,9 @@
 import { type ChildProcess, execFile, spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import * as net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 
@@ -167,6 +169,49 @@ describe("the windlass-memory command", () => {
       }
     },
   );
+
+  /** Runs the command to its exit (execFile's timeout kills one that hangs instead). */
+  const exitOf = (args: string[]) =>
+    run(process.execPath, [BIN, ...args], {
+      env: { PATH: process.env.PATH ?? "" },
+      timeout: 20_000,
+    }).then(
+      () => ({ code: 0 as number | null, stderr: "" }),
+      (e: { code: number | null; stderr: string }) => e,
+    );
+
+  it("exits 1, as documented, naming --store, when another server holds the SQLite file", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "windlass-lock-"));
+    try {
+      const store = `sqlite:${join(dir, "memory.db")}`;
+      const first = await serve(["--store", store]);
+      children.push(first.child);
+      const r = await exitOf(["serve", "--port", "0", "--http-port", "0", "--store", store]);
+      expect(r.code).toBe(1);
+      expect(r.stderr.trim().split("\n")).toHaveLength(1);
+      expect(r.stderr).toContain("could not start: --store / WINDLASS_STORE: cannot open");
+      expect(r.stderr).toContain("in use by another process");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it.each([
+    [
+      ["--tls-cert", "/nope/cert.pem", "--tls-key", "/nope/key.pem"],
+      "--tls-cert / WINDLASS_TLS_CERT",
+    ],
+    [["--tls-cert", BIN, "--tls-key", "/nope/key.pem"], "--tls-key / WINDLASS_TLS_KEY"],
+    [
+      ["--tls-cert", BIN, "--tls-key", BIN, "--tls-client-ca", "/nope/ca.pem"],
+      "--tls-client-ca / WINDLASS_TLS_CLIENT_CA",
+    ],
+  ])("names the flag of a file it cannot read: %j", async (args, setting) => {
+    const r = await exitOf(["serve", "--port", "0", "--http-port", "0", ...args]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`could not start: ${setting}: cannot read "/nope/`);
+    expect(r.stderr).toContain("ENOENT");
+  });
 
   it("prints the package's version with --version", async () => {
     const pkg = JSON.parse(
