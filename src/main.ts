@@ -91,7 +91,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   process.on("SIGINT", onSignal);
   process.stdout.write(
     `windlass-memory listening: gRPC ${config.host}:${app.grpcPort}, ` +
-      `Connect/gRPC-Web/JSON http://${config.host}:${app.httpPort} ` +
+      `Connect/gRPC-Web/JSON ${config.tls === undefined ? "http" : "https"}://${config.host}:${app.httpPort} ` +
       `(store ${config.store.kind}, summariser ${config.summarizer})\n`,
   );
   await stopRequested;

@@ -18,6 +18,7 @@ interface Served {
   child: ChildProcess;
   grpcPort: number;
   httpPort: number;
+  stdout: () => string;
   stderr: () => string;
 }
 
@@ -39,7 +40,7 @@ async function serve(args: string[] = [], env: Record<string, string> = {}): Pro
     const timer = setTimeout(() => reject(new Error(`no listening line; stderr: ${err}`)), 10_000);
     child.stdout?.on("data", (d: Buffer) => {
       out += d.toString();
-      const m = /gRPC [\d.]+:(\d+), Connect\/gRPC-Web\/JSON http:\/\/[\d.]+:(\d+)/.exec(out);
+      const m = /gRPC [\d.]+:(\d+), Connect\/gRPC-Web\/JSON https?:\/\/[\d.]+:(\d+)/.exec(out);
       if (m !== null) {
         clearTimeout(timer);
         resolve([Number(m[1]), Number(m[2])]);
@@ -47,7 +48,7 @@ async function serve(args: string[] = [], env: Record<string, string> = {}): Pro
     });
     child.once("exit", (code) => reject(new Error(`exited ${code}: ${err}`)));
   });
-  return { child, grpcPort: ports[0], httpPort: ports[1], stderr: () => err };
+  return { child, grpcPort: ports[0], httpPort: ports[1], stdout: () => out, stderr: () => err };
 }
 
 /** curl must be on PATH: a missing tool fails the test, never skips it. */
@@ -211,6 +212,39 @@ describe("the windlass-memory command", () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(`could not start: ${setting}: cannot read "/nope/`);
     expect(r.stderr).toContain("ENOENT");
+  });
+
+  it("says https:// in its listening line when it serves TLS", async () => {
+    requireCurl();
+    const dir = mkdtempSync(join(tmpdir(), "windlass-tls-line-"));
+    try {
+      await run(
+        "openssl",
+        ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+          .concat([
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.pem",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-days",
+            "1",
+          ])
+          .concat(["-addext", "subjectAltName=IP:127.0.0.1"]),
+        { cwd: dir },
+      );
+      const cert = join(dir, "cert.pem");
+      const s = await serve(["--tls-cert", cert, "--tls-key", join(dir, "key.pem")]);
+      children.push(s.child);
+      const line = /Connect\/gRPC-Web\/JSON (\S+)/.exec(s.stdout())?.[1] ?? "";
+      expect(line).toBe(`https://127.0.0.1:${s.httpPort}`);
+      // The URL it prints is the one that answers.
+      const r = await run("curl", ["-sS", "--cacert", cert, `${line}/healthz`]);
+      expect(r.stdout.trim()).toBe("ok");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("prints the package's version with --version", async () => {
