@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
+import { writeSelfSignedCert } from "../support/self-signed.js";
 
 /**
  * The `windlass-memory` command as an operator runs it: the compiled bin
@@ -218,24 +219,8 @@ describe("the windlass-memory command", () => {
     requireCurl();
     const dir = mkdtempSync(join(tmpdir(), "windlass-tls-line-"));
     try {
-      await run(
-        "openssl",
-        ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-          .concat([
-            "-keyout",
-            "key.pem",
-            "-out",
-            "cert.pem",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-days",
-            "1",
-          ])
-          .concat(["-addext", "subjectAltName=IP:127.0.0.1"]),
-        { cwd: dir },
-      );
-      const cert = join(dir, "cert.pem");
-      const s = await serve(["--tls-cert", cert, "--tls-key", join(dir, "key.pem")]);
+      const { cert, key } = await writeSelfSignedCert(dir);
+      const s = await serve(["--tls-cert", cert, "--tls-key", key]);
       children.push(s.child);
       const line = /Connect\/gRPC-Web\/JSON (\S+)/.exec(s.stdout())?.[1] ?? "";
       expect(line).toBe(`https://127.0.0.1:${s.httpPort}`);
