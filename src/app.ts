@@ -101,11 +101,16 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
         ? {}
         : {
             tls: {
-              cert: readFileSync(config.tls.certFile),
-              key: readFileSync(config.tls.keyFile),
+              cert: readSettingFile("--tls-cert / WINDLASS_TLS_CERT", config.tls.certFile),
+              key: readSettingFile("--tls-key / WINDLASS_TLS_KEY", config.tls.keyFile),
               ...(config.tls.clientCaFile === undefined
                 ? {}
-                : { clientCa: readFileSync(config.tls.clientCaFile) }),
+                : {
+                    clientCa: readSettingFile(
+                      "--tls-client-ca / WINDLASS_TLS_CLIENT_CA",
+                      config.tls.clientCaFile,
+                    ),
+                  }),
             },
           }),
       logger,
@@ -138,6 +143,17 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       return stopping;
     },
   };
+}
+
+/** Reads a file a setting names; a failure names the setting, not only the path. */
+function readSettingFile(setting: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw new Error(`${setting}: cannot read "${path}": ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
 }
 
 function createSummarizers(config: Config): SummarizerRegistry {

@@ -106,8 +106,15 @@ interface Setting {
   secret?: boolean;
   /** The flag may be given more than once; the values are joined with commas. */
   repeatable?: boolean;
+  /** `true` or `false`; the flag alone (`--trace-thread-ids`) means true. */
+  boolean?: boolean;
   help: string;
   default?: string;
+  /**
+   * The default without WINDLASS_AUTH_TOKENS, when it differs: every caller is
+   * then in one namespace, so a per-namespace limit would be the whole server's.
+   */
+  defaultWithoutAuth?: string;
 }
 
 /** Every setting, in the order `--help` and the README list them. */
@@ -206,6 +213,7 @@ export const SETTINGS = {
     flag: "json-ignore-unknown-fields",
     env: "WINDLASS_JSON_IGNORE_UNKNOWN_FIELDS",
     default: "false",
+    boolean: true,
     help: "true: drop unknown keys of Connect JSON requests instead of refusing them",
   },
   getFoldWaitMs: {
@@ -242,18 +250,21 @@ export const SETTINGS = {
     flag: "max-threads-per-namespace",
     env: "WINDLASS_MAX_THREADS_PER_NAMESPACE",
     default: "10000",
+    defaultWithoutAuth: "0",
     help: "threads a namespace may hold; an Add past it is RESOURCE_EXHAUSTED (0: unlimited)",
   },
   maxMessagesPerNamespace: {
     flag: "max-messages-per-namespace",
     env: "WINDLASS_MAX_MESSAGES_PER_NAMESPACE",
     default: "1000000",
+    defaultWithoutAuth: "0",
     help: "stored messages a namespace may hold (0: unlimited)",
   },
   maxBytesPerNamespace: {
     flag: "max-bytes-per-namespace",
     env: "WINDLASS_MAX_BYTES_PER_NAMESPACE",
     default: String(1024 * 1024 * 1024),
+    defaultWithoutAuth: "0",
     help: "UTF-8 bytes of stored message text and fields a namespace may hold (0: unlimited)",
   },
   defaultTtl: {
@@ -296,6 +307,7 @@ export const SETTINGS = {
     flag: "rate-limit-rps",
     env: "WINDLASS_RATE_LIMIT_RPS",
     default: "1000",
+    defaultWithoutAuth: "0",
     help: "requests per second per namespace (token bucket); 0 turns the limit off",
   },
   rateLimitBurst: {
@@ -374,6 +386,7 @@ export const SETTINGS = {
     flag: "trace-thread-ids",
     env: "WINDLASS_TRACE_THREAD_IDS",
     default: "false",
+    boolean: true,
     help: "true: put namespaces and thread ids into trace span attributes (tracing is on when OTEL_* asks for it)",
   },
   logLevel: {
@@ -394,9 +407,11 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
       throw new ConfigError(`--${s.flag} is a secret: set ${s.env} in the environment instead`);
     }
   }
+  const given = (s: Setting): string | undefined => flags.get(s.flag) ?? nonEmpty(env[s.env]);
+  const authTokens = parseAuthTokens(given(SETTINGS.authTokens));
   const raw = (key: Key): string | undefined => {
     const s: Setting = SETTINGS[key];
-    return flags.get(s.flag) ?? nonEmpty(env[s.env]) ?? s.default;
+    return given(s) ?? (authTokens === undefined ? s.defaultWithoutAuth : undefined) ?? s.default;
   };
   const str = (key: Key): string => raw(key) ?? "";
   const int = (key: Key, min: number, max = Number.MAX_SAFE_INTEGER): number => {
@@ -491,7 +506,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     },
     metricsPort: raw("metricsPort") === undefined ? undefined : int("metricsPort", 0, 65535),
     metricsToken: parseMetricsToken(raw("metricsToken")),
-    authTokens: parseAuthTokens(raw("authTokens")),
+    authTokens,
     tls:
       tlsCert === undefined || tlsKey === undefined
         ? undefined
@@ -513,6 +528,11 @@ function parseFlags(argv: readonly string[]): Map<string, string> {
       .filter((s: Setting) => s.repeatable === true)
       .map((s: Setting) => s.flag),
   );
+  const booleans = new Set(
+    Object.values(SETTINGS)
+      .filter((s: Setting) => s.boolean === true)
+      .map((s: Setting) => s.flag),
+  );
   const out = new Map<string, string>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? "";
@@ -521,7 +541,15 @@ function parseFlags(argv: readonly string[]): Map<string, string> {
     const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq);
     if (!known.has(name)) throw new ConfigError(`unknown flag --${name} (see --help)`);
     let value: string | undefined;
-    if (eq === -1) {
+    if (eq === -1 && booleans.has(name)) {
+      // `--flag` alone is true; `--flag true` / `--flag false` keep working.
+      const next = argv[i + 1];
+      value = "true";
+      if (next === "true" || next === "false") {
+        value = next;
+        i++;
+      }
+    } else if (eq === -1) {
       value = argv[++i];
       if (value === undefined) throw new ConfigError(`--${name} needs a value`);
     } else {
@@ -682,12 +710,19 @@ export function helpText(): string {
     "Usage: windlass-memory serve [flags]",
     "       windlass-memory export [--namespace NS]... [--output FILE] [flags]",
     "       windlass-memory import [--input FILE] [flags]",
+    "       windlass-memory --version",
     "",
     "Flags (each also an environment variable):",
   ];
   for (const s of Object.values(SETTINGS) as Setting[]) {
-    const def = s.default === undefined ? "" : ` (default ${s.default})`;
-    const name = s.secret ? `${s.env} (env only)` : `--${s.flag} / ${s.env}`;
+    const def =
+      s.default === undefined
+        ? ""
+        : s.defaultWithoutAuth === undefined
+          ? ` (default ${s.default})`
+          : ` (default ${s.defaultWithoutAuth}, or ${s.default} with WINDLASS_AUTH_TOKENS)`;
+    const flag = s.boolean ? `--${s.flag}[=true|false]` : `--${s.flag}`;
+    const name = s.secret ? `${s.env} (env only)` : `${flag} / ${s.env}`;
     lines.push(`  ${name}${def}`, `      ${s.help}`);
   }
   return lines.join("\n");

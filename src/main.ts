@@ -1,3 +1,6 @@
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { startApp } from "./app.js";
 import { ConfigError, helpText, loadConfig } from "./config.js";
 import { createJsonLogger } from "./logger.js";
@@ -12,6 +15,10 @@ export async function main(argv: readonly string[]): Promise<number> {
   const [command = "serve", ...rest] = argv;
   if (command === "--help" || command === "-h" || command === "help") {
     process.stdout.write(`${helpText()}\n`);
+    return 0;
+  }
+  if (command === "--version" || (command === "serve" && rest.includes("--version"))) {
+    process.stdout.write(`windlass-memory ${packageVersion()}\n`);
     return 0;
   }
   if (command === "export" || command === "import") {
@@ -84,7 +91,7 @@ export async function main(argv: readonly string[]): Promise<number> {
   process.on("SIGINT", onSignal);
   process.stdout.write(
     `windlass-memory listening: gRPC ${config.host}:${app.grpcPort}, ` +
-      `Connect/gRPC-Web/JSON http://${config.host}:${app.httpPort} ` +
+      `Connect/gRPC-Web/JSON ${config.tls === undefined ? "http" : "https"}://${config.host}:${app.httpPort} ` +
       `(store ${config.store.kind}, summariser ${config.summarizer})\n`,
   );
   await stopRequested;
@@ -99,4 +106,26 @@ export async function main(argv: readonly string[]): Promise<number> {
   // without a handler that copy would kill the process by the signal, which
   // npm then re-raises on itself instead of exiting 0.
   return 0;
+}
+
+/**
+ * The version in the project's package.json, found by walking up from this
+ * module: it runs from src/ under the tests and from dist/src/ when built.
+ */
+function packageVersion(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    try {
+      const pkg = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as {
+        name?: unknown;
+        version?: unknown;
+      };
+      if (pkg.name === "windlass-memory" && typeof pkg.version === "string") return pkg.version;
+    } catch {
+      // No package.json here (or not ours): look one level up.
+    }
+    const parent = dirname(dir);
+    if (parent === dir) return "unknown";
+    dir = parent;
+  }
 }

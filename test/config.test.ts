@@ -154,8 +154,35 @@ describe("configuration", () => {
     );
   });
 
+  it("takes a boolean flag alone as true, and still reads --flag=false and --flag false", () => {
+    const env = { WINDLASS_TRACE_THREAD_IDS: "true" };
+    const read = (argv: string[]) => {
+      const c = loadConfig(argv, env);
+      return [c.jsonIgnoreUnknownFields, c.traceThreadIds];
+    };
+    expect(read(["--json-ignore-unknown-fields"])).toEqual([true, true]);
+    // Alone before another flag, which is not taken as its value.
+    expect(read(["--json-ignore-unknown-fields", "--trace-thread-ids", "false"])).toEqual([
+      true,
+      false,
+    ]);
+    expect(read(["--trace-thread-ids=false", "--json-ignore-unknown-fields", "true"])).toEqual([
+      true,
+      false,
+    ]);
+    expect(read(["--json-ignore-unknown-fields", "false", "--trace-thread-ids"])).toEqual([
+      false,
+      true,
+    ]);
+    // A word after a boolean flag is not its value: it is an argument, refused as before.
+    expect(() => loadConfig(["--trace-thread-ids", "yes"], {})).toThrow(
+      'unexpected argument "yes"',
+    );
+    expect(() => loadConfig(["--trace-thread-ids=yes"], {})).toThrow(/--trace-thread-ids.*true/);
+  });
+
   it.each([
-    [["--json-ignore-unknown-fields", "yes"], /--json-ignore-unknown-fields.*true, false/],
+    [["--json-ignore-unknown-fields=yes"], /--json-ignore-unknown-fields.*true, false/],
     [["--http-port", "-1"], /--http-port/],
     [["--max-message-bytes", "12abc"], /--max-message-bytes/],
     [["--default-strategy", "fancy"], /buffer, window, summary/],
@@ -171,13 +198,19 @@ describe("configuration", () => {
   it("lists every setting in --help", () => {
     const text = helpText();
     expect(text).toContain("WINDLASS_OPENAI_API_KEY (env only)");
+    expect(text).toContain(
+      "--rate-limit-rps / WINDLASS_RATE_LIMIT_RPS (default 0, or 1000 with WINDLASS_AUTH_TOKENS)",
+    );
     expect(text).toContain("--get-fold-wait-ms / WINDLASS_GET_FOLD_WAIT_MS");
+    expect(text).toContain("--trace-thread-ids[=true|false] / WINDLASS_TRACE_THREAD_IDS");
   });
 });
 
 describe("limits per caller and per connection", () => {
   it("has defaults that protect a small node, each a flag with an environment twin", () => {
-    const c = loadConfig([], {});
+    // No auth: one namespace for every caller, so no per-namespace rate limit by default.
+    expect(loadConfig([], {}).limits.rateLimitRps).toBe(0);
+    const c = loadConfig([], { WINDLASS_AUTH_TOKENS: "t=team" });
     expect(c.limits).toEqual({
       rateLimitRps: 1000,
       rateLimitBurst: 2000,

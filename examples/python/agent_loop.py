@@ -147,9 +147,14 @@ def main() -> None:
             memory.add(Message.assistant(reply), thread_id=args.thread)
 
         final = memory.get(thread_id=args.thread)
-        print("final context:")
+        # One print, so the watcher's lines cannot land inside it.
+        lines = ["final context:"]
         for message in final:
-            print(f"  {message.role.value:>9}: {message.content.splitlines()[0]}")
+            # Whole: the summary message's first line is only its heading.
+            first, *rest = message.content.split("\n")
+            lines.append(f"  {message.role.value:>9}: {first}")
+            lines.extend(f"             {line}" for line in rest)
+        print("\n".join(lines), flush=True)
         # Every fold the server has made is streamed; wait until the watcher
         # has printed the newest, so its output is complete.
         stub = memory_pb2_grpc.MemoryServiceStub(channel)

@@ -1,5 +1,4 @@
 import type { StoreConfig } from "../config.js";
-import { ConfigError } from "../config.js";
 import { createMemoryStore } from "./memory-store.js";
 import { createSqliteStore } from "./sqlite-store.js";
 import type { Store, StoreLimits } from "./store.js";
@@ -18,8 +17,11 @@ export async function createStore(
           cacheSize: config.cacheMb * 1024 * 1024,
         });
       } catch (err) {
-        throw new ConfigError(
+        // A failed start (exit 1), not bad configuration: the flag is well formed,
+        // the file is locked by another server or its directory is missing.
+        throw new Error(
           `--store / WINDLASS_STORE: cannot open the SQLite database "${config.path}": ${err instanceof Error ? err.message : String(err)}`,
+          { cause: err },
         );
       }
     case "redis": {

@@ -21,6 +21,7 @@ import {
 import { invalidArgument } from "../core/errors.js";
 import type { Logger } from "../logger.js";
 import type { HttpRequest, HttpRequestHandler } from "./cleartext-http-listener.js";
+import { messageTooLarge } from "./limits.js";
 import { checkBinaryRequest, checkJsonRequest } from "./request-decoding.js";
 
 /**
@@ -178,12 +179,23 @@ function checkingBodies(
         throw options.toError(err, handler);
       }
     };
+    const tooLarge = (bytes: number | undefined): never => {
+      throw options.toError(messageTooLarge("request", bytes, limit), handler);
+    };
     const encoding = req.header.get(format.encodingHeader);
     const compression = COMPRESSIONS.find((c) => c.name === encoding);
     const body = format.envelope
-      ? checkedEnvelopes(req.body, limit, compression, check)
-      : checkedWhole(req.body, limit, compression, check);
-    return handler({ ...req, body });
+      ? checkedEnvelopes(req.body, limit, compression, check, tooLarge)
+      : checkedWhole(req.body, limit, compression, check, tooLarge);
+    let header = req.header;
+    const declared = Number(header.get("content-length") ?? "0");
+    if (!format.envelope && declared > limit) {
+      // connect-es refuses a declared length over the limit before reading,
+      // in its own words; without it, the body check above refuses it in ours.
+      header = new Headers(header);
+      header.delete("content-length");
+    }
+    return handler({ ...req, header, body });
   };
   return Object.assign(wrapped, handler);
 }
@@ -194,14 +206,15 @@ function isByteStream(body: unknown): body is AsyncIterable<Uint8Array> {
 
 /**
  * The bare message of a Connect unary call: collected whole, checked, then
- * passed on. Past the size limit it is passed on unchecked, for connect-es
- * to refuse with RESOURCE_EXHAUSTED.
+ * passed on. Past the size limit it is refused with RESOURCE_EXHAUSTED
+ * (`tooLarge`) without reading the rest.
  */
 async function* checkedWhole(
   body: AsyncIterable<Uint8Array>,
   limit: number,
   compression: Compression | undefined,
   check: (payload: Uint8Array) => void,
+  tooLarge: (bytes: number | undefined) => never,
 ): AsyncGenerator<Uint8Array> {
   const it = body[Symbol.asyncIterator]();
   const queue = new ByteQueue();
@@ -209,11 +222,7 @@ async function* checkedWhole(
     const next = await it.next();
     if (next.done === true) break;
     queue.push(next.value);
-    if (queue.length > limit) {
-      yield queue.take(queue.length);
-      yield* forward(it);
-      return;
-    }
+    if (queue.length > limit) tooLarge(undefined);
   }
   const raw = queue.take(queue.length);
   // A body that does not decompress is passed on: connect-es reports it.
@@ -232,6 +241,7 @@ async function* checkedEnvelopes(
   limit: number,
   compression: Compression | undefined,
   check: (payload: Uint8Array | undefined) => void,
+  tooLarge: (bytes: number | undefined) => never,
 ): AsyncGenerator<Uint8Array> {
   const it = body[Symbol.asyncIterator]();
   const queue = new ByteQueue();
@@ -243,12 +253,7 @@ async function* checkedEnvelopes(
       const header = queue.peek(5);
       const flags = header[0] as number;
       const size = new DataView(header.buffer, header.byteOffset, 5).getUint32(1);
-      if (size > limit) {
-        // connect-es refuses it with RESOURCE_EXHAUSTED.
-        yield queue.take(queue.length);
-        yield* forward(it);
-        return;
-      }
+      if (size > limit) tooLarge(size);
       if (queue.length < 5 + size) break;
       const envelope = queue.take(5 + size);
       // Flag 0b10 is Connect's end-of-stream message, 0x80 gRPC-Web's trailers:
@@ -267,14 +272,6 @@ async function* checkedEnvelopes(
     }
   }
   if (queue.length > 0) yield queue.take(queue.length);
-}
-
-async function* forward(it: AsyncIterator<Uint8Array>): AsyncGenerator<Uint8Array> {
-  for (;;) {
-    const next = await it.next();
-    if (next.done === true) return;
-    yield next.value;
-  }
 }
 
 /**

@@ -1,6 +1,6 @@
 import * as http2 from "node:http2";
 import type { AddressInfo, Server as NetServer } from "node:net";
-import type { DescService } from "@bufbuild/protobuf";
+import { type DescMessage, type DescService, type Message, toJsonString } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Code, ConnectError, createContextKey, createContextValues } from "@connectrpc/connect";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
@@ -23,9 +23,10 @@ import {
 } from "./cleartext-http-listener.js";
 import { strictConnectAdapter } from "./connect-decoding.js";
 import { type ErrorScope, toClientError, toConnectError } from "./error-table.js";
+import { responseSerializer } from "./grpc-service-definition.js";
 import { HttpConnections } from "./http-connections.js";
 import { createHttpFront } from "./http-front.js";
-import { DEFAULT_MAX_MESSAGE_BYTES, MAX_CONCURRENT_STREAMS } from "./limits.js";
+import { DEFAULT_MAX_MESSAGE_BYTES, MAX_CONCURRENT_STREAMS, messageTooLarge } from "./limits.js";
 import { recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
 import { pemBuffer, type TlsOptions } from "./tls.js";
@@ -150,6 +151,7 @@ async function unary<O>(
   const span = startRpcSpan("connect", hctx.service.typeName, hctx.method.name, hctx.requestHeader);
   try {
     const response = await withSpan(span, () => invoke(callContext(deps, hctx, active)));
+    checkResponseSize(deps, hctx, response as Message);
     recordRpc(deps.metrics, "connect", hctx.method.name, "ok", startedAt);
     endRpcSpan(span, "ok");
     return response;
@@ -160,6 +162,37 @@ async function unary<O>(
     throw toConnectError(clientError);
   } finally {
     active.end();
+  }
+}
+
+const encoders = new Map<DescMessage, (message: Message) => Buffer>();
+
+/**
+ * Refuses a response over --max-message-bytes in words naming the flag, before
+ * connect-es serializes it and refuses it in its own ("larger than configured
+ * writeMaxBytes"). The binary size is cheap (the hand-written encoders of the
+ * gRPC port); a JSON response is never smaller than its binary form, and its
+ * exact size is computed only when it could be near the limit. One further
+ * from it that still exceeds it is left to connect-es's own check.
+ */
+function checkResponseSize(deps: Deps, hctx: HandlerContext, response: Message): void {
+  const limit = deps.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const output = hctx.method.output;
+  let encode = encoders.get(output);
+  if (encode === undefined) {
+    encode = responseSerializer(hctx.method);
+    encoders.set(output, encode);
+  }
+  const binary = encode(response).byteLength;
+  if (!/json/i.test(hctx.requestHeader.get("content-type") ?? "")) {
+    if (binary > limit) throw messageTooLarge("response", binary, limit);
+    return;
+  }
+  // JSON is larger still, by how much not worth computing.
+  if (binary > limit) throw messageTooLarge("response", undefined, limit);
+  if (binary * 16 > limit) {
+    const size = Buffer.byteLength(toJsonString(output, response));
+    if (size > limit) throw messageTooLarge("response", size, limit);
   }
 }
 

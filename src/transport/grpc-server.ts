@@ -27,8 +27,8 @@ import { grpcAuthGate } from "./grpc-auth-gate.js";
 import { createGrpcHealth } from "./grpc-health.js";
 import { type GrpcListener, listenForGrpc } from "./grpc-listener.js";
 import { createReflectionService } from "./grpc-reflection.js";
-import { grpcServerDefinition } from "./grpc-service-definition.js";
-import { DEFAULT_MAX_MESSAGE_BYTES, MAX_CONCURRENT_STREAMS } from "./limits.js";
+import { grpcServerDefinition, responseSerializer } from "./grpc-service-definition.js";
+import { DEFAULT_MAX_MESSAGE_BYTES, MAX_CONCURRENT_STREAMS, messageTooLarge } from "./limits.js";
 import { decodeBinaryRequest } from "./request-decoding.js";
 import { RpcRecorder, recordRpc } from "./rpc-metrics.js";
 import type { HandlerDeps as Deps, ServerOptions } from "./server-options.js";
@@ -143,6 +143,8 @@ function unary<I extends DescMessage, O extends DescMessage>(
     name: method.name,
     input: method.input,
     invoke,
+    serialize: responseSerializer(method),
+    maxResponseBytes: deps.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
     rpcs: new RpcRecorder(deps.metrics, "grpc", method.name),
   };
   return (call, callback) => {
@@ -156,6 +158,9 @@ interface UnaryMethod<I extends DescMessage, O extends DescMessage> {
   readonly name: string;
   readonly input: I;
   readonly invoke: (request: MessageShape<I>, ctx: CallContext) => Promise<MessageShape<O>>;
+  /** The response's wire form (the same encoder grpc-js would call). */
+  readonly serialize: (response: MessageShape<O>) => Buffer;
+  readonly maxResponseBytes: number;
   readonly rpcs: RpcRecorder;
 }
 
@@ -182,7 +187,14 @@ async function respondUnary<I extends DescMessage, O extends DescMessage>(
         : await withSpan(span, () =>
             method.invoke(decodeBinaryRequest(method.input, call.request), ctx),
           );
-    callback(null, response);
+    // Encoded here rather than by grpc-js, so a response over the limit is
+    // refused in words that name the flag (grpc-js: "Sent message larger than max").
+    const bytes = method.serialize(response);
+    if (bytes.byteLength > method.maxResponseBytes) {
+      throw messageTooLarge("response", bytes.byteLength, method.maxResponseBytes);
+    }
+    // The definition's serializer passes a Buffer through unchanged.
+    callback(null, bytes as unknown as MessageShape<O>);
     method.rpcs.record("ok", startedAt);
     endRpcSpan(span, "ok");
   } catch (err) {

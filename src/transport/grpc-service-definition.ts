@@ -44,10 +44,13 @@ export function grpcServiceDefinition(service: DescService): ServiceDefinition {
 export function grpcServerDefinition(service: DescService): ServiceDefinition {
   const definition: Record<string, MethodDefinition<Buffer, Message>> = {};
   for (const method of service.methods) {
+    const serialize = responseSerializer(method);
     definition[method.localName] = {
       ...grpcMethodDefinition(method),
       requestSerialize: (bytes) => bytes,
       requestDeserialize: (bytes) => bytes,
+      // Unary handlers pass the bytes they encoded (to check their size first).
+      responseSerialize: (message) => (Buffer.isBuffer(message) ? message : serialize(message)),
     };
   }
   return definition;
@@ -77,7 +80,7 @@ function grpcMethodDefinition(method: DescMethod): MethodDefinition<Message, Mes
  * Add and Get responses are written by hand-written encoders
  * (service/response-encoding.ts).
  */
-function responseSerializer(method: DescMethod): (message: Message) => Buffer {
+export function responseSerializer(method: DescMethod): (message: Message) => Buffer {
   switch (method.output.typeName) {
     case AddResponseSchema.typeName:
       return (message) => asBuffer(encodeAddResponse(message as AddResponse));

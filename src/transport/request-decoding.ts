@@ -73,7 +73,7 @@ export function decodeJsonRequest<D extends DescMessage>(
   bytes: Uint8Array,
   options: JsonDecodeOptions = {},
 ): MessageShape<D> {
-  const json = parseJsonBytes(bytes);
+  const json = parseJsonBytes(bytes, desc);
   const readOptions = { ignoreUnknownFields: options.ignoreUnknownFields ?? false };
   try {
     return fromJson(desc, json, readOptions);
@@ -95,13 +95,13 @@ export function checkJsonRequest(
   decodeJsonRequest(desc, bytes, options);
 }
 
-function parseJsonBytes(bytes: Uint8Array): JsonValue {
+function parseJsonBytes(bytes: Uint8Array, desc: DescMessage): JsonValue {
   let text: string;
   try {
     text = utf8Fatal.decode(bytes);
   } catch {
     const offset = firstInvalidUtf8(bytes);
-    const path = jsonPathAt(utf8Fatal.decode(bytes.subarray(0, offset)));
+    const path = jsonPathAt(utf8Fatal.decode(bytes.subarray(0, offset)), desc);
     throw invalidArgument(path || WHOLE_REQUEST, `invalid UTF-8 (byte ${offset} of the body)`);
   }
   try {
@@ -493,12 +493,16 @@ function locateJsonFault(
   }
   if (depth > MAX_DEPTH) return { path, problem: "nested too deeply" };
   for (const [key, value] of Object.entries(json)) {
-    const fpath = joinKey(path, key);
     const field = desc.fields.find((f) => f.jsonName === key || f.name === key);
     if (field === undefined) {
-      if (!ignoreUnknownFields) return { path: fpath, problem: `unknown field of ${desc.name}` };
+      // Not a field: there is no proto name to give, so the key as sent.
+      if (!ignoreUnknownFields) {
+        return { path: joinKey(path, key), problem: `unknown field of ${desc.name}` };
+      }
       continue;
     }
+    // The proto's name, whichever of its two JSON spellings was sent.
+    const fpath = joinKey(path, field.name);
     try {
       fromJson(desc, { [key]: value } as JsonValue, options);
     } catch (err) {
@@ -635,8 +639,10 @@ interface PathFrame {
  * The JSON path ("messages[0].content") of the position at the end of
  * `prefix`, a prefix of a JSON text. Linear, no backtracking; tolerant of
  * anything malformed (it only has to name a place for an error message).
+ * With the message `desc`, keys that name its fields are given by their
+ * proto names (`create_time` for `createTime`) and map keys in brackets.
  */
-export function jsonPathAt(prefix: string): string {
+export function jsonPathAt(prefix: string, desc?: DescMessage): string {
   const stack: PathFrame[] = [];
   let inKey = false;
   let i = 0;
@@ -665,10 +671,26 @@ export function jsonPathAt(prefix: string): string {
     i++;
   }
   let path = "";
+  // The message whose fields the next key names, and the map whose key it is.
+  let message = desc;
+  let mapField: (DescField & { fieldKind: "map" }) | undefined;
   for (const frame of stack) {
     if (frame.array) path += `[${frame.index}]`;
     else if (!frame.expectingKey || (inKey && frame === stack.at(-1))) {
-      path = joinKey(path, frame.key);
+      if (mapField !== undefined) {
+        path = bracketKey(path, frame.key);
+        message = mapField.mapKind === "message" ? mapField.message : undefined;
+        mapField = undefined;
+        continue;
+      }
+      const field = message?.fields.find((f) => f.jsonName === frame.key || f.name === frame.key);
+      path = joinKey(path, field?.name ?? frame.key);
+      message =
+        field?.fieldKind === "message" ||
+        (field?.fieldKind === "list" && field.listKind === "message")
+          ? field.message
+          : undefined;
+      mapField = field?.fieldKind === "map" ? field : undefined;
     }
   }
   return inKey ? `${path} (a key)` : path;

@@ -66,5 +66,11 @@ export const DEFAULT_WATCH_STALL_TIMEOUT_MS = 30_000;
 /** What a handler needs of the options, beyond the core it calls. */
 export type HandlerDeps = Pick<
   ServerOptions,
-  "authenticator" | "calls" | "logger" | "metrics" | "rateLimiter" | "watchStallTimeoutMs"
+  | "authenticator"
+  | "calls"
+  | "logger"
+  | "metrics"
+  | "rateLimiter"
+  | "watchStallTimeoutMs"
+  | "maxMessageBytes"
 >;

@@ -173,7 +173,7 @@ const JSON_ATTACKS: [string, Uint8Array, string, RegExp][] = [
     utf8(
       '{"threadId":"victim","messages":[{"role":"ROLE_USER","content":"x","createTime":"yesterday"}]}',
     ),
-    "messages[0].createTime",
+    "messages[0].create_time",
     /invalid timestamp/,
   ],
   [
@@ -181,7 +181,7 @@ const JSON_ATTACKS: [string, Uint8Array, string, RegExp][] = [
     utf8(
       '{"threadId":"victim","messages":[{"role":"ROLE_USER","content":"x","createTime":"10000-01-01T00:00:00Z"}]}',
     ),
-    "messages[0].createTime",
+    "messages[0].create_time",
     /invalid timestamp/,
   ],
   [
@@ -193,8 +193,37 @@ const JSON_ATTACKS: [string, Uint8Array, string, RegExp][] = [
   [
     "a number out of range",
     utf8('{"threadId":"victim","expectedLastSeq":"-1"}'),
-    "expectedLastSeq",
+    "expected_last_seq",
     /invalid value/,
+  ],
+  // Field paths are the proto's snake_case names whichever JSON spelling was sent.
+  [
+    "an unknown enum name in a camelCase key",
+    utf8('{"threadId":"victim","strategy":{"summary":{"summaryPlacement":"ON_TOP"}}}'),
+    "strategy.summary.summary_placement",
+    /invalid value/,
+  ],
+  [
+    "an unknown enum name in a snake_case key",
+    utf8('{"thread_id":"victim","strategy":{"summary":{"summary_placement":"ON_TOP"}}}'),
+    "strategy.summary.summary_placement",
+    /invalid value/,
+  ],
+  [
+    "invalid UTF-8 under a camelCase key",
+    Uint8Array.from([
+      ...utf8('{"messages":[{"role":"ROLE_TOOL","toolCallId":"a'),
+      0xff,
+      ...utf8('"}]}'),
+    ]),
+    "messages[0].tool_call_id",
+    /invalid UTF-8/,
+  ],
+  [
+    "invalid UTF-8 in a label",
+    Uint8Array.from([...utf8('{"labels":{"user id":"a'), 0xff, ...utf8('"}}')]),
+    'labels["user id"]',
+    /invalid UTF-8/,
   ],
   [
     "two members of a oneof",
@@ -387,7 +416,7 @@ describe("unknown JSON fields with --json-ignore-unknown-fields true", () => {
       path: ADD,
       payload: utf8('{"threadId":"x","messages":[{"role":"ROLE_USER","createTime":"soon"}]}'),
     });
-    expectRefused(bad, "messages[0].createTime", /invalid timestamp/);
+    expectRefused(bad, "messages[0].create_time", /invalid timestamp/);
   });
 });
 

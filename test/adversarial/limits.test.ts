@@ -1,4 +1,3 @@
-import { execFile } from "node:child_process";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import * as http from "node:http";
 import * as http2 from "node:http2";
@@ -8,7 +7,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setImmediate } from "node:timers/promises";
 import { connect as connectTls } from "node:tls";
-import { promisify } from "node:util";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -24,6 +22,7 @@ import { isLoopbackHost, metricsEndpoint } from "../../src/transport/metrics-end
 import type { StartServersOptions } from "../../src/transport/servers.js";
 import { startAppHarness } from "../integration/app-harness.js";
 import { metricSeries as series } from "../support/metric-series.js";
+import { writeSelfSignedCert } from "../support/self-signed.js";
 import { createConnectClient, createGrpcClient } from "../transport/clients.js";
 import { startTestServers, type TestServers } from "../transport/harness.js";
 import { scriptedCore } from "../transport/scripted-core.js";
@@ -506,33 +505,8 @@ describe("with TLS", () => {
   let tls: { cert: Buffer; key: Buffer };
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), "windlass-limits-tls-"));
-    await promisify(execFile)(
-      "openssl",
-      [
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        "key.pem",
-        "-out",
-        "cert.pem",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1",
-        "-days",
-        "1",
-      ],
-      { cwd: dir },
-    );
-    tls = {
-      cert: await readFile(join(dir, "cert.pem")),
-      key: await readFile(join(dir, "key.pem")),
-    };
+    const files = await writeSelfSignedCert(dir);
+    tls = { cert: await readFile(files.cert), key: await readFile(files.key) };
   });
   afterAll(async () => {
     await rm(dir, { recursive: true, force: true });

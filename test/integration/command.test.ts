@@ -1,8 +1,12 @@
 import { type ChildProcess, execFile, spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import * as net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
+import { writeSelfSignedCert } from "../support/self-signed.js";
 
 /**
  * The `windlass-memory` command as an operator runs it: the compiled bin
@@ -15,6 +19,7 @@ interface Served {
   child: ChildProcess;
   grpcPort: number;
   httpPort: number;
+  stdout: () => string;
   stderr: () => string;
 }
 
@@ -36,7 +41,7 @@ async function serve(args: string[] = [], env: Record<string, string> = {}): Pro
     const timer = setTimeout(() => reject(new Error(`no listening line; stderr: ${err}`)), 10_000);
     child.stdout?.on("data", (d: Buffer) => {
       out += d.toString();
-      const m = /gRPC [\d.]+:(\d+), Connect\/gRPC-Web\/JSON http:\/\/[\d.]+:(\d+)/.exec(out);
+      const m = /gRPC [\d.]+:(\d+), Connect\/gRPC-Web\/JSON https?:\/\/[\d.]+:(\d+)/.exec(out);
       if (m !== null) {
         clearTimeout(timer);
         resolve([Number(m[1]), Number(m[2])]);
@@ -44,7 +49,7 @@ async function serve(args: string[] = [], env: Record<string, string> = {}): Pro
     });
     child.once("exit", (code) => reject(new Error(`exited ${code}: ${err}`)));
   });
-  return { child, grpcPort: ports[0], httpPort: ports[1], stderr: () => err };
+  return { child, grpcPort: ports[0], httpPort: ports[1], stdout: () => out, stderr: () => err };
 }
 
 /** curl must be on PATH: a missing tool fails the test, never skips it. */
@@ -166,6 +171,101 @@ describe("the windlass-memory command", () => {
       }
     },
   );
+
+  /** Runs the command to its exit (execFile's timeout kills one that hangs instead). */
+  const exitOf = (args: string[]) =>
+    run(process.execPath, [BIN, ...args], {
+      env: { PATH: process.env.PATH ?? "" },
+      timeout: 20_000,
+    }).then(
+      () => ({ code: 0 as number | null, stderr: "" }),
+      (e: { code: number | null; stderr: string }) => e,
+    );
+
+  it("exits 1, as documented, naming --store, when another server holds the SQLite file", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "windlass-lock-"));
+    try {
+      const store = `sqlite:${join(dir, "memory.db")}`;
+      const first = await serve(["--store", store]);
+      children.push(first.child);
+      const r = await exitOf(["serve", "--port", "0", "--http-port", "0", "--store", store]);
+      expect(r.code).toBe(1);
+      expect(r.stderr.trim().split("\n")).toHaveLength(1);
+      expect(r.stderr).toContain("could not start: --store / WINDLASS_STORE: cannot open");
+      expect(r.stderr).toContain("in use by another process");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it.each([
+    [
+      ["--tls-cert", "/nope/cert.pem", "--tls-key", "/nope/key.pem"],
+      "--tls-cert / WINDLASS_TLS_CERT",
+    ],
+    [["--tls-cert", BIN, "--tls-key", "/nope/key.pem"], "--tls-key / WINDLASS_TLS_KEY"],
+    [
+      ["--tls-cert", BIN, "--tls-key", BIN, "--tls-client-ca", "/nope/ca.pem"],
+      "--tls-client-ca / WINDLASS_TLS_CLIENT_CA",
+    ],
+  ])("names the flag of a file it cannot read: %j", async (args, setting) => {
+    const r = await exitOf(["serve", "--port", "0", "--http-port", "0", ...args]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`could not start: ${setting}: cannot read "/nope/`);
+    expect(r.stderr).toContain("ENOENT");
+  });
+
+  it("says https:// in its listening line when it serves TLS", async () => {
+    requireCurl();
+    const dir = mkdtempSync(join(tmpdir(), "windlass-tls-line-"));
+    try {
+      const { cert, key } = await writeSelfSignedCert(dir);
+      const s = await serve(["--tls-cert", cert, "--tls-key", key]);
+      children.push(s.child);
+      const line = /Connect\/gRPC-Web\/JSON (\S+)/.exec(s.stdout())?.[1] ?? "";
+      expect(line).toBe(`https://127.0.0.1:${s.httpPort}`);
+      // The URL it prints is the one that answers.
+      const r = await run("curl", ["-sS", "--cacert", cert, `${line}/healthz`]);
+      expect(r.stdout.trim()).toBe("ok");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("prints the package's version with --version", async () => {
+    const pkg = JSON.parse(
+      readFileSync(new URL("../../package.json", import.meta.url), "utf8"),
+    ) as { version: string };
+    for (const args of [["--version"], ["serve", "--version"]]) {
+      const r = await run(process.execPath, [BIN, ...args]);
+      expect(r.stdout).toBe(`windlass-memory ${pkg.version}\n`);
+    }
+  });
+
+  it("takes a boolean flag alone as true", async () => {
+    requireCurl();
+    // An unknown JSON key is refused by default and dropped with the flag given alone.
+    const body = '{"threadId":"t","messages":[{"role":"ROLE_USER","content":"x"}],"extra":1}';
+    const add = async (s: Served) =>
+      JSON.parse(
+        (
+          await run("curl", [
+            "-sS",
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            body,
+            `http://127.0.0.1:${s.httpPort}/windlass.memory.v1.MemoryService/Add`,
+          ])
+        ).stdout,
+      ) as Record<string, unknown>;
+    const strict = await serve();
+    children.push(strict.child);
+    expect(await add(strict)).toMatchObject({ code: "invalid_argument" });
+    const lax = await serve(["--json-ignore-unknown-fields"]);
+    children.push(lax.child);
+    expect(await add(lax)).toMatchObject({ lastSeq: "1" });
+  });
 
   it("prints its flags with --help", async () => {
     const r = await run(process.execPath, [BIN, "--help"]);

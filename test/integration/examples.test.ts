@@ -48,6 +48,10 @@ function expectAgentLoop(stdout: string): void {
   expect(stdout).toMatch(/\[watch\] summary updated through seq \d+/);
   expect(stdout).toContain("final context:");
   expect(stdout).toContain("Summary of the earlier conversation:");
+  // The final context shows the summary itself, under its heading, not only the heading.
+  expect(stdout).toMatch(
+    /^ {5}system: Summary of the earlier conversation:\n {13}user: I'd like to plan a weekend in Lisbon\.$/m,
+  );
 }
 
 describe("the README's agent-loop examples", () => {

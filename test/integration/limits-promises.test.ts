@@ -6,8 +6,8 @@ import { CallFailed, type Driver, grpcDriver } from "./drivers.js";
 /**
  * Limits the README promises, checked on the whole server over every
  * transport: a response larger than --max-message-bytes is
- * RESOURCE_EXHAUSTED (not only a request), and ListThreads pages hold 100
- * thread ids by default and never more than 1,000.
+ * RESOURCE_EXHAUSTED (not only a request), in words naming the flag, and
+ * ListThreads pages hold 100 thread ids by default and never more than 1,000.
  */
 
 const MAX_MESSAGE_BYTES = 4096;
@@ -23,7 +23,7 @@ async function failure(p: Promise<unknown>): Promise<CallFailed> {
   throw new Error("expected the call to fail");
 }
 
-describe.each(DRIVERS)("the response size limit over %s", (name, makeDriver) => {
+describe.each(DRIVERS)("the message size limit over %s", (name, makeDriver) => {
   let h: AppHarness;
   let c: Driver;
   beforeAll(async () => {
@@ -47,6 +47,11 @@ describe.each(DRIVERS)("the response size limit over %s", (name, makeDriver) => 
     }
     const tooBig = await failure(c.get({ threadId }));
     expect(tooBig.code).toBe("RESOURCE_EXHAUSTED");
+    expect(tooBig.message).toMatch(
+      new RegExp(
+        `RESOURCE_EXHAUSTED: response message (of \\d+ bytes )?is larger than --max-message-bytes \\(${MAX_MESSAGE_BYTES}\\); ask for less`,
+      ),
+    );
     // The limit is on the response, not the thread: a smaller read still works.
     const newest = await c.get({ threadId, limit: 2 });
     expect(newest.messages.map((m) => m.content)).toEqual([
@@ -54,6 +59,26 @@ describe.each(DRIVERS)("the response size limit over %s", (name, makeDriver) => 
       "c".repeat(CONTENT_BYTES),
     ]);
     expect(newest.thread?.lastSeq).toBe(3n);
+  });
+
+  it("answers RESOURCE_EXHAUSTED to an Add over --max-message-bytes, naming the flag, and stores nothing", async () => {
+    const threadId = `too-big-${name}`;
+    const content = "x".repeat(MAX_MESSAGE_BYTES + 1);
+    const refused = await failure(c.add({ threadId, messages: [{ role: Role.USER, content }] }));
+    expect(refused.code).toBe("RESOURCE_EXHAUSTED");
+    if (name === "grpc") {
+      // grpc-js refuses it while reading, before any code of ours runs, in its own words.
+      expect(refused.message).toMatch(
+        /^RESOURCE_EXHAUSTED: Received message larger than max \(\d+ vs \d+\)$/,
+      );
+    } else {
+      expect(refused.message).toMatch(
+        new RegExp(
+          `RESOURCE_EXHAUSTED: request message (of \\d+ bytes )?is larger than --max-message-bytes \\(${MAX_MESSAGE_BYTES}\\)$`,
+        ),
+      );
+    }
+    expect((await c.get({ threadId })).thread).toBeUndefined();
   });
 });
 

@@ -6,11 +6,17 @@ import { CallFailed, grpcDriver } from "./drivers.js";
 const users = (...texts: string[]) => texts.map((content) => ({ role: 1, content }));
 
 describe("namespace quotas: configuration and wiring", () => {
-  it("defaults to 10,000 threads, 1,000,000 messages and 1 GiB, with flags and WINDLASS_ twins", () => {
-    expect(loadConfig([], {})).toMatchObject({
+  it("defaults to 10,000 threads, 1,000,000 messages and 1 GiB with auth, to none without, with flags and WINDLASS_ twins", () => {
+    expect(loadConfig([], { WINDLASS_AUTH_TOKENS: "t=team" })).toMatchObject({
       maxThreadsPerNamespace: 10_000,
       maxMessagesPerNamespace: 1_000_000,
       maxBytesPerNamespace: 1024 * 1024 * 1024,
+    });
+    // Without auth every caller shares one namespace: its quotas would be the whole server's.
+    expect(loadConfig([], {})).toMatchObject({
+      maxThreadsPerNamespace: 0,
+      maxMessagesPerNamespace: 0,
+      maxBytesPerNamespace: 0,
     });
     const env = {
       WINDLASS_MAX_THREADS_PER_NAMESPACE: "7",

@@ -1,6 +1,6 @@
 /**
  * The README's fenced code blocks and what the README says should be done with
- * each. Every block in a language a reader would run (sh, python, ts, go) is
+ * each. Every block in a language a reader would run (sh, python, ts, js, go) is
  * preceded by a marker line:
  *
  *   <!-- example: run -->                 run it; it must exit 0
@@ -30,7 +30,7 @@ export interface CodeBlock {
 }
 
 /** Languages whose blocks must carry a marker. */
-export const EXAMPLE_LANGUAGES = new Set(["sh", "bash", "python", "ts", "go"]);
+export const EXAMPLE_LANGUAGES = new Set(["sh", "bash", "python", "ts", "js", "go"]);
 
 const MARKER_PREFIX = "<!-- example:";
 const MARKER_SUFFIX = "-->";

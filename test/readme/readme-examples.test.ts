@@ -153,13 +153,18 @@ function commandFor(block: CodeBlock, code: string, dir: string): Command {
         env: {},
       };
     case "ts":
-      // A project of the reader's own that installed the TypeScript client
-      // from the repository (linked, as `npm install ./clients/ts` would).
-      writeFileSync(join(dir, "package.json"), '{ "type": "module", "private": true }\n');
+    case "js": {
+      // A project of the reader's own, "type": "commonjs" as `npm init -y`
+      // writes it, that installed the TypeScript client from the repository
+      // (linked, as `npm install ./clients/ts` would). The README has the
+      // TypeScript example saved as first.mts, the CommonJS one as first.cjs.
+      writeFileSync(join(dir, "package.json"), '{ "type": "commonjs", "private": true }\n');
       mkdirSync(join(dir, "node_modules", "@windlass-memory"), { recursive: true });
       symlinkSync(join(ROOT, "clients/ts"), join(dir, "node_modules/@windlass-memory/client"));
-      writeFileSync(join(dir, "example.ts"), code);
-      return { cmd: process.execPath, args: [join(dir, "example.ts")], cwd: dir, env: {} };
+      const file = join(dir, block.lang === "ts" ? "example.mts" : "example.cjs");
+      writeFileSync(file, code);
+      return { cmd: process.execPath, args: [file], cwd: dir, env: {} };
+    }
     case "go":
       // A module of the reader's own that requires the Go client from a
       // checkout (the replace lines its README gives).

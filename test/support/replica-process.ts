@@ -43,7 +43,7 @@ export async function startReplica(args: readonly string[]): Promise<Replica> {
       );
       child.stdout?.on("data", (d: Buffer) => {
         out += d.toString();
-        const m = /gRPC [\d.]+:(\d+), Connect\/gRPC-Web\/JSON http:\/\/[\d.]+:(\d+)/.exec(out);
+        const m = /gRPC [\d.]+:(\d+), Connect\/gRPC-Web\/JSON https?:\/\/[\d.]+:(\d+)/.exec(out);
         if (m !== null) {
           clearTimeout(timer);
           resolve([Number(m[1]), Number(m[2])]);

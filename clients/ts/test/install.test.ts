@@ -9,9 +9,10 @@ import { type ServerProcess, startServer } from "./support/server.js";
 
 /**
  * The package as another project gets it: `npm install` of the packed
- * tarball and of the directory, then plain Node (no TypeScript, no vitest)
- * imports it by name and talks to the real server; tsc checks a TypeScript
- * file against the installed .d.ts.
+ * tarball and of the directory into a project made by `npm init -y`, then
+ * plain Node (no TypeScript, no vitest) imports it by name from ESM and
+ * requires it from CommonJS and talks to the real server; tsc checks a
+ * TypeScript file against the installed .d.ts.
  */
 const run = promisify(execFile);
 const PACKAGE_DIR = fileURLToPath(new URL("../", import.meta.url));
@@ -32,6 +33,18 @@ console.log(JSON.stringify({
   refused: refused instanceof MemoryError ? refused.codeName : String(refused),
 }));
 memory.close();
+`;
+
+// The same from CommonJS: require() of the ES module (Node 22.12 and later), no top-level await.
+const SCRIPT_CJS = `
+const { createMemoryClient, user, assistant, toolCall, windowStrategy, MemoryError } = require("@windlass-memory/client");
+async function main() {
+${SCRIPT.replaceAll(/^import .*$/gm, "")}
+}
+main().catch((err) => {
+  console.error(err);
+  process.exitCode = 1;
+});
 `;
 
 const TYPED = `
@@ -56,26 +69,31 @@ afterAll(async () => {
 async function project(name: string, spec: string): Promise<string> {
   const dir = join(work, name);
   await run("mkdir", ["-p", dir]);
-  writeFileSync(
-    join(dir, "package.json"),
-    JSON.stringify({ name, version: "1.0.0", private: true, type: "module" }),
-  );
+  // A project as `npm init -y` makes it: npm 11 writes "type": "commonjs".
+  await run("npm", ["init", "-y", "--loglevel", "error"], { cwd: dir, timeout: 60_000 });
   await run("npm", ["install", ...NPM_FLAGS, spec], { cwd: dir, timeout: 240_000 });
   writeFileSync(join(dir, "main.mjs"), SCRIPT);
+  writeFileSync(join(dir, "main.cjs"), SCRIPT_CJS);
   writeFileSync(join(dir, "typed.ts"), TYPED);
   return dir;
 }
 
 async function expectWorks(dir: string, thread: string): Promise<void> {
-  const { stdout } = await run(process.execPath, ["main.mjs", server.url("grpc"), thread], {
-    cwd: dir,
-    timeout: 60_000,
-  });
-  expect(JSON.parse(stdout)).toEqual({
-    contents: ["hi", ""],
-    args: '{"a":1}',
-    refused: "INVALID_ARGUMENT",
-  });
+  for (const main of ["main.mjs", "main.cjs"]) {
+    const { stdout } = await run(
+      process.execPath,
+      [main, server.url("grpc"), `${thread}-${main}`],
+      {
+        cwd: dir,
+        timeout: 60_000,
+      },
+    );
+    expect(JSON.parse(stdout), main).toEqual({
+      contents: ["hi", ""],
+      args: '{"a":1}',
+      refused: "INVALID_ARGUMENT",
+    });
+  }
   await run(
     TSC,
     [

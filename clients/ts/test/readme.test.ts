@@ -32,7 +32,8 @@ let project: string;
 beforeAll(async () => {
   server = await startServer();
   project = mkdtempSync(join(tmpdir(), "windlass-ts-readme-"));
-  writeFileSync(join(project, "package.json"), '{ "type": "module", "private": true }');
+  // "type": "commonjs", as `npm init -y` writes it: the README has the examples saved as .mts.
+  writeFileSync(join(project, "package.json"), '{ "type": "commonjs", "private": true }');
   mkdirSync(join(project, "node_modules", "@windlass-memory"), { recursive: true });
   symlinkSync(PACKAGE_DIR, join(project, "node_modules", "@windlass-memory", "client"), "dir");
 });
@@ -51,7 +52,7 @@ it("runs every example as written", async () => {
     const code = block
       .replaceAll("http://127.0.0.1:50051", server.url("grpc"))
       .replaceAll("http://127.0.0.1:8080", server.url("connect"));
-    const file = join(project, `example-${i + 1}.ts`);
+    const file = join(project, `example-${i + 1}.mts`);
     writeFileSync(file, code);
     const { stdout } = await run(process.execPath, [file], { cwd: project, timeout: 60_000 });
     expect(stdout, `example ${i + 1}`).toMatch(EXPECTED[i] as RegExp);

@@ -122,12 +122,19 @@ func run(ctx context.Context, target, threadID string) error {
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
-	fmt.Println("final context:")
+	// One write, so the watcher's lines cannot land inside it.
+	var out strings.Builder
+	out.WriteString("final context:\n")
 	for _, m := range final.GetMessages() {
 		role := strings.ToLower(strings.TrimPrefix(m.GetRole().String(), "ROLE_"))
-		first, _, _ := strings.Cut(m.GetContent(), "\n")
-		fmt.Printf("  %9s: %s\n", role, first)
+		// Whole: the summary message's first line is only its heading.
+		lines := strings.Split(m.GetContent(), "\n")
+		fmt.Fprintf(&out, "  %9s: %s\n", role, lines[0])
+		for _, line := range lines[1:] {
+			fmt.Fprintf(&out, "             %s\n", line)
+		}
 	}
+	fmt.Print(out.String())
 	// Every fold the server made is streamed; wait until the watcher has
 	// printed the newest, so its output is complete.
 	through := final.GetThread().GetSummarizedThroughSeq()
