@@ -130,7 +130,12 @@ def test_a_summary_thread_gives_the_model_the_summary_and_the_recent_turns(
     )
     prompts = Prompts()
     with SummaryMemory(window=2, summarize_every=2, target=server.target) as memory:
-        agent = create_agent(model, [weather], middleware=[WindlassMemoryMiddleware(memory)])
+        agent = create_agent(
+            model,
+            [weather],
+            system_prompt="Be brief.",
+            middleware=[WindlassMemoryMiddleware(memory)],
+        )
         config = {"configurable": {"thread_id": tid}, "callbacks": [prompts]}
         for question in questions:
             agent.invoke({"messages": [HumanMessage(question)]}, config)
@@ -139,9 +144,10 @@ def test_a_summary_thread_gives_the_model_the_summary_and_the_recent_turns(
     # Ten messages stored (seqs 1..10), the final answer last.
     assert recalled[-1].seq == 10 and recalled[-1].content.startswith("You are Ana")
     last = prompts.calls[-1]
-    # A summary (the server's extractive summariser) of what the window left
-    # out, then the newest two messages verbatim.
+    # One system message: the prompt, then the summary (the server's extractive
+    # summariser) of what the window left out; then the newest two verbatim.
     assert isinstance(last[0], SystemMessage)
+    assert last[0].text.startswith("Be brief.\n\nSummary of the earlier conversation:\n")
     assert "My name is Ana." in last[0].text
     assert 'called weather({"city": "Oslo"})' in last[0].text  # the tool turn is in it
     assert short(last[1:]) == [("ai", "Tea noted."), ("human", "What do you know?")]
@@ -160,6 +166,19 @@ def test_a_window_never_gives_the_model_a_tool_result_without_its_call(server: S
         agent.invoke({"messages": [HumanMessage("Weather in Oslo?")]}, config)
     # The window of two would start on the tool result; the service widens it.
     assert short(prompts.calls[1]) == [("ai", "calls ['c1']"), ("tool", "4 degrees in Oslo")]
+
+
+def test_a_summary_is_the_system_message_of_an_agent_without_a_prompt(server: Server) -> None:
+    tid = thread()
+    model = ScriptedModel(responses=[AIMessage(f"r{i}") for i in range(3)])
+    prompts = Prompts()
+    with SummaryMemory(window=1, summarize_every=2, target=server.target) as memory:
+        agent = create_agent(model, middleware=[WindlassMemoryMiddleware(memory, thread_id=tid)])
+        for question in ("q0", "q1", "q2"):
+            agent.invoke({"messages": [HumanMessage(question)]}, {"callbacks": [prompts]})
+    last = prompts.calls[-1]
+    assert last[0].text.startswith("Summary of the earlier conversation:\n")
+    assert [m.type for m in last].count("system") == 1 and last[-1].text == "q2"
 
 
 def test_async_runs_use_the_async_hooks(server: Server) -> None:

@@ -13,11 +13,12 @@ from langchain.agents.middleware import (
     ModelResponse,
 )
 from langchain.agents.middleware.types import PrivateStateAttr
+from langchain_core.messages import SystemMessage
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
-from windlass_memory import BufferMemory
+from windlass_memory import BufferMemory, Message
 
 from ._convert import from_langchain_all, to_langchain
 from ._memory import memory_for
@@ -40,7 +41,8 @@ class WindlassMemoryMiddleware(AgentMiddleware[WindlassState]):
     message, the model's tool calls, the tool results: one Add each time), and
     the model is given the thread as the service returns it (everything, a
     window, or a summary plus the recent turns) instead of the state's
-    messages. After the run the last messages (the final answer) are appended.
+    messages (a summary joins the system prompt, after it). After the run the
+    last messages (the final answer) are appended.
     The agent's own state keeps only the run's messages; pass only the new
     ones in, not the history.
 
@@ -129,8 +131,7 @@ class WindlassMemoryMiddleware(AgentMiddleware[WindlassState]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
-        recalled = self.memory.get(thread_id=self._thread())
-        return handler(request.override(messages=[to_langchain(m) for m in recalled]))
+        return handler(_with_thread(request, self.memory.get(thread_id=self._thread())))
 
     async def awrap_model_call(
         self,
@@ -138,4 +139,28 @@ class WindlassMemoryMiddleware(AgentMiddleware[WindlassState]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         recalled = await self.memory.aget(thread_id=self._thread())
-        return await handler(request.override(messages=[to_langchain(m) for m in recalled]))
+        return await handler(_with_thread(request, recalled))
+
+
+def _with_thread(request: ModelRequest[Any], recalled: list[Message]) -> ModelRequest[Any]:
+    """The request with the thread as its messages.
+
+    The thread's leading system messages (a summary thread's summary) join
+    the agent's system prompt, after it, so the model gets one system message
+    first: some providers take no other.
+    """
+    messages = [to_langchain(m) for m in recalled]
+    lead: list[str] = []
+    while messages and isinstance(messages[0], SystemMessage):
+        lead.append(messages.pop(0).text)
+    if not lead:
+        return request.override(messages=messages)
+    text = "\n\n".join(lead)
+    prompt = request.system_message
+    if prompt is None or not prompt.content:
+        system = SystemMessage(text)
+    elif isinstance(prompt.content, str):
+        system = SystemMessage(f"{prompt.content}\n\n{text}")
+    else:  # content blocks (cache control …): kept, the thread's text after them
+        system = SystemMessage([*prompt.content, {"type": "text", "text": text}])
+    return request.override(messages=messages, system_message=system)
