@@ -1,3 +1,4 @@
+import { type BaseMessage, SystemMessage } from "@langchain/core/messages";
 import type { GetOptions, MemoryClient, StrategyInit } from "@windlass-memory/client";
 import { createMiddleware } from "langchain";
 import { z } from "zod";
@@ -26,8 +27,8 @@ interface RunLike {
  * message, the model's tool calls, the tool results) are appended to the
  * thread in one Add, and the model is given the thread as the service
  * returns it (everything, a window, or a summary plus the recent turns)
- * instead of the state's messages; after the run the final answer is
- * appended. Invoke with only the new messages and
+ * instead of the state's messages (a summary joins the system prompt, after
+ * it); after the run the final answer is appended. Invoke with only the new messages and
  * `{ configurable: { thread_id } }` (or pass `threadId`).
  */
 export function windlassMemoryMiddleware(input: WindlassMemoryMiddlewareInput) {
@@ -65,7 +66,28 @@ export function windlassMemoryMiddleware(input: WindlassMemoryMiddlewareInput) {
     afterAgent: (state, runtime) => save(state, runtime),
     wrapModelCall: async (request, handler) => {
       const { messages } = await client.get(thread(request.runtime), getOptions);
-      return handler({ ...request, messages: messages.map(fromChatMessage) });
+      return handler(withThread(request, messages.map(fromChatMessage)));
     },
   });
+}
+
+/**
+ * The request with the thread as its messages. The thread's leading system
+ * messages (a summary thread's summary) join the agent's system prompt, after
+ * it, so the model gets one system message, first: some providers take no other.
+ */
+function withThread<R extends { messages: BaseMessage[]; systemMessage: SystemMessage }>(
+  request: R,
+  recalled: BaseMessage[],
+): R {
+  const messages = [...recalled];
+  const lead: string[] = [];
+  while (messages[0] !== undefined && SystemMessage.isInstance(messages[0])) {
+    lead.push((messages.shift() as BaseMessage).text);
+  }
+  if (lead.length === 0) return { ...request, messages };
+  const text = lead.join("\n\n");
+  const prompt = request.systemMessage;
+  const systemMessage = prompt.text === "" ? new SystemMessage(text) : prompt.concat(`\n\n${text}`);
+  return { ...request, messages, systemMessage };
 }

@@ -115,6 +115,7 @@ describe("windlassMemoryMiddleware", () => {
     const agent = createAgent({
       model,
       tools: [weather],
+      systemPrompt: "Be brief.",
       middleware: [
         windlassMemoryMiddleware({
           client: live.client,
@@ -129,7 +130,10 @@ describe("windlassMemoryMiddleware", () => {
     const last = model.calls.at(-1)?.messages ?? [];
     // The server's extractive summary of what the window left out (the tool
     // turn included), then the newest two messages verbatim.
-    const summary = last.find((m) => m.type === "system")?.text ?? "";
+    // One system message, first: the prompt, then the summary.
+    expect(last.filter((m) => m.type === "system")).toHaveLength(1);
+    const summary = last[0]?.type === "system" ? last[0].text : "";
+    expect(summary).toMatch(/^Be brief\.\n\nSummary of the earlier conversation:\n/);
     expect(summary).toContain("My name is Ana.");
     expect(summary).toContain('called weather({"city":"Oslo"})');
     expect(shape(last.filter((m) => m.type !== "system"))).toEqual([
@@ -138,6 +142,25 @@ describe("windlassMemoryMiddleware", () => {
     ]);
     const { messages } = await live.client.get(threadId);
     expect(messages.at(-1)?.seq).toBe(10n);
+  });
+
+  it("makes the summary the system message of an agent without a prompt", async () => {
+    const model = fakeModel()
+      .respond(new AIMessage("r0"))
+      .respond(new AIMessage("r1"))
+      .respond(new AIMessage("r2"));
+    const strategy = summaryStrategy({ window: 1, summarizeEvery: 2 });
+    const agent = createAgent({
+      model,
+      middleware: [windlassMemoryMiddleware({ client: live.client, threadId: thread(), strategy })],
+    });
+    for (const text of ["q0", "q1", "q2"]) {
+      await agent.invoke({ messages: [new HumanMessage(text)] });
+    }
+    const last = model.calls.at(-1)?.messages ?? [];
+    expect(last[0]?.text).toMatch(/^Summary of the earlier conversation:\n/);
+    expect(last.filter((m) => m.type === "system")).toHaveLength(1);
+    expect(last.at(-1)?.text).toBe("q2");
   });
 
   it("never gives the model a tool result without its call under a window", async () => {
