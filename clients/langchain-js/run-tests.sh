@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the TypeScript client this adapter depends on (file:../ts) and this
-# package's pinned dependencies (package-lock.json: @langchain/core among
-# them), builds both, and runs the tests against the real server built from
-# this checkout (the root `npm ci` and `npm run build` make dist/).
+# package's pinned dependencies (package-lock.json: @langchain/core, langchain
+# and zod among them), builds both, and runs the tests against the real server
+# built from this checkout (the root `npm ci` and `npm run build` make dist/).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -18,4 +18,5 @@ npm run typecheck
 npm run build
 # The built package loads in plain Node.
 node --input-type=module -e 'const m = await import("@windlass-memory/langchain"); if (typeof m.WindlassChatMessageHistory !== "function") process.exit(1);'
+node --input-type=module -e 'const m = await import("@windlass-memory/langchain/agents"); if (typeof m.windlassMemoryMiddleware !== "function") process.exit(1);'
 npx vitest run

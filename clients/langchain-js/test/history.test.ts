@@ -12,32 +12,15 @@ import type { ChatPromptValueInterface } from "@langchain/core/prompt_values";
 import { ChatPromptTemplate, MessagesPlaceholder } from "@langchain/core/prompts";
 import { RunnableLambda, RunnableWithMessageHistory } from "@langchain/core/runnables";
 import { FakeListChatModel } from "@langchain/core/utils/testing";
-import {
-  bufferStrategy,
-  createMemoryClient,
-  type MemoryClient,
-  Role,
-  summaryStrategy,
-} from "@windlass-memory/client";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bufferStrategy, Role, summaryStrategy } from "@windlass-memory/client";
+import { describe, expect, it } from "vitest";
 import { WindlassChatMessageHistory } from "../src/index.js";
-import { type ServerProcess, startServer } from "./support/server.js";
+import { liveClient } from "./support/server.js";
 
-let server: ServerProcess;
-let client: MemoryClient;
-
-beforeAll(async () => {
-  server = await startServer();
-  client = createMemoryClient({ baseUrl: server.grpcUrl });
-});
-
-afterAll(async () => {
-  client?.close();
-  await server?.stop();
-});
+const live = liveClient();
 
 const history = (threadId: string) =>
-  new WindlassChatMessageHistory({ client, threadId, strategy: bufferStrategy() });
+  new WindlassChatMessageHistory({ client: live.client, threadId, strategy: bufferStrategy() });
 
 /** What LangChain itself serialises of a message: every field it carries. */
 const dict = (m: BaseMessage) => JSON.parse(JSON.stringify(m.toDict()));
@@ -89,7 +72,7 @@ describe("WindlassChatMessageHistory", () => {
     );
 
     // Stored natively, so every other client sees the same thread.
-    const { messages } = await client.get("round-trip");
+    const { messages } = await live.client.get("round-trip");
     expect(messages.map((m) => m.role)).toEqual([
       Role.SYSTEM,
       Role.USER,
@@ -125,7 +108,7 @@ describe("WindlassChatMessageHistory", () => {
 
   it("returns the thread as its strategy shapes it, the summary as a system message", async () => {
     const h = new WindlassChatMessageHistory({
-      client,
+      client: live.client,
       threadId: "summarised",
       strategy: summaryStrategy({ window: 2, summarizeEvery: 2 }),
     });
@@ -181,7 +164,7 @@ describe("RunnableWithMessageHistory over a live server", () => {
       ["ai", "Hello, Ada."],
       ["human", "What is my name?"],
     ]);
-    const { messages } = await client.get("chain-names");
+    const { messages } = await live.client.get("chain-names");
     expect(messages.map((m) => [m.role, m.content])).toEqual([
       [Role.USER, "My name is Ada."],
       [Role.ASSISTANT, "Hello, Ada."],
@@ -224,7 +207,7 @@ describe("RunnableWithMessageHistory over a live server", () => {
     });
     expect((seen[2] as ToolMessage).tool_call_id).toBe("call_w");
 
-    const { messages } = await client.get("chain-tools");
+    const { messages } = await live.client.get("chain-tools");
     expect(messages.map((m) => m.role)).toEqual([
       Role.USER,
       Role.ASSISTANT,

@@ -8,9 +8,10 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { type ServerProcess, startServer } from "./support/server.js";
 
 /**
- * The README's example, run as written by plain Node (it strips the types)
- * in a project where @langchain/core and both packages are installed, against
- * a fresh server; only the default address is replaced by its port.
+ * The README's examples, run as written by plain Node (it strips the types)
+ * in a project where @langchain/core, langchain, zod and both packages are
+ * installed, against a fresh server; only the default address is replaced by
+ * its port.
  */
 const run = promisify(execFile);
 const PACKAGE_DIR = fileURLToPath(new URL("../", import.meta.url));
@@ -27,7 +28,9 @@ beforeAll(async () => {
   writeFileSync(join(project, "package.json"), '{ "type": "module", "private": true }');
   const modules = join(project, "node_modules");
   mkdirSync(join(modules, "@windlass-memory"), { recursive: true });
-  symlinkSync(join(PACKAGE_DIR, "node_modules", "@langchain"), join(modules, "@langchain"), "dir");
+  for (const name of ["@langchain", "langchain", "zod"]) {
+    symlinkSync(join(PACKAGE_DIR, "node_modules", name), join(modules, name), "dir");
+  }
   symlinkSync(PACKAGE_DIR, join(modules, "@windlass-memory", "langchain"), "dir");
   symlinkSync(join(PACKAGE_DIR, "..", "ts"), join(modules, "@windlass-memory", "client"), "dir");
 });
@@ -37,10 +40,25 @@ afterAll(async () => {
   if (project !== undefined) rmSync(project, { recursive: true, force: true });
 });
 
-it("runs the README example as written", async () => {
-  expect(blocks).toHaveLength(1);
-  const file = join(project, "example.ts");
-  writeFileSync(file, (blocks[0] as string).replaceAll("http://127.0.0.1:50051", server.grpcUrl));
-  const { stdout } = await run(process.execPath, [file], { cwd: project, timeout: 60_000 });
-  expect(stdout).toBe("Your name is Ada.\nhuman Weather in Oslo?\nai \ntool 4 °C, rain\n");
+// What each example prints, in order.
+const EXPECTED = [
+  [
+    "A coat and an umbrella.",
+    "system | Summary of the earlier conversation:",
+    "ai | 3 degrees and rain in Oslo.",
+    "human | What should I wear?",
+    "ai | A coat and an umbrella.",
+    "",
+  ].join("\n"),
+  "Your name is Ada.\nhuman Weather in Oslo?\nai \ntool 4 °C, rain\n",
+];
+
+it("runs the README examples as written", async () => {
+  expect(blocks).toHaveLength(EXPECTED.length);
+  for (const [i, block] of blocks.entries()) {
+    const file = join(project, `example-${i}.ts`);
+    writeFileSync(file, block.replaceAll("http://127.0.0.1:50051", server.grpcUrl));
+    const { stdout } = await run(process.execPath, [file], { cwd: project, timeout: 60_000 });
+    expect(stdout).toBe(EXPECTED[i]);
+  }
 }, 120_000);

@@ -13,7 +13,6 @@ import uuid
 from typing import Any
 
 import pytest
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -28,20 +27,9 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from live_server import Server
+from prompts import Prompts
 from windlass_memory import BufferMemory, Message, Role, ToolCall, WindowMemory
 from windlass_memory_langchain import WindlassChatMessageHistory, from_langchain, to_langchain
-
-
-class Prompts(BaseCallbackHandler):
-    """Records the messages each model call was given."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[BaseMessage]] = []
-
-    def on_chat_model_start(
-        self, serialized: Any, messages: list[list[BaseMessage]], **_: Any
-    ) -> None:
-        self.calls.extend(messages)
 
 
 def session() -> str:

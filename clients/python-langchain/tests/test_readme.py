@@ -1,4 +1,7 @@
-"""This adapter's README example, run as written on a fresh server (python snippet.py)."""
+"""This adapter's README examples, run as written on a fresh server (python snippet.py).
+
+They run with every warning an error: our own examples use no deprecated API.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,12 @@ from live_server import Server, python_blocks, run_snippet, start_server
 README = Path(__file__).resolve().parents[1] / "README.md"
 # What the example prints (parts of lines).
 EXPECTED = [
+    [
+        "A coat and an umbrella.",
+        "system | Summary of the earlier conversation:",
+        'assistant called weather({"city": "Oslo"})',
+        "user | What should I wear?",
+    ],
     [
         "weather {'city': 'Oslo'}",
         "3 degrees in Oslo.",
@@ -27,7 +36,10 @@ def fresh_server(tmp_path: Path) -> Iterator[Server]:
     running.stop()
 
 
-def test_the_readme_example_runs(fresh_server: Server, tmp_path: Path) -> None:
+def test_the_readme_examples_run(
+    fresh_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONWARNINGS", "error")
     blocks = python_blocks(README)
     assert len(blocks) == len(EXPECTED), "a README example was added or removed: update EXPECTED"
     for code, expected in zip(blocks, EXPECTED, strict=True):

@@ -1,4 +1,4 @@
-"""This adapter's README example, run as written on a fresh server (python snippet.py)."""
+"""This adapter's README examples, run as written on a fresh server (python snippet.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ from live_server import Server, python_blocks, run_snippet, start_server
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 # What the example prints (parts of lines).
-EXPECTED = [["[('user', 'Hello, I am Ana.')]", "4 messages in the service"]]
+EXPECTED = [
+    [
+        "A coat and an umbrella.",
+        "system | Summary of the earlier conversation:",
+        'assistant called weather({"city": "Oslo"})',
+        "user | What should I wear?",
+    ],
+    ["[('user', 'Hello, I am Ana.')]", "4 messages in the service"],
+]
 
 
 @pytest.fixture
@@ -21,7 +29,7 @@ def fresh_server(tmp_path: Path) -> Iterator[Server]:
     running.stop()
 
 
-def test_the_readme_example_runs(fresh_server: Server, tmp_path: Path) -> None:
+def test_the_readme_examples_run(fresh_server: Server, tmp_path: Path) -> None:
     blocks = python_blocks(README)
     assert len(blocks) == len(EXPECTED), "a README example was added or removed: update EXPECTED"
     for code, expected in zip(blocks, EXPECTED, strict=True):

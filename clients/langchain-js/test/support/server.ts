@@ -7,6 +7,8 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { createMemoryClient, type MemoryClient } from "@windlass-memory/client";
+import { afterAll, beforeAll } from "vitest";
 
 const REPO_ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
 const LISTENING = /gRPC [^\s,]+:(\d+), Connect\/gRPC-Web\/JSON http:\/\/[^\s:]+:(\d+)/;
@@ -72,4 +74,28 @@ async function stopChild(child: ChildProcess): Promise<void> {
   const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
   await exited;
   clearTimeout(timer);
+}
+
+/**
+ * A server and a client of it for the tests of one file: started before
+ * them, closed and stopped after them (vitest hooks). `client` is there once
+ * the tests run.
+ */
+export function liveClient(): { readonly client: MemoryClient } {
+  let server: ServerProcess | undefined;
+  let client: MemoryClient | undefined;
+  beforeAll(async () => {
+    server = await startServer();
+    client = createMemoryClient({ baseUrl: server.grpcUrl });
+  });
+  afterAll(async () => {
+    client?.close();
+    await server?.stop();
+  });
+  return {
+    get client() {
+      if (client === undefined) throw new Error("liveClient: used before its beforeAll ran");
+      return client;
+    },
+  };
 }

@@ -1,17 +1,18 @@
-"""A LangChain chat message history kept in the windlass-memory service.
+"""LangChain memory kept in the windlass-memory service.
 
-::
+A LangChain v1 agent (``langchain``'s ``create_agent``, the ``agents`` extra)::
 
-    from langchain_core.runnables.history import RunnableWithMessageHistory
-    from windlass_memory import BufferMemory
-    from windlass_memory_langchain import WindlassChatMessageHistory
+    from langchain.agents import create_agent
+    from windlass_memory import WindowMemory
+    from windlass_memory_langchain import WindlassMemoryMiddleware
 
-    memory = BufferMemory(target="127.0.0.1:50051")
-    chain = RunnableWithMessageHistory(
-        model, lambda session_id: WindlassChatMessageHistory(session_id, memory=memory)
-    )
+    agent = create_agent(model, tools, middleware=[WindlassMemoryMiddleware(WindowMemory())])
+    agent.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "user-1"}})
 
-Each LangChain session is one thread of the service. Messages map onto the
+Existing code on ``BaseChatMessageHistory`` (``RunnableWithMessageHistory``)
+uses :class:`WindlassChatMessageHistory` (langchain-core alone).
+
+Each thread id (or session id) is one thread of the service. Messages map onto the
 service's ``ChatMessage`` without losing what an agent loop needs: roles,
 names, ids, ``AIMessage.tool_calls`` (arguments as JSON text) and
 ``invalid_tool_calls``, ``ToolMessage.tool_call_id`` and ``status``.
@@ -20,4 +21,19 @@ names, ids, ``AIMessage.tool_calls`` (arguments as JSON text) and
 from ._convert import from_langchain, to_langchain
 from ._history import WindlassChatMessageHistory
 
-__all__ = ["WindlassChatMessageHistory", "from_langchain", "to_langchain"]
+__all__ = [
+    "WindlassChatMessageHistory",
+    "WindlassMemoryMiddleware",
+    "from_langchain",
+    "to_langchain",
+]
+
+
+def __getattr__(name: str) -> object:
+    # Imported on first use: the middleware needs the langchain package (the
+    # "agents" extra), the history adapter only langchain-core.
+    if name == "WindlassMemoryMiddleware":
+        from ._middleware import WindlassMemoryMiddleware
+
+        return WindlassMemoryMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

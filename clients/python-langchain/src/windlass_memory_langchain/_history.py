@@ -10,6 +10,7 @@ from langchain_core.messages import BaseMessage
 from windlass_memory import BufferMemory
 
 from ._convert import from_langchain_all, to_langchain
+from ._memory import memory_for
 
 
 class WindlassChatMessageHistory(BaseChatMessageHistory):
@@ -42,16 +43,8 @@ class WindlassChatMessageHistory(BaseChatMessageHistory):
     ) -> None:
         if not isinstance(session_id, str):
             raise TypeError(f"session_id: expected str, not {type(session_id).__name__}")
-        if memory is not None and not isinstance(memory, BufferMemory):
-            raise TypeError(
-                "memory: expected a windlass_memory BufferMemory, WindowMemory or "
-                f"SummaryMemory, not {type(memory).__name__}"
-            )
-        if memory is not None and target is not None:
-            raise ValueError("pass memory or target, not both")
         self.session_id = session_id
-        self._owns_memory = memory is None
-        self.memory = memory if memory is not None else BufferMemory(target=target)
+        self.memory, self._owns_memory = memory_for(memory, target)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

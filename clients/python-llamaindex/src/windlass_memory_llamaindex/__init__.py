@@ -1,6 +1,15 @@
-"""A LlamaIndex chat store kept in the windlass-memory service.
+"""LlamaIndex chat stores kept in the windlass-memory service.
 
-::
+For LlamaIndex's ``Memory`` (what ``FunctionAgent`` and the chat engines take)::
+
+    from llama_index.core.memory import Memory
+    from windlass_memory import WindowMemory
+    from windlass_memory_llamaindex import WindlassDBChatStore
+
+    store = WindlassDBChatStore(memory=WindowMemory(window=20, target="127.0.0.1:50051"))
+    memory = Memory.from_defaults(session_id="user-1", chat_store=store)
+
+For the legacy ``ChatMemoryBuffer`` (a ``BaseChatStore``)::
 
     from llama_index.core.memory import ChatMemoryBuffer
     from windlass_memory import BufferMemory
@@ -15,6 +24,7 @@ Each key is one thread of the service. Roles, names, tool calls (as
 """
 
 from ._convert import from_llamaindex, to_llamaindex
+from ._db_store import WindlassDBChatStore
 from ._store import WindlassChatStore
 
-__all__ = ["WindlassChatStore", "from_llamaindex", "to_llamaindex"]
+__all__ = ["WindlassChatStore", "WindlassDBChatStore", "from_llamaindex", "to_llamaindex"]

@@ -6,14 +6,14 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.storage.chat_store.base import BaseChatStore
-from pydantic import PrivateAttr
 
-from windlass_memory import BufferMemory, SummaryMemory
+from windlass_memory import SummaryMemory
 
+from ._backing import MemoryBacked
 from ._convert import from_llamaindex, to_llamaindex
 
 
-class WindlassChatStore(BaseChatStore):
+class WindlassChatStore(MemoryBacked, BaseChatStore):
     """Chat histories kept in the windlass-memory service, one thread per key.
 
     Args:
@@ -31,35 +31,9 @@ class WindlassChatStore(BaseChatStore):
     there they raise NotImplementedError.
     """
 
-    _memory: BufferMemory = PrivateAttr()
-    _owns_memory: bool = PrivateAttr(default=False)
-
-    def __init__(
-        self, *, memory: BufferMemory | None = None, target: str | None = None, **data: Any
-    ) -> None:
-        super().__init__(**data)
-        if memory is not None and not isinstance(memory, BufferMemory):
-            raise TypeError(
-                "memory: expected a windlass_memory BufferMemory, WindowMemory or "
-                f"SummaryMemory, not {type(memory).__name__}"
-            )
-        if memory is not None and target is not None:
-            raise ValueError("pass memory or target, not both")
-        self._owns_memory = memory is None
-        self._memory = memory if memory is not None else BufferMemory(target=target)
-
     @classmethod
     def class_name(cls) -> str:
         return "WindlassChatStore"
-
-    @property
-    def memory(self) -> BufferMemory:
-        return self._memory
-
-    def close(self) -> None:
-        """Closes the memory object made from ``target`` (not one passed in)."""
-        if self._owns_memory:
-            self._memory.close()
 
     # ---- reads ----
 
@@ -93,12 +67,12 @@ class WindlassChatStore(BaseChatStore):
 
     def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
         """Replaces the thread: a Clear, then one Add of all the messages."""
-        converted = _convert_all(messages)
+        converted = convert_all(messages)
         self._memory.clear(thread_id=key)
         self._memory.add(converted, thread_id=key)
 
     async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
-        converted = _convert_all(messages)
+        converted = convert_all(messages)
         await self._memory.aclear(thread_id=key)
         await self._memory.aadd(converted, thread_id=key)
 
@@ -137,7 +111,7 @@ class WindlassChatStore(BaseChatStore):
         return self._memory.get(thread_id=key, limit=0)
 
 
-def _convert_all(messages: Any) -> list[Any]:
+def convert_all(messages: Any) -> list[Any]:
     if isinstance(messages, ChatMessage) or not isinstance(messages, (list, tuple)):
         raise TypeError(f"messages: expected a list of ChatMessage, not {type(messages).__name__}")
     return [from_llamaindex(m, f"messages[{i}]") for i, m in enumerate(messages)]
