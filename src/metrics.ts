@@ -241,6 +241,10 @@ export class ServerMetrics {
     "Gets answered with a plain window because the summary could not be brought up to date.",
   );
   readonly watchers = new Gauge("windlass_watchers", "Open Watch streams.");
+  readonly watchWakeupsMissed = new Counter(
+    "windlass_watch_wakeups_missed_total",
+    "Times a Watch stream's read before a Progress found events no wake-up had announced: the store's subscription lost them (an outage), or they landed just as the Progress was due.",
+  );
   readonly #registry = new Registry();
   readonly #started = Date.now();
 
@@ -252,6 +256,7 @@ export class ServerMetrics {
       this.foldSeconds,
       this.degradedGets,
       this.watchers,
+      this.watchWakeupsMissed,
     ]) {
       this.#register(m);
     }

@@ -461,7 +461,9 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
   function watch(req: WatchRequest, ctx: CallContext): AsyncIterable<WatchResponse> {
     assertOpen();
     return watchEvents(req, ctx, {
-      ...(opts.metrics === undefined ? {} : { watchers: opts.metrics.watchers }),
+      ...(opts.metrics === undefined
+        ? {}
+        : { watchers: opts.metrics.watchers, wakeupsMissed: opts.metrics.watchWakeupsMissed }),
       store,
       hub,
       shutdown: shutdown.signal,

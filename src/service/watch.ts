@@ -2,7 +2,7 @@ import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { WatchRequest, WatchResponse } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { MemoryError } from "../core/errors.js";
 import type { EventType } from "../core/types.js";
-import type { Gauge } from "../metrics.js";
+import type { Counter, Gauge } from "../metrics.js";
 import type { Store } from "../store/store.js";
 import type { CallContext } from "./context.js";
 import {
@@ -26,6 +26,8 @@ export interface WatchDeps {
   now: () => number;
   /** Counts open streams. */
   watchers?: Gauge;
+  /** Counts events found by the read before a Progress that no wake-up announced. */
+  wakeupsMissed?: Counter;
   /**
    * Takes one of the namespace's watcher slots, or throws
    * resource_exhausted; returns what gives it back. Called at the stream's
@@ -143,11 +145,16 @@ export async function* watchEvents(
       throwIfTooFarBehind();
       if (dirty || progressDue) {
         const vouch = progressDue;
+        const announced = dirty;
         dirty = false;
         progressDue = false;
         const sentBefore = sent;
+        let logged = 0;
         for (;;) {
           const events = await deps.store.readEvents(ctx.namespace, cursor, READ_BATCH);
+          // Counted as found, before the events go out (the client may be slow to read them).
+          if (vouch && !announced && logged === 0 && events.length > 0) deps.wakeupsMissed?.inc();
+          logged += events.length;
           for (const e of events) {
             cursor = e.cursor;
             behind = Math.max(0, behind - 1);

@@ -7,7 +7,10 @@ import {
   type WatchResponse,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { MemoryError } from "../../src/core/errors.js";
+import { ServerMetrics } from "../../src/metrics.js";
 import { createMemoryStore } from "../../src/store/memory-store.js";
+import type { Store } from "../../src/store/store.js";
+import { metricSeries } from "../support/metric-series.js";
 import {
   addReq,
   type Harness,
@@ -74,6 +77,27 @@ describe("MemoryService.Watch", () => {
     const a4 = open(h, {}, h.ctx({ namespace: "a" }));
     expect((await a4.next()).event.case).toBe("progress");
     await Promise.all([a2.close(), a4.close(), b.close()]);
+  });
+
+  it("delivers events no wake-up announced at its next Progress, and counts them", async () => {
+    // A store whose subscription stays silent, as one that lost its
+    // connection to the log does: the stream must not stay open and quiet.
+    const inner = createMemoryStore();
+    const deaf: Store = Object.assign(Object.create(inner) as Store, {
+      subscribe: () => () => {},
+    });
+    const metrics = new ServerMetrics();
+    h = await startHarness({ store: deaf, metrics, limits: { progressIntervalMs: 100 } });
+    const w = open(h);
+    expect((await w.next()).event.case).toBe("progress");
+    await h.service.add(addReq({ threadId: "t", messages: users("a", "b") }), h.ctx());
+    const e = await w.nextEvent(5000);
+    expect(e.event).toMatchObject({ case: "messagesAdded", value: { firstSeq: 1n, lastSeq: 2n } });
+    expect(await metricSeries(metrics, "windlass_watch_wakeups_missed_total")).toBe(1);
+    // Idle again: Progress, and nothing more counted.
+    expect((await w.next()).event.case).toBe("progress");
+    expect(await metricSeries(metrics, "windlass_watch_wakeups_missed_total")).toBe(1);
+    await w.close();
   });
 
   it("streams events of the namespace in order, from now on", async () => {

@@ -9,6 +9,7 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import type { Strategy } from "../../src/core/types.js";
 import { silentLogger } from "../../src/logger.js";
+import type { ServerMetrics } from "../../src/metrics.js";
 import type { CallContext } from "../../src/service/context.js";
 import {
   createMemoryService,
@@ -39,7 +40,12 @@ export const windowDefault: Strategy = {
 };
 
 export async function startHarness(
-  opts: { limits?: Partial<ServiceLimits>; store?: Store; openaiRetries?: number } = {},
+  opts: {
+    limits?: Partial<ServiceLimits>;
+    store?: Store;
+    openaiRetries?: number;
+    metrics?: ServerMetrics;
+  } = {},
 ): Promise<Harness> {
   const llm = await startFakeLlm();
   const store = opts.store ?? createMemoryStore();
@@ -61,6 +67,7 @@ export async function startHarness(
     summarizers,
     defaultStrategy: windowDefault,
     logger: silentLogger,
+    ...(opts.metrics === undefined ? {} : { metrics: opts.metrics }),
     limits: { foldRetryInitialMs: 50, foldRetryMaxMs: 200, getFoldWaitMs: 3000, ...opts.limits },
   });
   const controllers: AbortController[] = [];
