@@ -269,6 +269,11 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       // goes in without one. Retried rather than checked first, because the
       // store decides atomically; the refused attempt stored nothing.
       if (!(req.keepStrategy && isStrategyMismatch(err))) throw err;
+      // Without its strategy such an Add asks for nothing: answer as an empty
+      // Add does, rather than create a thread should it be cleared meanwhile.
+      if (messages.length === 0 && labels === undefined && ttlMs === undefined) {
+        return emptyAdd(ctx.namespace, threadId, expectedLastSeq);
+      }
       result = await append(undefined);
     }
     if (!result.replayed) maybeKick(ctx.namespace, result.thread);

@@ -220,6 +220,13 @@ describe("AddRequest.keep_strategy", () => {
     );
     expect(kept.thread?.strategy?.kind.case).toBe("buffer");
     expect([kept.firstSeq, kept.lastSeq]).toEqual([2n, 2n]);
+    // With no messages it stores nothing and answers with the thread as it is.
+    const nothing = await h.service.add(
+      addReq({ threadId: "k", strategy: windowStrategy(4), keepStrategy: true }),
+      ctx,
+    );
+    expect(nothing.thread?.strategy?.kind.case).toBe("buffer");
+    expect([nothing.firstSeq, nothing.lastSeq, nothing.thread?.lastSeq]).toEqual([0n, 0n, 2n]);
     // Without it, a differing strategy is still refused.
     const refused = await codeOf(
       h.service.add(
