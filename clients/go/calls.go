@@ -26,6 +26,13 @@ func ReplaceStrategy(s *Strategy) AddOption {
 	return func(r *memoryv1.AddRequest) { r.Strategy, r.ReplaceStrategy = s, true }
 }
 
+// KeepStrategy is WithStrategy for a new thread only: an existing thread
+// keeps its own strategy and Add does not fail with a strategy conflict. For
+// readers that each shape the thread their own way (see Recall).
+func KeepStrategy(s *Strategy) AddOption {
+	return func(r *memoryv1.AddRequest) { r.Strategy, r.KeepStrategy = s, true }
+}
+
 // ExpectedLastSeq makes Add fail (IsSeqConflict) unless the thread's last seq
 // is seq (0: the thread does not exist).
 func ExpectedLastSeq(seq uint64) AddOption {
@@ -93,7 +100,15 @@ func AllowStale() GetOption {
 	return func(r *memoryv1.GetRequest) { r.AllowStale = true }
 }
 
-// Get returns thread shaped by its strategy, oldest message first, ready to
+// Recall shapes this Get with strategy s instead of the thread's, without
+// changing the thread's: e.g. Recall(Window(5)) reads the newest five of any
+// thread. A summary recall on a thread without a summary returns its window
+// part. Limit still overrides its size.
+func Recall(s *Strategy) GetOption {
+	return func(r *memoryv1.GetRequest) { r.Recall = s }
+}
+
+// Get returns thread shaped by its strategy (or Recall), oldest message first, ready to
 // send to a model. A thread that does not exist has no messages and a nil
 // Thread; that is not an error.
 func (c *Client) Get(ctx context.Context, thread string, opts ...GetOption) (*GetResponse, error) {

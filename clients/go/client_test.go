@@ -72,6 +72,50 @@ func TestFirstCalls(t *testing.T) {
 	}
 }
 
+func TestRecallAndKeepStrategyGiveEachReaderItsOwnView(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s.addr)
+	ctx := testContext(t, 60*time.Second)
+
+	if _, err := c.AddWith(ctx, "views", []*memory.Message{memory.User("one"), memory.User("two"), memory.User("three")},
+		memory.WithStrategy(memory.Window(2))); err != nil {
+		t.Fatal(err)
+	}
+	added, err := c.AddWith(ctx, "views", []*memory.Message{memory.User("four")}, memory.KeepStrategy(memory.Window(1)))
+	if err != nil {
+		t.Fatalf("Add with KeepStrategy: %v", err)
+	}
+	if w := added.GetThread().GetStrategy().GetWindow().GetWindow(); w != 2 {
+		t.Fatalf("the thread's window is %d after KeepStrategy, want 2", w)
+	}
+	contents := func(opts ...memory.GetOption) []string {
+		t.Helper()
+		got, err := c.Get(ctx, "views", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range got.GetMessages() {
+			out = append(out, m.GetContent())
+		}
+		return out
+	}
+	if got := contents(memory.Recall(memory.Window(1))); !slices.Equal(got, []string{"four"}) {
+		t.Fatalf("Recall(Window(1)): %v", got)
+	}
+	if got := contents(memory.Recall(memory.Buffer())); !slices.Equal(got, []string{"one", "two", "three", "four"}) {
+		t.Fatalf("Recall(Buffer(0)): %v", got)
+	}
+	if got := contents(); !slices.Equal(got, []string{"three", "four"}) {
+		t.Fatalf("Get without Recall: %v", got)
+	}
+	// Without KeepStrategy the other strategy is still a conflict.
+	_, err = c.AddWith(ctx, "views", []*memory.Message{memory.User("five")}, memory.WithStrategy(memory.Window(1)))
+	if !memory.IsStrategyConflict(err) {
+		t.Fatalf("Add with another strategy: %v, want a strategy conflict", err)
+	}
+}
+
 func TestStrategiesAreBuiltWithoutPointers(t *testing.T) {
 	want := &memoryv1.Strategy{
 		Kind: &memoryv1.Strategy_Summary{Summary: &memoryv1.SummaryStrategy{

@@ -58,6 +58,36 @@ export function budgetStart(
 }
 
 /**
+ * The strategy a Get shapes the thread with (GetRequest.recall): the thread's
+ * own, or the request's `recall`, so that each memory object of a client
+ * reads a shared thread with its own window, budget and ceiling. A summary
+ * recall on a thread without the summary strategy reads as a window of its
+ * size (0: every message, as summary + unfolded is for a thread with no
+ * summary): such a thread has no summary, and a read must not start folds
+ * the thread's strategy never asked for. The thread's max_stored stays: a
+ * read stores nothing.
+ */
+export function readStrategy(thread: Strategy, recall: Strategy | undefined): Strategy {
+  if (recall === undefined) return thread;
+  const base = { excludeSystem: recall.excludeSystem, maxStored: thread.maxStored };
+  if (recall.kind === "summary" && thread.kind !== "summary") {
+    return {
+      kind: "window",
+      window: recall.window,
+      ...base,
+      ...(recall.maxTokens === undefined ? {} : { maxTokens: recall.maxTokens }),
+      ...(recall.tokenEncoding === undefined ? {} : { tokenEncoding: recall.tokenEncoding }),
+    };
+  }
+  // A summary recall on a summary thread keeps the thread's summariser: only
+  // the thread's strategy decides folds.
+  if (recall.kind === "summary" && thread.kind === "summary") {
+    return { ...recall, ...base, summarizeEvery: thread.summarizeEvery, model: thread.model };
+  }
+  return { ...recall, ...base };
+}
+
+/**
  * The size a Get uses: the request's limit when given, else the strategy's
  * (buffer: maxMessages, window: window, summary: window). 0 means "no ceiling"
  * for buffer and window, and "keep nothing back from a fold" for summary.

@@ -19,7 +19,7 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { lastSeqMismatchError } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
-import { planFold, type Recalled, recall, recallSize } from "../core/recall.js";
+import { planFold, type Recalled, readStrategy, recall, recallSize } from "../core/recall.js";
 import {
   encodingOf,
   MAX_TOKENS_LIMIT,
@@ -154,6 +154,29 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       field: "strategy",
     });
 
+  /**
+   * GetRequest.recall, validated as an Add's strategy would be. Its model is
+   * not looked up: a read never calls a summariser, so naming one this
+   * server lacks is no error here.
+   */
+  function recallFromPb(req: GetRequest): Strategy | undefined {
+    const draft = strategyDraftFromPb(req.recall);
+    if (draft === undefined) return undefined;
+    if (draft.kind === undefined) {
+      throw invalidArgument("recall", "must set one of buffer, window or summary");
+    }
+    return resolveStrategy(
+      { ...draft, model: "" },
+      {
+        defaultStrategy: opts.defaultStrategy,
+        defaultModel: "",
+        hasModel: () => true,
+        maxStoredLimit: limits.maxStoredLimit,
+        field: "recall",
+      },
+    );
+  }
+
   function assertOpen(): void {
     if (shutdown.signal.aborted)
       throw new MemoryError("unavailable", "the server is shutting down");
@@ -192,6 +215,9 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     if (req.replaceStrategy && strategy === undefined) {
       throw invalidArgument("strategy", "must be set when replace_strategy is");
     }
+    if (req.keepStrategy && req.replaceStrategy) {
+      throw invalidArgument("keep_strategy", "must not be set with replace_strategy");
+    }
     const expectedLastSeq =
       req.expectedLastSeq === undefined
         ? undefined
@@ -208,24 +234,48 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     const hash =
       req.requestId === ""
         ? ""
-        : requestHash(messages, strategy, req.replaceStrategy, expectedLastSeq, labels, ttlMs);
+        : requestHash(
+            messages,
+            strategy,
+            req.replaceStrategy,
+            expectedLastSeq,
+            labels,
+            ttlMs,
+            req.keepStrategy,
+          );
     await countTokens(messages, strategy ?? opts.defaultStrategy, ctx.signal);
-    const result = await store.append({
-      namespace: ctx.namespace,
-      threadId,
-      messages,
-      strategy,
-      defaultStrategy: opts.defaultStrategy,
-      replaceStrategy: req.replaceStrategy,
-      requestId: req.requestId,
-      requestHash: hash,
-      expectedLastSeq,
-      now: now(),
-      ...(labels === undefined ? {} : { labels }),
-      ...(ttlMs === undefined ? {} : { ttlMs }),
-      defaultTtlMs: limits.defaultTtlMs,
-      ...(ctx.deadline === undefined ? {} : { deadline: ctx.deadline }),
-    });
+    const append = (given: Strategy | undefined) =>
+      store.append({
+        namespace: ctx.namespace,
+        threadId,
+        messages,
+        strategy: given,
+        defaultStrategy: opts.defaultStrategy,
+        replaceStrategy: req.replaceStrategy,
+        requestId: req.requestId,
+        requestHash: hash,
+        expectedLastSeq,
+        now: now(),
+        ...(labels === undefined ? {} : { labels }),
+        ...(ttlMs === undefined ? {} : { ttlMs }),
+        defaultTtlMs: limits.defaultTtlMs,
+        ...(ctx.deadline === undefined ? {} : { deadline: ctx.deadline }),
+      });
+    let result: Awaited<ReturnType<typeof append>>;
+    try {
+      result = await append(strategy);
+    } catch (err) {
+      // keep_strategy: the thread exists with another strategy, so the Add
+      // goes in without one. Retried rather than checked first, because the
+      // store decides atomically; the refused attempt stored nothing.
+      if (!(req.keepStrategy && isStrategyMismatch(err))) throw err;
+      // Without its strategy such an Add asks for nothing: answer as an empty
+      // Add does, rather than create a thread should it be cleared meanwhile.
+      if (messages.length === 0 && labels === undefined && ttlMs === undefined) {
+        return emptyAdd(ctx.namespace, threadId, expectedLastSeq);
+      }
+      result = await append(undefined);
+    }
     if (!result.replayed) maybeKick(ctx.namespace, result.thread);
     return create(AddResponseSchema, {
       thread: threadToPb(result.thread),
@@ -285,15 +335,14 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     if (maxTokens !== undefined && maxTokens > MAX_TOKENS_LIMIT) {
       throw invalidArgument("max_tokens", `must be at most ${MAX_TOKENS_LIMIT}`);
     }
-    const shape = { limit, maxTokens };
+    const shape: Shape = { limit, maxTokens, recall: recallFromPb(req) };
     const read = await readForGet(ctx.namespace, threadId, shape);
     if (read === undefined) return create(GetResponseSchema, {});
     let snap = read.snap;
-    if (snap.thread.strategy.kind !== "summary" || req.allowStale) {
+    if (readStrategy(snap.thread.strategy, shape.recall).kind !== "summary" || req.allowStale) {
       return respond(snap, shape, "", read.recalled);
     }
 
-    const size = recallSize(snap.thread.strategy, limit);
     const started = now();
     const waitUntil = Math.min(
       started + limits.getFoldWaitMs,
@@ -303,8 +352,12 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     );
     for (;;) {
       const s = snap.thread.strategy;
-      if (s.kind !== "summary") return respond(snap, shape);
-      const tokens = { maxTokens, summary: snap.thread.summary };
+      const view = readStrategy(s, shape.recall);
+      if (s.kind !== "summary" || view.kind !== "summary") return respond(snap, shape);
+      // Folds follow the thread's strategy, at the size and budget this Get reads with.
+      const size = recallSize(view, limit);
+      const budget = maxTokens ?? (shape.recall === undefined ? undefined : (view.maxTokens ?? 0));
+      const tokens = { maxTokens: budget, summary: snap.thread.summary };
       if (
         planFold(s, snap.messages, snap.thread.summarizedThroughSeq, size, tokens) === undefined
       ) {
@@ -348,7 +401,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
       if (moved) {
         stopWaiting.abort();
       } else {
-        folds.kick(ctx.namespace, threadId, size, maxTokens);
+        folds.kick(ctx.namespace, threadId, size, budget);
       }
       await settled;
       if (ctx.signal.aborted) throw ctx.signal.reason;
@@ -371,14 +424,18 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     threadId: string,
     shape: Shape,
   ): Promise<GetRead | undefined> {
-    const snap = await store.read(namespace, threadId, { limit: shape.limit });
+    // With a recall, the store reads what its size needs, not the thread's.
+    const readLimit =
+      shape.limit ?? (shape.recall === undefined ? undefined : recallSize(shape.recall, undefined));
+    const snap = await store.read(namespace, threadId, { limit: readLimit });
     if (snap === undefined) return undefined;
-    if (snap.complete || snap.thread.strategy.kind === "summary") {
+    const view = readStrategy(snap.thread.strategy, shape.recall);
+    if (snap.complete || view.kind === "summary") {
       return { snap, recalled: undefined };
     }
     const recalled = recallOf(snap, shape, false);
     const first = recalled.messages[0];
-    if (first !== undefined && first !== firstVisible(snap.thread.strategy, snap.messages)) {
+    if (first !== undefined && first !== firstVisible(view, snap.messages)) {
       return { snap, recalled };
     }
     const full = await store.read(namespace, threadId);
@@ -521,14 +578,14 @@ interface GetRead {
 function recallOf(snap: ThreadSnapshot, shape: Shape, degraded: boolean): Recalled {
   const t = snap.thread;
   return recall(
-    t.strategy,
+    readStrategy(t.strategy, shape.recall),
     {
       summary: t.summary,
       summarizedThroughSeq: t.summarizedThroughSeq,
       summaryTime: t.summaryTime,
     },
     snap.messages,
-    { ...shape, degraded },
+    { limit: shape.limit, maxTokens: shape.maxTokens, degraded },
   );
 }
 
@@ -540,10 +597,12 @@ function firstVisible(
   return strategy.excludeSystem ? messages.find((m) => m.role !== "system") : messages[0];
 }
 
-/** What a Get asks for beyond the strategy: its limit and max_tokens overrides. */
+/** What a Get asks for beyond the strategy: its limit, max_tokens and recall overrides. */
 interface Shape {
   limit: number | undefined;
   maxTokens: number | undefined;
+  /** GetRequest.recall, validated; undefined: the thread's strategy. */
+  recall: Strategy | undefined;
 }
 
 /** Digest of what an Add asks for, to tell a retry from another request with the same id. */
@@ -555,6 +614,7 @@ function requestHash(
   expectedLastSeq: number | undefined,
   labels: Labels | undefined,
   ttlMs: number | undefined,
+  keepStrategy: boolean,
 ): string {
   const canonical = messages.map((m) => ({
     ...m,
@@ -570,9 +630,17 @@ function requestHash(
         // Only when given, so the digests of Adds without labels stay as they were.
         ...(labels === undefined ? [] : [Object.entries(labels).sort()]),
         ...(ttlMs === undefined ? [] : [{ ttlMs }]),
+        ...(keepStrategy ? [{ keepStrategy }] : []),
       ]),
     )
     .digest("base64url");
+}
+
+/** The FAILED_PRECONDITION of an Add whose strategy differs from the thread's (core/append.ts). */
+function isStrategyMismatch(err: unknown): boolean {
+  return (
+    err instanceof MemoryError && err.code === "failed_precondition" && err.field === "strategy"
+  );
 }
 
 function encodePageToken(lastId: string): string {

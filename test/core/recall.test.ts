@@ -9,6 +9,7 @@ import {
   type FoldPlan,
   planFold,
   type Recalled,
+  readStrategy,
   recall,
   recallSize,
   SUMMARY_PREFIX,
@@ -397,5 +398,43 @@ describe("summary recall", () => {
     expect(() => planFold(strategy, frozen, 0, 2)).not.toThrow();
     expect(recall(strategy, state, frozen, {}).messages).not.toBe(frozen);
     expect(frozen).toHaveLength(8);
+  });
+});
+
+describe("readStrategy: a Get's recall over the thread's strategy", () => {
+  const msgs = stored([system("be brief"), user("a"), user("b"), user("c")]);
+  const summaryState: SummaryState = { summary: "s", summarizedThroughSeq: 2, summaryTime: 7 };
+
+  it("is the thread's strategy without a recall", () => {
+    const thread = windowOf(2);
+    expect(readStrategy(thread, undefined)).toBe(thread);
+  });
+
+  it("reads a window or a buffer with the reader's sizes and exclude_system, keeping max_stored", () => {
+    const thread: Strategy = { ...windowOf(2), maxStored: 7 };
+    const view = readStrategy(thread, buffer(0, true));
+    expect(view).toEqual({ kind: "buffer", maxMessages: 0, excludeSystem: true, maxStored: 7 });
+    expect(contents(recall(view, NO_SUMMARY, msgs, {}))).toEqual(["a", "b", "c"]);
+    expect(contents(recall(readStrategy(buffer(), windowOf(1)), NO_SUMMARY, msgs, {}))).toEqual([
+      "c",
+    ]);
+  });
+
+  it("reads a summary recall on a thread without a summary as a window of its size", () => {
+    const view = readStrategy(windowOf(20), summaryOf(2, 2));
+    expect(view).toEqual(windowOf(2));
+    expect(contents(recall(view, NO_SUMMARY, msgs, {}))).toEqual(["b", "c"]);
+    // Window 0 keeps nothing back from a fold: with no summary, that is every message.
+    expect(contents(recall(readStrategy(buffer(), summaryOf(0, 2)), NO_SUMMARY, msgs, {}))).toEqual(
+      ["be brief", "a", "b", "c"],
+    );
+  });
+
+  it("keeps a summary thread's summariser and fold pace under a summary recall", () => {
+    const thread = summaryOf(10, 6);
+    const view = readStrategy(thread, { ...summaryOf(1, 99), model: "other" });
+    expect(view).toMatchObject({ kind: "summary", window: 1, summarizeEvery: 6, model: "fake" });
+    const r = recall(view, summaryState, msgs, {});
+    expect(contents(r)).toEqual([`${SUMMARY_PREFIX}s`, "b", "c"]);
   });
 });

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from windlass.memory.v1 import memory_pb2, memory_pb2_grpc
 
 from conftest import FakeModel, Server, start_server
 from windlass_memory import (
@@ -150,18 +152,95 @@ def test_a_bad_message_is_refused_with_the_field_named(server: Server, thread: s
     assert "tool_call_id" in refused.value.details
 
 
-def test_another_strategy_for_a_thread_is_refused_unless_replaced(
+def thread_strategy(server: Server, thread: str) -> str:
+    """The kind of strategy the service keeps for the thread, read past the client."""
+    with grpc.insecure_channel(server.target) as channel:
+        got = memory_pb2_grpc.MemoryServiceStub(channel).Get(
+            memory_pb2.GetRequest(thread_id=thread, allow_stale=True)
+        )
+    return str(got.thread.strategy.WhichOneof("kind"))
+
+
+def test_each_object_reads_its_own_view_and_keeps_the_threads_strategy(
     server: Server, thread: str
 ) -> None:
+    # As the original's objects each applied their own window: the first
+    # object makes the thread; the others add to it without failing, and
+    # without changing its strategy, and each reads with its own.
+    with (
+        WindowMemory(window=2, target=server.target) as two,
+        WindowMemory(window=1, target=server.target) as one,
+        BufferMemory(target=server.target) as everything,
+        BufferMemory(max_messages=3, return_system=False, target=server.target) as ceiling,
+    ):
+        two.add(Message.user("one"), thread_id=thread)
+        one.add(Message.system("be brief"), thread_id=thread)
+        everything.add([Message.user("two"), Message.user("three")], thread_id=thread)
+        assert thread_strategy(server, thread) == "window"
+        assert contents(two.get(thread_id=thread)) == ["two", "three"]
+        assert contents(one.get(thread_id=thread)) == ["three"]
+        assert contents(everything.get(thread_id=thread)) == ["one", "be brief", "two", "three"]
+        assert contents(ceiling.get(thread_id=thread)) == ["one", "two", "three"]
+        assert contents(one.get(thread_id=thread, limit=3)) == ["be brief", "two", "three"]
+
+
+def test_the_async_twins_read_and_add_their_own_view(server: Server, thread: str) -> None:
+    async def main() -> None:
+        with (
+            WindowMemory(window=2, target=server.target) as two,
+            WindowMemory(window=1, target=server.target) as one,
+        ):
+            await two.aadd([Message.user("a"), Message.user("b")], thread_id=thread)
+            await one.aadd(Message.user("c"), thread_id=thread)
+            assert contents(await one.aget(thread_id=thread)) == ["c"]
+            assert contents(await two.aget(thread_id=thread)) == ["b", "c"]
+
+    asyncio.run(main())
+
+
+def test_replace_strategy_still_replaces_the_threads(server: Server, thread: str) -> None:
     with WindowMemory(window=2, target=server.target) as window:
         window.add(Message.user("one"), thread_id=thread)
-    with BufferMemory(target=server.target) as buffer:
-        with pytest.raises(MemoryServiceError) as refused:
-            buffer.add(Message.user("two"), thread_id=thread)
-        assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
     with BufferMemory(target=server.target, replace_strategy=True) as buffer:
         buffer.add([Message.user("two"), Message.user("three")], thread_id=thread)
         assert contents(buffer.get(thread_id=thread)) == ["one", "two", "three"]
+    assert thread_strategy(server, thread) == "buffer"
+
+
+def test_a_summary_object_makes_a_window_thread_a_summary_thread(
+    server: Server, thread: str
+) -> None:
+    with (
+        WindowMemory(window=20, target=server.target) as window,
+        SummaryMemory(window=2, summarize_every=2, target=server.target) as summary,
+    ):
+        window.add([Message.user(f"msg {i}") for i in range(5)], thread_id=thread)
+        summary.add(Message.user("msg 5"), thread_id=thread)
+        assert thread_strategy(server, thread) == "summary"
+        recalled = summary.get(thread_id=thread)
+        assert recalled[0].role is Role.SYSTEM
+        assert contents(recalled[1:]) == ["msg 4", "msg 5"]
+        assert "msg 3" in summary.summary(thread)
+        # The window object still reads its own window, folded messages included.
+        assert contents(window.get(thread_id=thread)) == [f"msg {i}" for i in range(6)]
+        window.add(Message.user("msg 6"), thread_id=thread)
+        assert thread_strategy(server, thread) == "summary"
+
+
+def test_a_summary_object_upgrades_a_thread_from_aadd_too(server: Server, thread: str) -> None:
+    async def main() -> None:
+        with (
+            BufferMemory(target=server.target) as buffer,
+            SummaryMemory(window=1, summarize_every=1, target=server.target) as summary,
+        ):
+            buffer.add([Message.user("x"), Message.user("y")], thread_id=thread)
+            await summary.aadd(Message.user("z"), thread_id=thread)
+            assert thread_strategy(server, thread) == "summary"
+            recalled = await summary.aget(thread_id=thread)
+            assert recalled[0].role is Role.SYSTEM
+            assert contents(recalled[1:]) == ["z"]
+
+    asyncio.run(main())
 
 
 def test_clear_and_threads(fresh_server: Server) -> None:
@@ -199,12 +278,18 @@ def test_summary_memory_with_the_built_in_summariser(server: Server, thread: str
         m.add(Message.user("msg 6"), thread_id=thread)
 
 
-def test_summary_memory_refuses_a_model_object() -> None:
-    class SomeLLM:
+def test_summary_memory_takes_a_model_object_and_uses_the_servers_summariser(
+    server: Server, thread: str
+) -> None:
+    class SomeLLM:  # the original's model objects: kept, never called
         pass
 
-    with pytest.raises(TypeError, match="name of a summariser"):
-        SummaryMemory(llm=SomeLLM(), target="127.0.0.1:1")  # type: ignore[arg-type]
+    model = SomeLLM()
+    with SummaryMemory(llm=model, window=2, summarize_every=2, target=server.target) as m:
+        assert m.llm is model
+        m.add([Message.user(f"msg {i}") for i in range(6)], thread_id=thread)
+        # The server's default here is the extractive summariser.
+        assert "msg 0" in m.summary(thread)
 
 
 def test_a_failed_summary_degrades_to_a_window_and_is_logged(

@@ -55,6 +55,12 @@ export interface AddOptions {
   strategy?: StrategyInit;
   /** Replace the existing thread's strategy with `strategy`; messages stay. */
   replaceStrategy?: boolean;
+  /**
+   * Use `strategy` only if this add creates the thread: an existing thread
+   * keeps its own instead of failing with FAILED_PRECONDITION (read it your
+   * way with get's `recall`). Not with replaceStrategy.
+   */
+  keepStrategy?: boolean;
   /** Idempotency key. Default: a new random UUID per add() call, reused by its retries. */
   requestId?: string;
   /** Fail with ABORTED unless the thread's last_seq equals this (0: the thread must not exist). */
@@ -69,6 +75,12 @@ export interface GetOptions {
   limit?: number;
   /** Summary strategy: do not wait for a fold that is due or running. */
   allowStale?: boolean;
+  /**
+   * Shape this get with this strategy instead of the thread's, without
+   * changing the thread's (e.g. windowStrategy(5) on any thread). A summary
+   * recall on a thread without a summary returns its window part.
+   */
+  recall?: StrategyInit;
   signal?: AbortSignal;
   timeoutMs?: number;
 }
@@ -104,7 +116,7 @@ export interface MemoryClient {
    * first attempt did reach the server stores nothing twice.
    */
   add(threadId: string, messages: MessageInit[], options?: AddOptions): Promise<AddResponse>;
-  /** The thread shaped by its strategy; a missing thread has no messages and no `thread`. */
+  /** The thread shaped by its strategy (or `recall`); a missing thread has no messages and no `thread`. */
   get(threadId: string, options?: GetOptions): Promise<GetResponse>;
   /** Forgets one thread; resolves to 1 if it existed, else 0. */
   clear(threadId: string, options?: { signal?: AbortSignal }): Promise<number>;
@@ -189,6 +201,7 @@ export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
         messages,
         strategy: callOptions.strategy,
         replaceStrategy: callOptions.replaceStrategy ?? false,
+        keepStrategy: callOptions.keepStrategy ?? false,
         requestId: callOptions.requestId ?? randomUUID(),
         expectedLastSeq:
           callOptions.expectedLastSeq === undefined
@@ -217,7 +230,12 @@ export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
       return call(
         () =>
           raw.get(
-            { threadId, limit: callOptions.limit, allowStale: callOptions.allowStale ?? false },
+            {
+              threadId,
+              limit: callOptions.limit,
+              allowStale: callOptions.allowStale ?? false,
+              recall: callOptions.recall,
+            },
             { signal: callOptions.signal, timeoutMs: callOptions.timeoutMs ?? timeoutMs },
           ),
         callOptions.signal,

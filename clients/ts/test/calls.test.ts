@@ -89,6 +89,29 @@ describe.each(["grpc", "connect"] as const)("over %s", (transport) => {
     expect((await memory.get(id, { limit: 1 })).messages.map((m) => m.content)).toEqual(["three"]);
   });
 
+  it("reads a thread with its own recall, and adds with keepStrategy without failing", async () => {
+    const id = thread("own-view");
+    await memory.add(id, [user("one"), user("two"), user("three")], {
+      strategy: windowStrategy(2),
+    });
+    const added = await memory.add(id, [user("four")], {
+      strategy: windowStrategy(1),
+      keepStrategy: true,
+    });
+    expect(added.thread?.strategy?.kind.case).toBe("window");
+    expect(added.thread?.strategy?.kind.value).toMatchObject({ window: 2 });
+    const texts = (r: { messages: { content: string }[] }) => r.messages.map((m) => m.content);
+    expect(texts(await memory.get(id, { recall: windowStrategy(1) }))).toEqual(["four"]);
+    expect(texts(await memory.get(id, { recall: bufferStrategy() }))).toEqual([
+      "one",
+      "two",
+      "three",
+      "four",
+    ]);
+    // The thread's own strategy is unchanged for a get without recall.
+    expect(texts(await memory.get(id))).toEqual(["three", "four"]);
+  });
+
   it("reports errors as MemoryError with the code", async () => {
     const id = thread("errors");
     await memory.add(id, [user("hi")], { strategy: windowStrategy(4) });

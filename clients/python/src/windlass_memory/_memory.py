@@ -1,10 +1,14 @@
 """BufferMemory, WindowMemory and SummaryMemory, backed by the memory service.
 
 Each class keeps the constructor parameters and methods of the original
-in-process module and sends them to the service: the parameters become the
-thread's ``Strategy`` (sent with every Add), the methods become RPCs. Threads
-live in the service, so every memory object, process and replica that names a
-thread sees the same messages.
+in-process module and sends them to the service: the parameters become a
+``Strategy``, the methods become RPCs. Threads live in the service, so every
+memory object, process and replica that names a thread sees the same
+messages. As the original's objects each applied their own window, each
+object here reads with its own strategy (``GetRequest.recall``), and its
+Adds create a thread with it but never impose it on an existing thread
+(``keep_strategy``), except that a SummaryMemory makes a buffer or window
+thread a summary thread: only a summary thread has a summary to give it.
 """
 
 from __future__ import annotations
@@ -184,17 +188,32 @@ class BufferMemory:
             messages=[to_chat_message(item, name) for item, name in zip(items, names, strict=True)],
             strategy=self._strategy(),
             replace_strategy=self.replace_strategy,
+            keep_strategy=not self.replace_strategy,
             request_id=uuid.uuid4().hex,
         )
 
-    @staticmethod
-    def _get_request(thread_id: str, query: str | None, limit: int | None) -> memory_pb2.GetRequest:
+    def _upgrade_request(self, response: memory_pb2.AddResponse) -> memory_pb2.AddRequest | None:
+        """The Add that gives the thread this object's strategy when its view needs it; None: none.
+
+        Buffer and window objects read their own view of any thread, so they
+        never need one (SummaryMemory overrides this).
+        """
+        return None
+
+    def _get_request(
+        self, thread_id: str, query: str | None, limit: int | None
+    ) -> memory_pb2.GetRequest:
         _check_thread_id(thread_id)
         if query is not None and not isinstance(query, str):
             raise TypeError(f"query: expected str or None, not {type(query).__name__}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise TypeError(f"limit: expected int or None, not {type(limit).__name__}")
-        request = memory_pb2.GetRequest(thread_id=thread_id, query=query or "")
+        # This object's own window, ceiling and exclude_system, whatever
+        # strategy the thread was created with: the original's objects each
+        # applied their own.
+        request = memory_pb2.GetRequest(
+            thread_id=thread_id, query=query or "", recall=self._strategy()
+        )
         if limit is not None:
             # A negative size meant "everything" (window) or "no recent
             # messages" (summary) in the original, as 0 does here.
@@ -247,7 +266,12 @@ class BufferMemory:
         """
         request = self._add_request(messages, thread_id)
         if request is not None:
-            self._call(self._stub.Add, request)
+            upgrade = self._upgrade_request(self._call(self._stub.Add, request))
+            if upgrade is not None:
+                try:
+                    self._call(self._stub.Add, upgrade)
+                except MemoryServiceError as error:
+                    _ignore_lost_race(error)
 
     async def aadd(
         self, messages: MessageLike | Sequence[MessageLike], *, thread_id: str = DEFAULT_THREAD
@@ -255,7 +279,12 @@ class BufferMemory:
         """Append messages to a thread (created with this object's strategy)."""
         request = self._add_request(messages, thread_id)
         if request is not None:
-            await self._acall(self._stub.Add, request)
+            upgrade = self._upgrade_request(await self._acall(self._stub.Add, request))
+            if upgrade is not None:
+                try:
+                    await self._acall(self._stub.Add, upgrade)
+                except MemoryServiceError as error:
+                    _ignore_lost_race(error)
 
     def get(
         self,
@@ -264,11 +293,12 @@ class BufferMemory:
         query: str | None = None,
         limit: int | None = None,
     ) -> list[Message]:
-        """Return the thread as its strategy shapes it, oldest first.
+        """Return the thread as this object's strategy shapes it, oldest first.
 
-        ``limit`` overrides the strategy's size for this call; ``query`` is
-        ignored (recall is recency-based). A thread that does not exist
-        returns ``[]``.
+        This object's window, ``max_messages`` and ``return_system`` apply,
+        whatever strategy the thread was created with. ``limit`` overrides
+        the size for this call; ``query`` is ignored (recall is
+        recency-based). A thread that does not exist returns ``[]``.
         """
         response = self._call(self._stub.Get, self._get_request(thread_id, query, limit))
         return self._recall(thread_id, response)
@@ -280,7 +310,7 @@ class BufferMemory:
         query: str | None = None,
         limit: int | None = None,
     ) -> list[Message]:
-        """Return the thread as its strategy shapes it, oldest first."""
+        """Return the thread as this object's strategy shapes it, oldest first."""
         request = self._get_request(thread_id, query, limit)
         return self._recall(thread_id, await self._acall(self._stub.Get, request))
 
@@ -438,9 +468,11 @@ class SummaryMemory(BufferMemory):
     Args:
         llm: Which summariser the service uses: the name of one configured on
             the server (``"extractive"``, built in; ``"openai"``, when the
-            server has ``--openai-base-url``), or ``None`` for the server's
-            default. The original took a model object here; with the service
-            the model is configured on the server, so only its name is given.
+            server has ``--openai-base-url``); ``None`` or a model object of
+            the original's (``FakeLLM(...)``, ``Windlass.llm(...)``): the
+            server's default. The service writes the summaries with the
+            summarisers configured on the server, so a model object is kept
+            as ``self.llm`` but never called.
         window: How many recent messages to keep verbatim.
         summarize_every: Summarise once this many messages have overflowed
             the window (at least 1).
@@ -449,22 +481,18 @@ class SummaryMemory(BufferMemory):
 
     Unlike the original, messages that overflowed but are not summarised yet
     are returned verbatim, so none is in neither the summary nor the list.
+    Adding to a buffer or window thread makes it a summary thread with this
+    object's strategy (other objects keep reading their own view of it).
     """
 
     def __init__(
         self,
         *,
-        llm: str | None = None,
+        llm: object = None,
         window: int = 10,
         summarize_every: int = 6,
         **config: Any,
     ) -> None:
-        if llm is not None and not isinstance(llm, str):
-            raise TypeError(
-                "llm: the memory service writes the summaries; pass the name of a "
-                "summariser configured on the server (e.g. 'openai' or 'extractive'), "
-                f"or None for the server's default, not {type(llm).__name__}"
-            )
         _check_int("window", window)
         _check_int("summarize_every", summarize_every)
         if window < 0:
@@ -480,27 +508,53 @@ class SummaryMemory(BufferMemory):
             summary=memory_pb2.SummaryStrategy(
                 window=self.window,
                 summarize_every=self.summarize_every,
-                model=self.llm or "",
+                # A model object of the original's cannot travel: the
+                # server's default summariser stands in for it.
+                model=self.llm if isinstance(self.llm, str) else "",
             ),
             exclude_system=not self.return_system,
             max_stored=self.max_stored,
         )
 
+    def _upgrade_request(self, response: memory_pb2.AddResponse) -> memory_pb2.AddRequest | None:
+        # A buffer or window thread has no summary, so this object's view
+        # (the summary, then the recent turns) needs the thread to become a
+        # summary thread. Nothing is lost for other objects: they read their
+        # own buffer or window of a summary thread. Conditional on the thread
+        # not having moved on, so two summary objects racing cannot flip it
+        # back and forth; a lost race is left to the next Add.
+        if not response.HasField("thread"):
+            return None
+        if response.thread.strategy.WhichOneof("kind") == "summary":
+            return None
+        return memory_pb2.AddRequest(
+            thread_id=response.thread.thread_id,
+            strategy=self._strategy(),
+            replace_strategy=True,
+            expected_last_seq=response.thread.last_seq,
+            request_id=uuid.uuid4().hex,
+        )
+
     def summary(self, thread_id: str = DEFAULT_THREAD) -> str:
         """Return the current summary of a thread, or ``""``.
 
-        Waits, like :meth:`get`, for a fold that is due or running, so the
-        summary covers every message that should be folded by now.
+        Waits, like :meth:`get`, for a fold that is due or running (at this
+        object's window), so the summary covers every message that should be
+        folded by now.
         """
-        _check_thread_id(thread_id)
-        response = self._call(self._stub.Get, memory_pb2.GetRequest(thread_id=thread_id))
+        response = self._call(self._stub.Get, self._get_request(thread_id, None, None))
         return str(response.summary)
 
     async def asummary(self, thread_id: str = DEFAULT_THREAD) -> str:
         """Return the current summary of a thread, or ``""``."""
-        _check_thread_id(thread_id)
-        response = await self._acall(self._stub.Get, memory_pb2.GetRequest(thread_id=thread_id))
+        response = await self._acall(self._stub.Get, self._get_request(thread_id, None, None))
         return str(response.summary)
+
+
+def _ignore_lost_race(error: MemoryServiceError) -> None:
+    """An upgrade that lost to another Add (ABORTED) is tried again by the next Add."""
+    if error.code is not grpc.StatusCode.ABORTED:
+        raise error
 
 
 def _check_int(name: str, value: Any, *, optional: bool = False) -> None:

@@ -880,7 +880,7 @@ type AddRequest struct {
 	Messages []*ChatMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	// Strategy for a new thread. For an existing thread it may be omitted; if
 	// given and different, the call fails with FAILED_PRECONDITION unless
-	// replace_strategy is set.
+	// replace_strategy (or keep_strategy) is set.
 	Strategy *Strategy `protobuf:"bytes,3,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	// Replace the existing thread's strategy with strategy; messages stay.
 	ReplaceStrategy bool `protobuf:"varint,4,opt,name=replace_strategy,json=replaceStrategy,proto3" json:"replace_strategy,omitempty"`
@@ -891,6 +891,15 @@ type AddRequest struct {
 	// Optimistic concurrency: when set, the call fails with ABORTED unless the
 	// thread's last_seq equals it (0 for a thread that does not exist).
 	ExpectedLastSeq *uint64 `protobuf:"varint,6,opt,name=expected_last_seq,json=expectedLastSeq,proto3,oneof" json:"expected_last_seq,omitempty"`
+	// Use strategy only if this Add creates the thread: an existing thread
+	// keeps its own strategy, whatever strategy says, and the Add does not
+	// fail with FAILED_PRECONDITION. For clients whose memory objects each
+	// read with their own view (GetRequest.recall) and should not impose it
+	// on a thread another object made. Messages are counted in tokens with
+	// strategy's encoding (a Get counts again what a kept encoding needs).
+	// Setting it with replace_strategy is INVALID_ARGUMENT. Part of the
+	// payload request_id compares.
+	KeepStrategy bool `protobuf:"varint,7,opt,name=keep_strategy,json=keepStrategy,proto3" json:"keep_strategy,omitempty"`
 	// Labels for the thread (e.g. "user_id" -> "u-42", "agent" -> "support"):
 	// when not empty, they replace the thread's labels; when empty, the
 	// thread keeps the labels it has. At most 16; keys 1 to 64 bytes of
@@ -979,6 +988,13 @@ func (x *AddRequest) GetExpectedLastSeq() uint64 {
 		return *x.ExpectedLastSeq
 	}
 	return 0
+}
+
+func (x *AddRequest) GetKeepStrategy() bool {
+	if x != nil {
+		return x.KeepStrategy
+	}
+	return false
 }
 
 func (x *AddRequest) GetLabels() map[string]string {
@@ -1077,7 +1093,21 @@ type GetRequest struct {
 	// WindowStrategy.max_tokens and SummaryStrategy.max_tokens; on a buffer
 	// thread it is a ceiling that never widens). 0: no budget. At most
 	// 10000000.
-	MaxTokens     *uint32 `protobuf:"varint,5,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	MaxTokens *uint32 `protobuf:"varint,5,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	// Shapes this Get as if the thread had this strategy, without changing the
+	// thread's: for clients whose memory objects each read a shared thread with
+	// their own window, budget and ceiling. Unset: the thread's strategy. A
+	// kind is required (unset kind is INVALID_ARGUMENT); sizes are checked as
+	// in AddRequest.strategy. limit and max_tokens above still override its
+	// size and budget. Buffer and window recalls read any thread, a summary
+	// thread's folded messages included while they are stored. A summary
+	// recall on a summary thread takes the thread's summary with this window,
+	// budget, exclude_system and summary_placement (folds keep following the
+	// thread's strategy: summarize_every and model are not used); on a buffer
+	// or window thread, which has no summary, it returns the window part only
+	// (as a window of this window, 0: every message) and starts no fold.
+	// max_stored is not used: a Get stores nothing.
+	Recall        *Strategy `protobuf:"bytes,6,opt,name=recall,proto3" json:"recall,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1145,6 +1175,13 @@ func (x *GetRequest) GetMaxTokens() uint32 {
 		return *x.MaxTokens
 	}
 	return 0
+}
+
+func (x *GetRequest) GetRecall() *Strategy {
+	if x != nil {
+		return x.Recall
+	}
+	return nil
 }
 
 // GetResponse is the recalled thread.
@@ -2053,7 +2090,7 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"expireTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdd\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x04\n" +
 	"\n" +
 	"AddRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12;\n" +
@@ -2062,7 +2099,8 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x10replace_strategy\x18\x04 \x01(\bR\x0freplaceStrategy\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12/\n" +
-	"\x11expected_last_seq\x18\x06 \x01(\x04H\x00R\x0fexpectedLastSeq\x88\x01\x01\x12B\n" +
+	"\x11expected_last_seq\x18\x06 \x01(\x04H\x00R\x0fexpectedLastSeq\x88\x01\x01\x12#\n" +
+	"\rkeep_strategy\x18\a \x01(\bR\fkeepStrategy\x12B\n" +
 	"\x06labels\x18\x14 \x03(\v2*.windlass.memory.v1.AddRequest.LabelsEntryR\x06labels\x12+\n" +
 	"\x03ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
@@ -2072,7 +2110,7 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\vAddResponse\x122\n" +
 	"\x06thread\x18\x01 \x01(\v2\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1b\n" +
 	"\tfirst_seq\x18\x02 \x01(\x04R\bfirstSeq\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xb8\x01\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xee\x01\n" +
 	"\n" +
 	"GetRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x19\n" +
@@ -2081,7 +2119,8 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\vallow_stale\x18\x04 \x01(\bR\n" +
 	"allowStale\x12\"\n" +
 	"\n" +
-	"max_tokens\x18\x05 \x01(\rH\x01R\tmaxTokens\x88\x01\x01B\b\n" +
+	"max_tokens\x18\x05 \x01(\rH\x01R\tmaxTokens\x88\x01\x01\x124\n" +
+	"\x06recall\x18\x06 \x01(\v2\x1c.windlass.memory.v1.StrategyR\x06recallB\b\n" +
 	"\x06_limitB\r\n" +
 	"\v_max_tokens\"\xb5\x02\n" +
 	"\vGetResponse\x12;\n" +
@@ -2234,31 +2273,32 @@ var file_windlass_memory_v1_memory_proto_depIdxs = []int32{
 	27, // 16: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
 	30, // 17: windlass.memory.v1.AddRequest.ttl:type_name -> google.protobuf.Duration
 	9,  // 18: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
-	4,  // 19: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
-	9,  // 20: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
-	28, // 21: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
-	2,  // 22: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
-	29, // 23: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
-	20, // 24: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
-	21, // 25: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
-	22, // 26: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
-	23, // 27: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
-	24, // 28: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
-	10, // 29: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
-	12, // 30: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
-	14, // 31: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
-	16, // 32: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
-	18, // 33: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
-	11, // 34: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
-	13, // 35: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
-	15, // 36: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
-	17, // 37: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
-	19, // 38: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
-	34, // [34:39] is the sub-list for method output_type
-	29, // [29:34] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	5,  // 19: windlass.memory.v1.GetRequest.recall:type_name -> windlass.memory.v1.Strategy
+	4,  // 20: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
+	9,  // 21: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
+	28, // 22: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	2,  // 23: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
+	29, // 24: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
+	20, // 25: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
+	21, // 26: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
+	22, // 27: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
+	23, // 28: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
+	24, // 29: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
+	10, // 30: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
+	12, // 31: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
+	14, // 32: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
+	16, // 33: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
+	18, // 34: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
+	11, // 35: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
+	13, // 36: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
+	15, // 37: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
+	17, // 38: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
+	19, // 39: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
+	35, // [35:40] is the sub-list for method output_type
+	30, // [30:35] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_windlass_memory_v1_memory_proto_init() }

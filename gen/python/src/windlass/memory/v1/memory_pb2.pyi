@@ -163,7 +163,7 @@ class Thread(_message.Message):
     def __init__(self, thread_id: _Optional[str] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., last_seq: _Optional[int] = ..., summarized_through_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AddRequest(_message.Message):
-    __slots__ = ("thread_id", "messages", "strategy", "replace_strategy", "request_id", "expected_last_seq", "labels", "ttl")
+    __slots__ = ("thread_id", "messages", "strategy", "replace_strategy", "request_id", "expected_last_seq", "keep_strategy", "labels", "ttl")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class AddRequest(_message.Message):
     REPLACE_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    KEEP_STRATEGY_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
@@ -185,9 +186,10 @@ class AddRequest(_message.Message):
     replace_strategy: bool
     request_id: str
     expected_last_seq: int
+    keep_strategy: bool
     labels: _containers.ScalarMap[str, str]
     ttl: _duration_pb2.Duration
-    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., replace_strategy: _Optional[bool] = ..., request_id: _Optional[str] = ..., expected_last_seq: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, thread_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., replace_strategy: _Optional[bool] = ..., request_id: _Optional[str] = ..., expected_last_seq: _Optional[int] = ..., keep_strategy: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class AddResponse(_message.Message):
     __slots__ = ("thread", "first_seq", "last_seq")
@@ -200,18 +202,20 @@ class AddResponse(_message.Message):
     def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("thread_id", "limit", "query", "allow_stale", "max_tokens")
+    __slots__ = ("thread_id", "limit", "query", "allow_stale", "max_tokens", "recall")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     ALLOW_STALE_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RECALL_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     limit: int
     query: str
     allow_stale: bool
     max_tokens: int
-    def __init__(self, thread_id: _Optional[str] = ..., limit: _Optional[int] = ..., query: _Optional[str] = ..., allow_stale: _Optional[bool] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+    recall: Strategy
+    def __init__(self, thread_id: _Optional[str] = ..., limit: _Optional[int] = ..., query: _Optional[str] = ..., allow_stale: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., recall: _Optional[_Union[Strategy, _Mapping]] = ...) -> None: ...
 
 class GetResponse(_message.Message):
     __slots__ = ("messages", "summary", "thread", "degraded", "degraded_reason", "tokens", "max_tokens", "over_budget")

@@ -81,7 +81,8 @@ class MemoryServiceServicer:
         (all or none), and get consecutive seqs. Retrying with the same
         request_id returns the first call's response and appends nothing.
         Errors: INVALID_ARGUMENT (bad input; the field is named),
-        FAILED_PRECONDITION (strategy differs from the thread's),
+        FAILED_PRECONDITION (strategy differs from the thread's, without
+        replace_strategy or keep_strategy),
         ABORTED (expected_last_seq differs), RESOURCE_EXHAUSTED (too large).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -89,7 +90,8 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Get(self, request, context):
-        """Get returns the thread shaped by its strategy, oldest message first.
+        """Get returns the thread shaped by its strategy (or the request's recall),
+        oldest message first.
 
         A thread that does not exist returns no messages and no thread, not an
         error. For the summary strategy, Get waits (bounded by its deadline and a
