@@ -1,0 +1,179 @@
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { MemoryEvent } from "../../src/core/types.js";
+import { createPostgresStore } from "../../src/store/postgres/index.js";
+import type { Store } from "../../src/store/store.js";
+import { type PostgresServer, startPostgresServer } from "../support/postgres-server.js";
+import { appendCommands, buffer, user } from "./fixtures.js";
+import { runStoreContract } from "./store-contract.js";
+
+let server: PostgresServer;
+beforeAll(async () => {
+  server = await startPostgresServer();
+}, 60_000);
+afterAll(async () => {
+  await server?.stop();
+});
+
+// A fresh database per store: the contract's stores share nothing.
+runStoreContract("postgres", async (limits) =>
+  createPostgresStore(await server.createDatabase(), limits),
+);
+
+const cmd = appendCommands(buffer);
+
+async function query<R extends pg.QueryResultRow>(url: string, sql: string): Promise<R[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<R>(sql)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+/** Resolves once `cond` holds of the batches a listener pushed to `batches`, checked at each push. */
+function until(
+  batches: MemoryEvent[][],
+  cond: (all: MemoryEvent[], batches: MemoryEvent[][]) => boolean,
+  ms = 20_000,
+) {
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("not delivered in time")), ms);
+    const events = batches;
+    const check = () => {
+      if (cond(events.flat(), events)) {
+        clearTimeout(timer);
+        resolve();
+        return true;
+      }
+      return false;
+    };
+    if (check()) return;
+    const push = events.push.bind(events);
+    events.push = (...batches: MemoryEvent[][]) => {
+      const n = push(...batches);
+      check();
+      return n;
+    };
+  });
+}
+
+describe("Postgres store", () => {
+  it("commits concurrent Adds in fewer transactions than Adds (group commit)", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      const n = 64;
+      const results = await Promise.all(
+        Array.from({ length: n }, (_, i) => store.append(cmd({ threadId: `g${i}` }))),
+      );
+      expect(results.every((r) => r.lastSeq === 1)).toBe(true);
+      // Rows written by one transaction (each Add in a savepoint of it) share its commit time.
+      const [row] = await query<{ tx: string; rows: string }>(
+        url,
+        "SELECT count(DISTINCT pg_xact_commit_timestamp(xmin)) AS tx, count(*) AS rows FROM messages",
+      );
+      expect(Number(row?.rows)).toBe(n);
+      expect(Number(row?.tx)).toBeLessThan(n / 4);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("fails one refused Add of a group alone; the others commit", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      await store.append(cmd({ threadId: "x" }));
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 20 }, (_, i) =>
+          store.append(cmd({ threadId: i === 7 ? "x" : `y${i}`, expectedLastSeq: 0 })),
+        ),
+      );
+      expect(outcomes.filter((o) => o.status === "rejected")).toHaveLength(1);
+      expect(outcomes[7]?.status).toBe("rejected");
+      expect(await store.listThreads("ns", "", 100)).toHaveLength(20);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("shows each store instance the other's events, through one database", async () => {
+    const url = await server.createDatabase();
+    const a = await createPostgresStore(url);
+    const b = await createPostgresStore(url);
+    try {
+      const heard: MemoryEvent[][] = [];
+      const stop = b.subscribe("ns", (events) => heard.push(events));
+      const start = await a.headCursor("ns");
+      // B's subscription starts at the head it reads: a's Adds go on until B hears one.
+      const delivered = until(heard, (all) => all.length > 0);
+      let done = false;
+      void delivered.then(() => {
+        done = true;
+      });
+      for (let i = 0; !done && i < 200; i++) {
+        await a.append(cmd({ threadId: "from-a", messages: [user(String(i))] }));
+        await a.read("ns", "from-a");
+      }
+      await delivered;
+      stop();
+      const head = await a.headCursor("ns");
+      expect(await b.headCursor("ns")).toBe(head);
+      // What B heard is a stretch of A's log, in order, each event once.
+      const heardCursors = heard.flat().map((e) => e.cursor);
+      const log = (await a.readEvents("ns", start, 1000)).map((e) => e.cursor);
+      const from = log.indexOf(heardCursors[0] ?? "");
+      expect(from).toBeGreaterThanOrEqual(0);
+      expect(heardCursors).toEqual(log.slice(from, from + heardCursors.length));
+      expect(log.at(-1)).toBe(head);
+      expect((await b.read("ns", "from-a"))?.thread.lastSeq).toBe(
+        (await a.getThread("ns", "from-a"))?.lastSeq,
+      );
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  it("keeps a subscription through a Postgres restart, and every acknowledged Add", async () => {
+    const own = await startPostgresServer();
+    const url = await own.createDatabase();
+    let store: Store | undefined;
+    try {
+      store = await createPostgresStore(url);
+      const s = store;
+      const heard: MemoryEvent[][] = [];
+      s.subscribe("ns", (events) => heard.push(events));
+      await s.append(cmd({ threadId: "before" }));
+      await until(heard, (all) => all.some((e) => e.threadId === "before"));
+      await own.kill();
+      const down = await s.append(cmd({ threadId: "down" })).then(
+        () => "stored",
+        (err: { code?: string }) => err.code,
+      );
+      expect(down).toBe("unavailable");
+      await own.restart();
+      // After the restart: an empty batch ("look again"), then the new events.
+      const after = until(
+        heard,
+        (all, batches) =>
+          all.some((e) => e.threadId === "after") && batches.some((b) => b.length === 0),
+      );
+      let stored = false;
+      while (!stored) {
+        stored = await s.append(cmd({ threadId: "after" })).then(
+          () => true,
+          () => false,
+        );
+      }
+      await after;
+      expect(await s.getThread("ns", "before")).toBeDefined();
+      expect((await s.read("ns", "after"))?.messages.length).toBeGreaterThanOrEqual(1);
+    } finally {
+      await store?.close();
+      await own.stop();
+    }
+  }, 60_000);
+});
