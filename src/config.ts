@@ -70,7 +70,8 @@ export interface Config {
 export type StoreConfig =
   | { kind: "memory" }
   | { kind: "sqlite"; path: string; cacheMb: number }
-  | { kind: "redis"; url: string };
+  | { kind: "redis"; url: string }
+  | { kind: "postgres"; url: string; poolSize: number };
 
 /**
  * The longest delay a timer can have: Node runs a longer setTimeout after
@@ -112,13 +113,19 @@ export const SETTINGS = {
     flag: "store",
     env: "WINDLASS_STORE",
     default: "memory",
-    help: "memory | sqlite:PATH | redis://HOST:PORT/DB",
+    help: "memory | sqlite:PATH | redis://HOST:PORT/DB | postgres://USER@HOST:PORT/DB",
   },
   sqliteCacheMb: {
     flag: "sqlite-cache-mb",
     env: "WINDLASS_SQLITE_CACHE_MB",
     default: "256",
     help: "memory (MiB) the SQLite store's caches may hold: its page caches and recent threads' messages",
+  },
+  postgresPoolSize: {
+    flag: "postgres-pool-size",
+    env: "WINDLASS_POSTGRES_POOL_SIZE",
+    default: "10",
+    help: "connections the Postgres store keeps open (plus one for LISTEN)",
   },
   summarizer: {
     flag: "summarizer",
@@ -414,7 +421,11 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     host: str("host"),
     grpcPort: int("port", 0, 65535),
     httpPort: int("httpPort", 0, 65535),
-    store: parseStore(str("store"), int("sqliteCacheMb", 0, 1024 * 1024)),
+    store: parseStore(
+      str("store"),
+      int("sqliteCacheMb", 0, 1024 * 1024),
+      int("postgresPoolSize", 1, 1000),
+    ),
     summarizer,
     openai:
       baseUrl === undefined
@@ -523,14 +534,17 @@ function parseTtl(v: string): number {
   return ms;
 }
 
-function parseStore(v: string, sqliteCacheMb: number): StoreConfig {
+function parseStore(v: string, sqliteCacheMb: number, postgresPoolSize: number): StoreConfig {
   if (v === "memory") return { kind: "memory" };
   if (v.startsWith("sqlite:") && v.length > "sqlite:".length) {
     return { kind: "sqlite", path: v.slice("sqlite:".length), cacheMb: sqliteCacheMb };
   }
   if (/^rediss?:\/\/\S+$/.test(v)) return { kind: "redis", url: v };
+  if (/^postgres(ql)?:\/\/\S+$/.test(v)) {
+    return { kind: "postgres", url: v, poolSize: postgresPoolSize };
+  }
   throw new ConfigError(
-    `--store / WINDLASS_STORE: "${v}" is not memory, sqlite:PATH or redis://HOST:PORT/DB`,
+    `--store / WINDLASS_STORE: "${v}" is not memory, sqlite:PATH, redis://HOST:PORT/DB or postgres://USER@HOST:PORT/DB`,
   );
 }
 

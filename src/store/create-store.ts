@@ -27,5 +27,17 @@ export async function createStore(
       const { createRedisStore } = await import("./redis-store.js");
       return createRedisStore(config.url, limits);
     }
+    case "postgres": {
+      // Loaded on demand, like node-redis: only deployments on Postgres need pg.
+      const { createPostgresStore } = await import("./postgres/index.js");
+      try {
+        return await createPostgresStore(config.url, limits, { poolSize: config.poolSize });
+      } catch (err) {
+        // The driver's message names the host at most; the URL (and its password) is left out.
+        throw new ConfigError(
+          `--store / WINDLASS_STORE: cannot open the Postgres database: ${err instanceof Error ? err.message : String(err)}`,
+        );
+      }
+    }
   }
 }
