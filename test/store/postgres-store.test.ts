@@ -4,6 +4,7 @@ import type { MemoryEvent } from "../../src/core/types.js";
 import { createPostgresStore } from "../../src/store/postgres/index.js";
 import type { Store } from "../../src/store/store.js";
 import { type PostgresServer, startPostgresServer } from "../support/postgres-server.js";
+import { startTcpProxy } from "../support/tcp-proxy.js";
 import { appendCommands, buffer, user } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
 
@@ -176,4 +177,92 @@ describe("Postgres store", () => {
       await own.stop();
     }
   }, 60_000);
+});
+
+describe("Postgres store writes waiting on a lock", () => {
+  /** A second connection holding the namespace's row lock until `release`. */
+  async function holdNamespace(url: string, namespace: string) {
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    await c.query("BEGIN");
+    await c.query("SELECT * FROM namespaces WHERE namespace = $1 FOR UPDATE", [namespace]);
+    return {
+      release: async () => {
+        await c.query("COMMIT");
+        await c.end();
+      },
+    };
+  }
+
+  it("refuses an Add still queued at its deadline, storing nothing", async () => {
+    const url = await server.createDatabase();
+    // One group at a time: the second Add waits behind the first.
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      await store.append(cmd({ threadId: "seed" }));
+      const lock = await holdNamespace(url, "ns");
+      const first = store.append(cmd({ threadId: "first" }));
+      const late = store.append(cmd({ threadId: "late", deadline: Date.now() + 300 }));
+      const err = await late.then(
+        () => undefined,
+        (e: { code?: string }) => e.code,
+      );
+      expect(err).toBe("deadline_exceeded");
+      await lock.release();
+      expect((await first).lastSeq).toBe(1);
+      expect(await store.getThread("ns", "late")).toBeUndefined();
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("closes within its grace, answering every write it was handed", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    await store.append(cmd({ threadId: "seed" }));
+    const lock = await holdNamespace(url, "ns");
+    try {
+      const writes = [store.append(cmd({ threadId: "a" })), store.append(cmd({ threadId: "b" }))];
+      const settled = Promise.allSettled(writes);
+      const started = Date.now();
+      await store.close(300);
+      const outcomes = await settled;
+      expect(Date.now() - started).toBeLessThan(5_000);
+      for (const o of outcomes) {
+        expect(o.status).toBe("rejected");
+        if (o.status === "rejected")
+          expect((o.reason as { code?: string }).code).toBe("unavailable");
+      }
+    } finally {
+      await lock.release();
+    }
+    // Nothing refused was stored.
+    const rows = await query<{ n: string }>(url, "SELECT count(*) AS n FROM threads");
+    expect(Number(rows[0]?.n)).toBe(1);
+  });
+});
+
+describe("Postgres store health", () => {
+  it("reports not serving when Postgres does not answer within the timeout, and serving again", async () => {
+    const url = new URL(await server.createDatabase());
+    const proxy = await startTcpProxy(Number(url.port));
+    url.port = String(proxy.port);
+    const store = await createPostgresStore(url.toString());
+    try {
+      expect(await store.health(1000)).toEqual({ serving: true });
+      proxy.blackhole();
+      const started = Date.now();
+      const h = await store.health(200);
+      expect(Date.now() - started).toBeLessThan(1000);
+      expect(h.serving).toBe(false);
+      expect(h.reason).toContain("did not answer within 200 ms");
+      expect(h.reason).not.toContain(url.hostname + ":" + url.port);
+      proxy.restore();
+      expect(await store.health(5000)).toEqual({ serving: true });
+    } finally {
+      proxy.restore();
+      await store.close();
+      await proxy.close();
+    }
+  });
 });

@@ -9,6 +9,8 @@ interface Queued {
   resolve: (value: unknown) => void;
   reject: (err: Error) => void;
   timer?: NodeJS.Timeout;
+  /** The call's deadline, ms since the epoch. */
+  deadline?: number;
   /** The events its transaction logged, once it ran. */
   logged?: LoggedFrom[];
   /** Refused or taken: no longer in the queue. */
@@ -56,6 +58,8 @@ export class GroupCommitter {
   readonly #active = new Set<pg.PoolClient>();
   #running = 0;
   #closing = false;
+  /** Close's grace is over: nothing more is run, not even alone. */
+  #abandoned = false;
   #drained: (() => void) | undefined;
 
   constructor(
@@ -82,7 +86,13 @@ export class GroupCommitter {
       );
     }
     return new Promise((resolve, reject) => {
-      const w: Queued = { op, resolve, reject, out: false };
+      const w: Queued = {
+        op,
+        resolve,
+        reject,
+        out: false,
+        ...(deadline === undefined ? {} : { deadline }),
+      };
       if (deadline !== undefined) {
         // Refused unstored if no transaction has taken it by the call's deadline.
         w.timer = setTimeout(
@@ -119,6 +129,7 @@ export class GroupCommitter {
       ]);
       clearTimeout(timer);
     }
+    this.#abandoned = true;
     for (const w of [...this.#queue]) this.#refuse(w, new MemoryError("unavailable", CLOSED));
     for (const c of this.#active)
       void (c as unknown as { end(): Promise<void> }).end().catch(() => {});
@@ -140,11 +151,16 @@ export class GroupCommitter {
 
   #pump(): void {
     while (this.#running < this.#opts.maxGroups && this.#queue.length > 0) {
-      const group = this.#queue.splice(0, this.#opts.maxGroupSize);
-      for (const w of group) {
+      const now = Date.now();
+      const group: Queued[] = [];
+      for (const w of this.#queue.splice(0, this.#opts.maxGroupSize)) {
         w.out = true;
         clearTimeout(w.timer);
+        // Its timer may not have fired yet: a write is never taken past its deadline.
+        if (w.deadline !== undefined && now >= w.deadline) w.reject(queuedPastDeadline());
+        else group.push(w);
       }
+      if (group.length === 0) continue;
       this.#running += 1;
       void this.#runGroup(group).finally(() => {
         this.#running -= 1;
@@ -184,6 +200,11 @@ export class GroupCommitter {
       await q("BEGIN");
       const log = new NamespaceLog(q, this.#lim.eventRetention);
       for (const w of sorted) {
+        // Still waiting for its turn at its deadline (the group waited on a lock): never run.
+        if (w.deadline !== undefined && Date.now() >= w.deadline) {
+          done.push({ w, ok: false, error: queuedPastDeadline() });
+          continue;
+        }
         const saved = log.snapshot();
         await q("SAVEPOINT w");
         try {
@@ -232,6 +253,10 @@ export class GroupCommitter {
 
   /** One write in a transaction of its own; answered with what the database then holds. */
   async #runAlone(w: Queued): Promise<void> {
+    if (this.#abandoned) {
+      w.reject(new MemoryError("unavailable", CLOSED));
+      return;
+    }
     let conn: { client: pg.PoolClient; q: Query };
     try {
       conn = await this.#connect();

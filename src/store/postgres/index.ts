@@ -227,26 +227,10 @@ export async function createPostgresStore(
 
     subscribe: (namespace, listener) => feed.subscribe(namespace, listener),
 
-    /** Serving when a `SELECT 1` on the pool answers within `timeoutMs`. */
+    /** Serving when a `SELECT 1` on a pool connection answers within `timeoutMs`. */
     async health(timeoutMs: number): Promise<StoreHealth> {
       if (closed) return { serving: false, reason: "the Postgres store is closed" };
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<"late">((resolve) => {
-        timer = setTimeout(() => resolve("late"), timeoutMs);
-      });
-      const answer = await Promise.race([
-        pool.query("SELECT 1").then(
-          () => "ok" as const,
-          (err: unknown) => err,
-        ),
-        late,
-      ]);
-      clearTimeout(timer);
-      if (answer === "ok") return { serving: true };
-      if (answer === "late") {
-        return { serving: false, reason: `Postgres did not answer within ${timeoutMs} ms` };
-      }
-      return { serving: false, reason: `Postgres cannot be reached: ${describe(answer)}` };
+      return probe(pool, timeoutMs);
     },
 
     async close(graceMs = DEFAULT_CLOSE_GRACE_MS): Promise<void> {
@@ -264,6 +248,33 @@ export async function createPostgresStore(
       clearTimeout(timer);
     },
   };
+}
+
+async function probe(pool: pg.Pool, timeoutMs: number): Promise<StoreHealth> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<"late">((resolve) => {
+    timer = setTimeout(() => resolve("late"), timeoutMs);
+  });
+  const ask = (async () => {
+    const c = await pool.connect();
+    try {
+      await c.query("SELECT 1");
+      c.release();
+      return "ok" as const;
+    } catch (err) {
+      c.release(err instanceof Error ? err : true);
+      throw err;
+    }
+  })();
+  const answer = await Promise.race([ask.catch((err: unknown) => err), timeout]);
+  clearTimeout(timer);
+  if (answer === "late") {
+    // A late answer still returns its connection to the pool: checks hold at most the pool.
+    void ask.catch(() => {});
+    return { serving: false, reason: `Postgres did not answer within ${timeoutMs} ms` };
+  }
+  if (answer === "ok") return { serving: true };
+  return { serving: false, reason: `Postgres cannot be reached: ${describe(answer)}` };
 }
 
 function tokensOf(i: { databaseId: string; tokenSecret: string }): ResumeTokens {
