@@ -79,8 +79,10 @@ export async function createPostgresStore(
     application_name: "windlass-memory",
   };
   const pool = new pg.Pool({ ...config, max: poolSize });
-  // An idle connection's error (Postgres restarted) is the pool's to drop, not a crash.
+  // A connection's error (Postgres restarted) reaches the query it was running, or
+  // the pool drops the idle connection: never an unhandled 'error' event (a crash).
   pool.on("error", () => {});
+  pool.on("connect", (client) => client.on("error", () => {}));
   try {
     await migrate(pool);
   } catch (err) {
