@@ -2,6 +2,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MemoryEvent } from "../../src/core/types.js";
 import { createPostgresStore } from "../../src/store/postgres/index.js";
+import { ResumeTokens } from "../../src/store/resume-token.js";
 import type { Store } from "../../src/store/store.js";
 import { type PostgresServer, startPostgresServer } from "../support/postgres-server.js";
 import { startTcpProxy } from "../support/tcp-proxy.js";
@@ -177,6 +178,30 @@ describe("Postgres store", () => {
       await own.stop();
     }
   }, 60_000);
+});
+
+describe("Postgres store history", () => {
+  it("answers a token it signed that is ahead of the head (a restored database) out_of_range", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url);
+    try {
+      await store.append(cmd());
+      const meta = await query<{ key: string; value: string }>(url, "SELECT key, value FROM meta");
+      const get = (k: string) => meta.find((r) => r.key === k)?.value ?? "";
+      // Signed with this database's own key, as a token from before a restore would be.
+      const tokens = new ResumeTokens(get("database_id"), get("token_secret"), "");
+      const ahead = tokens.issue("ns", 5);
+      const err = await store.readEvents("ns", ahead, 10).then(
+        () => undefined,
+        (e: { code?: string; message?: string }) => e,
+      );
+      expect(err?.code).toBe("out_of_range");
+      expect(err?.message).toContain("re-read with Get and watch from now");
+      expect(await store.readEvents("ns", tokens.issue("ns", 0), 10)).toHaveLength(1);
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 describe("Postgres store writes waiting on a lock", () => {

@@ -18,7 +18,7 @@ import {
 } from "../store.js";
 import { PG_TYPES } from "./codec.js";
 import { headPosition, type Query, readEventsAfter } from "./events.js";
-import { GroupCommitter } from "./group-commit.js";
+import { type GroupCommitOptions, GroupCommitter } from "./group-commit.js";
 import { acquireFoldLease, releaseFoldLease } from "./leases.js";
 import { dueThreads, getThread, listThreads, readThread } from "./reads.js";
 import { migrate, readIncarnation } from "./schema.js";
@@ -68,8 +68,6 @@ export async function createPostgresStore(
   limits: Partial<StoreLimits> = {},
   options: PostgresStoreOptions = {},
 ): Promise<Store> {
-  const lim = { ...DEFAULT_STORE_LIMITS, ...limits };
-  const poolSize = options.poolSize ?? DEFAULT_POSTGRES_POOL_SIZE;
   const config: pg.ClientConfig = {
     connectionString: url,
     types: PG_TYPES,
@@ -78,6 +76,7 @@ export async function createPostgresStore(
     keepAlive: true,
     application_name: "windlass-memory",
   };
+  const poolSize = options.poolSize ?? DEFAULT_POSTGRES_POOL_SIZE;
   const pool = new pg.Pool({ ...config, max: poolSize });
   // A connection's error (Postgres restarted) reaches the query it was running, or
   // the pool drops the idle connection: never an unhandled 'error' event (a crash).
@@ -85,67 +84,85 @@ export async function createPostgresStore(
   pool.on("connect", (client) => client.on("error", () => {}));
   try {
     await migrate(pool);
+    const incarnation = await readIncarnation(pool);
+    return new PostgresStore(
+      pool,
+      config,
+      incarnation,
+      { ...DEFAULT_STORE_LIMITS, ...limits },
+      {
+        maxQueued: options.maxQueuedWrites ?? 4096,
+        maxGroups: Math.max(1, Math.floor(poolSize / 2)),
+        maxGroupSize: 256,
+      },
+    );
   } catch (err) {
     await pool.end().catch(() => {});
     throw err;
   }
-  let incarnation = await readIncarnation(pool);
-  let tokens = tokensOf(incarnation);
-  let closed = false;
+}
+
+type Incarnation = { databaseId: string; tokenSecret: string };
+
+class PostgresStore implements Store {
+  readonly #pool: pg.Pool;
+  readonly #feed: EventFeed;
+  readonly #writes: GroupCommitter;
+  #incarnation: Incarnation;
+  #tokens: ResumeTokens;
+  #closed = false;
+
+  constructor(
+    pool: pg.Pool,
+    config: pg.ClientConfig,
+    incarnation: Incarnation,
+    lim: StoreLimits,
+    groups: GroupCommitOptions,
+  ) {
+    this.#pool = pool;
+    this.#incarnation = incarnation;
+    this.#tokens = tokensOf(incarnation);
+    this.#feed = new EventFeed({
+      q: this.#q,
+      connect: () => new pg.Client(config),
+      read: (namespace, after) => readEventsAfter(this.#q, this.#tokens, namespace, after, 500),
+      sameIncarnation: () => this.#sameIncarnation(),
+    });
+    this.#writes = new GroupCommitter(pool, lim, groups, (logged) => {
+      for (const l of logged) this.#feed.committed(l.namespace, l.first);
+    });
+  }
 
   /** Reads on the pool: a lost connection is unavailable, never a raw driver error. */
-  const q: Query = async (sql, params) => {
+  readonly #q: Query = async (sql, params) => {
     try {
-      return (await pool.query(sql, params)).rows;
+      return (await this.#pool.query(sql, params)).rows;
     } catch (err) {
       throw err instanceof MemoryError ? err : unavailable("read", err);
     }
   };
 
-  const feed = new EventFeed({
-    q,
-    connect: () => {
-      const client = new pg.Client(config);
-      return client;
-    },
-    read: (namespace, after) => readEventsAfter(q, tokens, namespace, after, 500),
-    sameIncarnation: async () => {
-      const now = await readIncarnation(pool);
-      if (
-        now.databaseId === incarnation.databaseId &&
-        now.tokenSecret === incarnation.tokenSecret
-      ) {
-        return true;
-      }
-      incarnation = now;
-      tokens = tokensOf(now);
-      return false;
-    },
-  });
-  const writes = new GroupCommitter(
-    pool,
-    lim,
-    {
-      maxQueued: options.maxQueuedWrites ?? 4096,
-      maxGroups: Math.max(1, Math.floor(poolSize / 2)),
-      maxGroupSize: 256,
-    },
-    (logged) => {
-      for (const l of logged) feed.committed(l.namespace, l.first);
-    },
-  );
-
-  function write<T>(op: WriteOp, deadline?: number): Promise<T> {
-    if (closed) return Promise.reject(new MemoryError("unavailable", "the store is closed"));
-    return writes.submit(op, deadline) as Promise<T>;
+  /** Whether the database still has the incarnation adopted; adopts a new one if not. */
+  async #sameIncarnation(): Promise<boolean> {
+    const now = await readIncarnation(this.#pool);
+    const was = this.#incarnation;
+    if (now.databaseId === was.databaseId && now.tokenSecret === was.tokenSecret) return true;
+    this.#incarnation = now;
+    this.#tokens = tokensOf(now);
+    return false;
   }
 
-  function assertOpen(): void {
-    if (closed) throw new MemoryError("unavailable", "the store is closed");
+  #write<T>(op: WriteOp, deadline?: number): Promise<T> {
+    if (this.#closed) return Promise.reject(closedError());
+    return this.#writes.submit(op, deadline) as Promise<T>;
   }
 
-  async function lease<T>(f: () => Promise<T>): Promise<T> {
-    assertOpen();
+  #assertOpen(): void {
+    if (this.#closed) throw closedError();
+  }
+
+  async #lease<T>(f: () => Promise<T>): Promise<T> {
+    this.#assertOpen();
     try {
       return await f();
     } catch (err) {
@@ -153,103 +170,142 @@ export async function createPostgresStore(
     }
   }
 
-  return {
-    append: (cmd: AppendCommand) => write<AppendResult>({ kind: "append", cmd }, cmd.deadline),
+  append(cmd: AppendCommand): Promise<AppendResult> {
+    return this.#write({ kind: "append", cmd }, cmd.deadline);
+  }
 
-    async read(
-      namespace: string,
-      threadId: string,
-      view?: ReadView,
-    ): Promise<ThreadSnapshot | undefined> {
-      assertOpen();
-      return readThread(q, namespace, threadId, view);
-    },
+  async read(
+    namespace: string,
+    threadId: string,
+    view?: ReadView,
+  ): Promise<ThreadSnapshot | undefined> {
+    this.#assertOpen();
+    return readThread(this.#q, namespace, threadId, view);
+  }
 
-    async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
-      assertOpen();
-      return getThread(q, namespace, threadId);
-    },
+  async getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
+    this.#assertOpen();
+    return getThread(this.#q, namespace, threadId);
+  }
 
-    commitSummary: (cmd: CommitSummaryCommand) =>
-      write<ThreadState | undefined>({ kind: "commitSummary", cmd }),
+  commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {
+    return this.#write({ kind: "commitSummary", cmd });
+  }
 
-    recordFoldFailure: (cmd: FoldFailureCommand) => write<void>({ kind: "recordFoldFailure", cmd }),
+  recordFoldFailure(cmd: FoldFailureCommand): Promise<void> {
+    return this.#write({ kind: "recordFoldFailure", cmd });
+  }
 
-    acquireFoldLease: (namespace, threadId, ttlMs) =>
-      lease(() => acquireFoldLease(pool, namespace, threadId, ttlMs)),
+  acquireFoldLease(
+    namespace: string,
+    threadId: string,
+    ttlMs: number,
+  ): Promise<number | undefined> {
+    return this.#lease(() => acquireFoldLease(this.#pool, namespace, threadId, ttlMs));
+  }
 
-    releaseFoldLease: (namespace, threadId, token) =>
-      lease(() => releaseFoldLease(pool, namespace, threadId, token)),
+  releaseFoldLease(namespace: string, threadId: string, token: number): Promise<void> {
+    return this.#lease(() => releaseFoldLease(this.#pool, namespace, threadId, token));
+  }
 
-    clear: (namespace: string, threadId: string, now: number) =>
-      write<boolean>({ kind: "clear", namespace, threadId, now }),
+  clear(namespace: string, threadId: string, now: number): Promise<boolean> {
+    return this.#write({ kind: "clear", namespace, threadId, now });
+  }
 
-    async clearAll(namespace: string, now: number): Promise<number> {
-      let total = 0;
-      for (;;) {
-        // Each batch is its own write: other writes go in between.
-        const n = await write<number>({ kind: "clearBatch", namespace, now, limit: CLEAR_BATCH });
-        total += n;
-        if (n < CLEAR_BATCH) return total;
-      }
-    },
+  async clearAll(namespace: string, now: number): Promise<number> {
+    let total = 0;
+    for (;;) {
+      // Each batch is its own write: other writes go in between.
+      const n = await this.#write<number>({
+        kind: "clearBatch",
+        namespace,
+        now,
+        limit: CLEAR_BATCH,
+      });
+      total += n;
+      if (n < CLEAR_BATCH) return total;
+    }
+  }
 
-    async listThreads(namespace: string, after: string, limit: number, labels?: Labels) {
-      assertOpen();
-      return listThreads(q, namespace, after, limit, labels);
-    },
+  async listThreads(
+    namespace: string,
+    after: string,
+    limit: number,
+    labels?: Labels,
+  ): Promise<string[]> {
+    this.#assertOpen();
+    return listThreads(this.#q, namespace, after, limit, labels);
+  }
 
-    importThread: (cmd: ImportThreadCommand) => write<boolean>({ kind: "import", cmd }),
+  importThread(cmd: ImportThreadCommand): Promise<boolean> {
+    return this.#write({ kind: "import", cmd });
+  }
 
-    async sweepExpired(now: number, limit: number): Promise<number> {
-      assertOpen();
-      const due = await dueThreads(q, now, limit);
-      // Each thread is its own write (checked again under the namespace's lock).
-      const swept = await Promise.all(
-        due.map((d) =>
-          write<boolean>({ kind: "sweepOne", namespace: d.namespace, threadId: d.thread_id, now }),
-        ),
-      );
-      return swept.filter(Boolean).length;
-    },
-
-    async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
-      assertOpen();
-      return readEventsAfter(q, tokens, namespace, tokens.open(namespace, cursor), limit);
-    },
-
-    async headCursor(namespace: string): Promise<string> {
-      assertOpen();
-      return tokens.issue(namespace, await headPosition(q, namespace));
-    },
-
-    compareCursors(a: string, b: string): number {
-      return tokens.positionOf(a) - tokens.positionOf(b);
-    },
-
-    subscribe: (namespace, listener) => feed.subscribe(namespace, listener),
-
-    /** Serving when a `SELECT 1` on a pool connection answers within `timeoutMs`. */
-    async health(timeoutMs: number): Promise<StoreHealth> {
-      if (closed) return { serving: false, reason: "the Postgres store is closed" };
-      return probe(pool, timeoutMs);
-    },
-
-    async close(graceMs = DEFAULT_CLOSE_GRACE_MS): Promise<void> {
-      if (closed) return;
-      closed = true;
-      await writes.close(graceMs);
-      await feed.close();
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        pool.end().catch(() => {}),
-        new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, Math.max(250, graceMs));
+  async sweepExpired(now: number, limit: number): Promise<number> {
+    this.#assertOpen();
+    const due = await dueThreads(this.#q, now, limit);
+    // Each thread is its own write (checked again under the namespace's lock).
+    const swept = await Promise.all(
+      due.map((d) =>
+        this.#write<boolean>({
+          kind: "sweepOne",
+          namespace: d.namespace,
+          threadId: d.thread_id,
+          now,
         }),
-      ]);
-      clearTimeout(timer);
-    },
-  };
+      ),
+    );
+    return swept.filter(Boolean).length;
+  }
+
+  async readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
+    this.#assertOpen();
+    const tokens = this.#tokens;
+    return readEventsAfter(this.#q, tokens, namespace, tokens.open(namespace, cursor), limit);
+  }
+
+  async headCursor(namespace: string): Promise<string> {
+    this.#assertOpen();
+    return this.#tokens.issue(namespace, await headPosition(this.#q, namespace));
+  }
+
+  compareCursors(a: string, b: string): number {
+    return this.#tokens.positionOf(a) - this.#tokens.positionOf(b);
+  }
+
+  subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void {
+    return this.#feed.subscribe(namespace, listener);
+  }
+
+  /** Serving when a `SELECT 1` on a pool connection answers within `timeoutMs`. */
+  async health(timeoutMs: number): Promise<StoreHealth> {
+    if (this.#closed) return { serving: false, reason: "the Postgres store is closed" };
+    return probe(this.#pool, timeoutMs);
+  }
+
+  /**
+   * Writes already handed over get `graceMs` to commit; then those left are
+   * refused (unavailable) and the connections closed, within the grace
+   * plus at most as long again for the pool to end.
+   */
+  async close(graceMs = DEFAULT_CLOSE_GRACE_MS): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#writes.close(graceMs);
+    await this.#feed.close();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.#pool.end().catch(() => {}),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, Math.max(250, graceMs));
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+}
+
+function closedError(): MemoryError {
+  return new MemoryError("unavailable", "the store is closed");
 }
 
 async function probe(pool: pg.Pool, timeoutMs: number): Promise<StoreHealth> {

@@ -1,10 +1,10 @@
 import { randomUUID } from "node:crypto";
-import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../../core/append.js";
+import { decideAppend, keepsSummary, newThreadState } from "../../core/append.js";
 import { mayCommitSummary } from "../../core/fold-commit.js";
 import { decideReplay, requestsToKeep } from "../../core/idempotency.js";
 import { isExpired, ttlAfterAdd, ttlFields } from "../../core/ttl.js";
-import type { Labels, StoredMessage, Strategy, ThreadState } from "../../core/types.js";
-import { appendDelta, bytesOf, importDelta, removalDelta } from "../../core/usage.js";
+import type { StoredMessage, ThreadState } from "../../core/types.js";
+import { appendDelta, importDelta, removalDelta } from "../../core/usage.js";
 import { importedState } from "../memory-store.js";
 import { checkQuotas } from "../quota.js";
 import type {
@@ -16,16 +16,9 @@ import type {
   StoreLimits,
 } from "../store.js";
 import { strategyFromJson } from "../strategy-json.js";
-import {
-  INSERT_MESSAGES,
-  type MessageRow,
-  messageColumns,
-  oldestSeq,
-  type ThreadRow,
-  toMessage,
-  toThread,
-} from "./codec.js";
+import { INSERT_MESSAGES, messageColumns, type ThreadRow, toThread } from "./codec.js";
 import type { NamespaceLog, Query } from "./events.js";
+import { dropThrough, planTrim, saveThread, setLabels, threadRow } from "./thread-rows.js";
 
 /**
  * The store's writes, each run inside a transaction (group-commit.ts) on
@@ -70,14 +63,6 @@ export function runWrite(ctx: WriteContext, op: WriteOp): Promise<unknown> {
     case "sweepOne":
       return sweepOne(ctx, op.namespace, op.threadId, op.now);
   }
-}
-
-async function threadRow(q: Query, namespace: string, threadId: string) {
-  const rows = await q<ThreadRow>("SELECT * FROM threads WHERE namespace = $1 AND thread_id = $2", [
-    namespace,
-    threadId,
-  ]);
-  return rows[0];
 }
 
 /** What an idempotency record keeps: the first call's result, as JSON text. */
@@ -175,110 +160,6 @@ async function recordRequest(ctx: WriteContext, cmd: AppendCommand, result: Appe
        (SELECT request_id FROM requests WHERE namespace = $1 AND thread_id = $2
         ORDER BY time DESC, request_id DESC OFFSET $4))`,
     [cmd.namespace, cmd.threadId, keep.dropThrough, keep.keepNewest],
-  );
-}
-
-/**
- * What trimming the thread to its strategy's max_stored drops (core/append.ts
- * trimCountOf): `before` is what it stores now, `added` the messages this
- * write adds after them (not written yet). Reads only the front it drops, in
- * pages. Returns how many, their bytes and the newest dropped seq (0: none).
- */
-async function planTrim(
-  q: Query,
-  namespace: string,
-  state: { threadId: string; strategy: Strategy; summarizedThroughSeq: number },
-  before: { lastSeq: number; stored: number },
-  added: readonly StoredMessage[],
-): Promise<{ count: number; bytes: number; through: number }> {
-  const length = before.stored + added.length;
-  const excess = length - state.strategy.maxStored;
-  if (excess <= 0) return { count: 0, bytes: 0, through: 0 };
-  const oldest = oldestSeq({ last_seq: before.lastSeq, stored: before.stored });
-  const front: StoredMessage[] = [];
-  const all = (i: number): StoredMessage | undefined =>
-    i < before.stored ? front[i] : added[i - before.stored];
-  // The excess and a few more (tool results after the cut), doubling while the cut reaches the end.
-  let want = Math.min(before.stored, excess + 8);
-  for (;;) {
-    while (front.length < want) {
-      const rows = await q<MessageRow>(
-        `SELECT seq, role, create_time, content, extra FROM messages
-         WHERE namespace = $1 AND thread_id = $2 AND seq >= $3 ORDER BY seq LIMIT $4`,
-        [namespace, state.threadId, oldest + front.length, want - front.length],
-      );
-      if (rows.length === 0) break;
-      for (const r of rows) front.push(toMessage(r));
-    }
-    const n = trimCountOf(state.strategy, length, all, state.summarizedThroughSeq);
-    if (n < front.length || front.length < want || front.length >= before.stored) {
-      const dropped: StoredMessage[] = [];
-      for (let i = 0; i < n; i++) {
-        const m = all(i);
-        if (m !== undefined) dropped.push(m);
-      }
-      return { count: n, bytes: bytesOf(dropped), through: dropped.at(-1)?.seq ?? 0 };
-    }
-    want = Math.min(before.stored, front.length * 2);
-  }
-}
-
-async function dropThrough(q: Query, namespace: string, threadId: string, seq: number) {
-  if (seq <= 0) return;
-  await q("DELETE FROM messages WHERE namespace = $1 AND thread_id = $2 AND seq <= $3", [
-    namespace,
-    threadId,
-    seq,
-  ]);
-}
-
-async function saveThread(
-  q: Query,
-  namespace: string,
-  t: ThreadState,
-  counts: { stored: number; bytes: number },
-) {
-  await q(
-    `INSERT INTO threads (namespace, thread_id, incarnation, strategy, last_seq,
-       summarized_through_seq, summary, summary_time, create_time, update_time, stored, bytes,
-       labels, ttl_ms, expire_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-     ON CONFLICT (namespace, thread_id) DO UPDATE SET incarnation = excluded.incarnation,
-       strategy = excluded.strategy, last_seq = excluded.last_seq,
-       summarized_through_seq = excluded.summarized_through_seq, summary = excluded.summary,
-       summary_time = excluded.summary_time, create_time = excluded.create_time,
-       update_time = excluded.update_time, stored = excluded.stored, bytes = excluded.bytes,
-       labels = excluded.labels, ttl_ms = excluded.ttl_ms, expire_at = excluded.expire_at`,
-    [
-      namespace,
-      t.threadId,
-      t.incarnation,
-      JSON.stringify(t.strategy),
-      t.lastSeq,
-      t.summarizedThroughSeq,
-      t.summary,
-      t.summaryTime,
-      t.createTime,
-      t.updateTime,
-      counts.stored,
-      counts.bytes,
-      t.labels === undefined ? null : JSON.stringify(t.labels),
-      t.ttlMs ?? null,
-      t.expireTime ?? null,
-    ],
-  );
-}
-
-async function setLabels(q: Query, namespace: string, threadId: string, labels: Labels) {
-  await q("DELETE FROM thread_labels WHERE namespace = $1 AND thread_id = $2", [
-    namespace,
-    threadId,
-  ]);
-  const entries = Object.entries(labels);
-  await q(
-    `INSERT INTO thread_labels (namespace, key, value, thread_id)
-     SELECT $1, k, v, $2 FROM unnest($3::text[], $4::text[]) AS l (k, v)`,
-    [namespace, threadId, entries.map(([k]) => k), entries.map(([, v]) => v)],
   );
 }
 
