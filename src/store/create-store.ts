@@ -33,9 +33,10 @@ export async function createStore(
       try {
         return await createPostgresStore(config.url, limits, { poolSize: config.poolSize });
       } catch (err) {
-        // The driver's message names the host at most; the URL (and its password) is left out.
-        throw new ConfigError(
-          `--store / WINDLASS_STORE: cannot open the Postgres database: ${err instanceof Error ? err.message : String(err)}`,
+        // Unreachable is a failed start (exit 1), not bad configuration. The
+        // driver's message names the host at most: the URL and its password stay out.
+        throw new Error(
+          `the Postgres store (--store) did not open: ${err instanceof Error ? err.message : String(err)}`,
         );
       }
     }

@@ -1,3 +1,5 @@
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MemoryEvent } from "../../src/core/types.js";
@@ -5,6 +7,7 @@ import { createPostgresStore } from "../../src/store/postgres/index.js";
 import { ResumeTokens } from "../../src/store/resume-token.js";
 import type { Store } from "../../src/store/store.js";
 import { type PostgresServer, startPostgresServer } from "../support/postgres-server.js";
+import { freePort } from "../support/redis-server.js";
 import { startTcpProxy } from "../support/tcp-proxy.js";
 import { appendCommands, buffer, user } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
@@ -289,5 +292,30 @@ describe("Postgres store health", () => {
       await store.close();
       await proxy.close();
     }
+  });
+});
+
+describe("Postgres store at start-up", () => {
+  it("refuses a database whose schema is newer than this server's, naming the versions", async () => {
+    const url = await server.createDatabase();
+    await (await createPostgresStore(url)).close();
+    await query(url, "INSERT INTO windlass_schema (version) VALUES (99)");
+    await expect(createPostgresStore(url)).rejects.toThrow(/schema version 99 is newer/);
+  });
+
+  it("exits 1 naming the store when PostgreSQL cannot be reached, never printing the password", async () => {
+    const bin = new URL("../../bin/windlass-memory.js", import.meta.url).pathname;
+    const closed = await freePort();
+    const url = `postgres://windlass:hunter2@127.0.0.1:${closed}/memory`;
+    const r = await promisify(execFile)(process.execPath, [bin, "serve", "--store", url], {
+      env: { PATH: process.env.PATH ?? "" },
+      timeout: 30_000,
+    }).then(
+      () => ({ code: 0 as number | null, stderr: "" }),
+      (e: { code: number | null; stderr: string }) => e,
+    );
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("the Postgres store (--store) did not open");
+    expect(r.stderr).not.toContain("hunter2");
   });
 });
