@@ -270,6 +270,38 @@ describe("Postgres store writes waiting on a lock", () => {
   });
 });
 
+describe("Postgres store behind a black-holed network", () => {
+  it("answers a write whose connection goes silent within its timeout, and writes again after", async () => {
+    const url = new URL(await server.createDatabase());
+    const proxy = await startTcpProxy(Number(url.port));
+    url.port = String(proxy.port);
+    const store = await createPostgresStore(url.toString(), {}, { statementTimeoutMs: 1000 });
+    try {
+      await store.append(cmd({ threadId: "before" }));
+      proxy.blackhole();
+      const started = Date.now();
+      const outcome = await store.append(cmd({ threadId: "silent" })).then(
+        () => undefined,
+        (e: { code?: string; message?: string }) => e,
+      );
+      expect(outcome?.code).toBe("unavailable");
+      expect(outcome?.message).toContain("this write was not stored");
+      // The group's answer times out (twice the statement timeout); the write then
+      // run alone waits at most the connect timeout (10 s) for a connection: bounded.
+      expect(Date.now() - started).toBeLessThan(20_000);
+      proxy.restore();
+      const r = await store.append(cmd({ threadId: "after" }));
+      expect(r.lastSeq).toBe(1);
+      // What the proxy held is delivered now; the abandoned transaction never commits.
+      expect(await store.getThread("ns", "silent")).toBeUndefined();
+    } finally {
+      proxy.restore();
+      await store.close();
+      await proxy.close();
+    }
+  }, 30_000);
+});
+
 describe("Postgres store health", () => {
   it("reports not serving when Postgres does not answer within the timeout, and serving again", async () => {
     const url = new URL(await server.createDatabase());

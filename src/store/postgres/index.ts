@@ -38,11 +38,21 @@ export interface PostgresStoreOptions {
   poolSize?: number;
   /** Writes waiting for a transaction beyond which more are refused. Default 4096. */
   maxQueuedWrites?: number;
+  /**
+   * How long a statement may run on the server (statement_timeout), ms;
+   * the client gives up on an answer after twice that (a network that
+   * black-holes the connection), drops the connection and answers the
+   * write as not stored, or as of unknown outcome when it was the COMMIT.
+   * Default 30000.
+   */
+  statementTimeoutMs?: number;
 }
 
 /** How long a connection attempt and a statement may take: bounded, never a hang. */
 const CONNECT_TIMEOUT_MS = 10_000;
 const STATEMENT_TIMEOUT_MS = 30_000;
+/** Idle time before TCP keepalive probes a connection (the LISTEN one is idle for good). */
+const KEEPALIVE_DELAY_MS = 10_000;
 
 /**
  * The Postgres store: state shared by any number of server replicas, in
@@ -72,8 +82,10 @@ export async function createPostgresStore(
     connectionString: url,
     types: PG_TYPES,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-    statement_timeout: STATEMENT_TIMEOUT_MS,
+    statement_timeout: options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS,
+    query_timeout: 2 * (options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS),
     keepAlive: true,
+    keepAliveInitialDelayMillis: KEEPALIVE_DELAY_MS,
     application_name: "windlass-memory",
   };
   const poolSize = options.poolSize ?? DEFAULT_POSTGRES_POOL_SIZE;
