@@ -207,6 +207,68 @@ describe("Postgres store history", () => {
   });
 });
 
+/** As a database restored from another's backup would be: a new id and secret. */
+const NEW_INCARNATION = `UPDATE meta SET value = CASE key WHEN 'database_id' THEN 'f00dfeed0001'
+  ELSE repeat('ab', 32) END WHERE key IN ('database_id', 'token_secret')`;
+
+describe("Postgres store incarnation", () => {
+  it("adopts a database that took a new incarnation when its LISTEN connection comes back", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url);
+    try {
+      const heard: MemoryEvent[][] = [];
+      store.subscribe("ns", (events) => heard.push(events));
+      await store.append(cmd({ threadId: "old" }));
+      await until(heard, (all) => all.length === 1);
+      const oldToken = await store.headCursor("ns");
+      await query(url, NEW_INCARNATION);
+      const lookAgain = until(heard, (_all, batches) => batches.some((b) => b.length === 0));
+      await query(
+        url,
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'`,
+      );
+      await lookAgain;
+      const err = await store.readEvents("ns", oldToken, 10).then(
+        () => undefined,
+        (e: { code?: string }) => e.code,
+      );
+      expect(err).toBe("out_of_range");
+      expect((await store.headCursor("ns")).startsWith("f00dfeed0001.")).toBe(true);
+      // Subscriptions go on in the new incarnation.
+      const next = until(heard, (all) => all.some((e) => e.threadId === "new"));
+      await store.append(cmd({ threadId: "new" }));
+      await next;
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe("Postgres store incarnation, through health", () => {
+  it("adopts a new incarnation at the next health check, telling subscriptions to look again", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url);
+    try {
+      await store.append(cmd({ threadId: "old" }));
+      const oldToken = await store.headCursor("ns");
+      const heard: MemoryEvent[][] = [];
+      store.subscribe("other", (events) => heard.push(events));
+      await query(url, NEW_INCARNATION);
+      const lookAgain = until(heard, (_all, batches) => batches.some((b) => b.length === 0));
+      expect(await store.health(5000)).toEqual({ serving: true });
+      await lookAgain;
+      const err = await store.readEvents("ns", oldToken, 10).then(
+        () => undefined,
+        (e: { code?: string }) => e.code,
+      );
+      expect(err).toBe("out_of_range");
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 describe("Postgres store writes waiting on a lock", () => {
   /** A second connection holding the namespace's row lock until `release`. */
   async function holdNamespace(url: string, namespace: string) {

@@ -156,7 +156,10 @@ class PostgresStore implements Store {
 
   /** Whether the database still has the incarnation adopted; adopts a new one if not. */
   async #sameIncarnation(): Promise<boolean> {
-    const now = await readIncarnation(this.#pool);
+    return this.#adopt(await readIncarnation(this.#pool));
+  }
+
+  #adopt(now: Incarnation): boolean {
     const was = this.#incarnation;
     if (now.databaseId === was.databaseId && now.tokenSecret === was.tokenSecret) return true;
     this.#incarnation = now;
@@ -289,10 +292,20 @@ class PostgresStore implements Store {
     return this.#feed.subscribe(namespace, listener);
   }
 
-  /** Serving when a `SELECT 1` on a pool connection answers within `timeoutMs`. */
+  /**
+   * Serving when the database answers a read of its incarnation (as cheap
+   * as `SELECT 1`) on a pool connection within `timeoutMs`.
+   */
   async health(timeoutMs: number): Promise<StoreHealth> {
     if (this.#closed) return { serving: false, reason: "the Postgres store is closed" };
-    return probe(this.#pool, timeoutMs);
+    const answer = await probe(this.#pool, timeoutMs);
+    if ("incarnation" in answer) {
+      // A database put in its place (a restore of another, a failover to a
+      // copy) is seen within a health interval, watched or not.
+      if (!this.#adopt(answer.incarnation)) void this.#feed.historyChanged().catch(() => {});
+      return { serving: true };
+    }
+    return answer;
   }
 
   /**
@@ -320,31 +333,26 @@ function closedError(): MemoryError {
   return new MemoryError("unavailable", "the store is closed");
 }
 
-async function probe(pool: pg.Pool, timeoutMs: number): Promise<StoreHealth> {
+async function probe(
+  pool: pg.Pool,
+  timeoutMs: number,
+): Promise<StoreHealth | { incarnation: Incarnation }> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<"late">((resolve) => {
     timer = setTimeout(() => resolve("late"), timeoutMs);
   });
-  const ask = (async () => {
-    const c = await pool.connect();
-    try {
-      await c.query("SELECT 1");
-      c.release();
-      return "ok" as const;
-    } catch (err) {
-      c.release(err instanceof Error ? err : true);
-      throw err;
-    }
-  })();
-  const answer = await Promise.race([ask.catch((err: unknown) => err), timeout]);
+  const ask = readIncarnation(pool);
+  const answer = await Promise.race([ask.catch((err: unknown) => ({ err })), timeout]);
   clearTimeout(timer);
   if (answer === "late") {
     // A late answer still returns its connection to the pool: checks hold at most the pool.
     void ask.catch(() => {});
     return { serving: false, reason: `Postgres did not answer within ${timeoutMs} ms` };
   }
-  if (answer === "ok") return { serving: true };
-  return { serving: false, reason: `Postgres cannot be reached: ${describe(answer)}` };
+  if ("err" in answer) {
+    return { serving: false, reason: `Postgres cannot be reached: ${describe(answer.err)}` };
+  }
+  return { incarnation: answer };
 }
 
 function tokensOf(i: { databaseId: string; tokenSecret: string }): ResumeTokens {

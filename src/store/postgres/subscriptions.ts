@@ -196,6 +196,19 @@ export class EventFeed {
    */
   async #listening(reconnected: boolean): Promise<void> {
     const same = reconnected ? await this.#deps.sameIncarnation() : true;
+    await this.#lookAgain(reconnected, same);
+  }
+
+  /**
+   * The store adopted a new incarnation of the database (found by a health
+   * check): every subscription starts again at the new history's head, after
+   * an empty batch ("look again") to its listeners.
+   */
+  historyChanged(): Promise<void> {
+    return this.#lookAgain(true, false);
+  }
+
+  async #lookAgain(reconnected: boolean, same: boolean): Promise<void> {
     for (const [namespace, w] of this.#watched) {
       if (!same) w.position = await headPosition(this.#deps.q, namespace);
       if (reconnected) for (const listener of [...w.listeners]) listener([]);
