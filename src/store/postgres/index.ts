@@ -302,7 +302,7 @@ class PostgresStore implements Store {
     if ("incarnation" in answer) {
       // A database put in its place (a restore of another, a failover to a
       // copy) is seen within a health interval, watched or not.
-      if (!this.#adopt(answer.incarnation)) void this.#feed.historyChanged().catch(() => {});
+      if (!this.#adopt(answer.incarnation)) this.#feed.historyChanged();
       return { serving: true };
     }
     return answer;

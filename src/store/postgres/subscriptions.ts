@@ -13,6 +13,8 @@ interface Watched {
   localSince: number | undefined;
   reading: boolean;
   again: boolean;
+  /** Moves on when the position is reset (a new incarnation): reads begun before are dropped. */
+  generation: number;
 }
 
 export interface FeedDeps {
@@ -68,6 +70,7 @@ export class EventFeed {
         localSince: undefined,
         reading: false,
         again: false,
+        generation: 0,
       };
       this.#watched.set(namespace, w);
       this.#start(namespace, w);
@@ -131,7 +134,12 @@ export class EventFeed {
       try {
         while (w.again && !this.#closed && this.#watched.get(namespace) === w) {
           w.again = false;
+          const generation = w.generation;
           const events = await this.#deps.read(namespace, w.position ?? 0);
+          if (generation !== w.generation) {
+            w.again = true;
+            continue;
+          }
           if (events.length === 0) break;
           w.position = (w.position ?? 0) + events.length;
           if (events.length >= PAGE) w.again = true;
@@ -196,7 +204,7 @@ export class EventFeed {
    */
   async #listening(reconnected: boolean): Promise<void> {
     const same = reconnected ? await this.#deps.sameIncarnation() : true;
-    await this.#lookAgain(reconnected, same);
+    this.#lookAgain(reconnected, same);
   }
 
   /**
@@ -204,15 +212,22 @@ export class EventFeed {
    * check): every subscription starts again at the new history's head, after
    * an empty batch ("look again") to its listeners.
    */
-  historyChanged(): Promise<void> {
-    return this.#lookAgain(true, false);
+  historyChanged(): void {
+    this.#lookAgain(true, false);
   }
 
-  async #lookAgain(reconnected: boolean, same: boolean): Promise<void> {
+  #lookAgain(reconnected: boolean, same: boolean): void {
     for (const [namespace, w] of this.#watched) {
-      if (!same) w.position = await headPosition(this.#deps.q, namespace);
       if (reconnected) for (const listener of [...w.listeners]) listener([]);
-      if (w.position === undefined) w.again = true;
+      if (!same) {
+        // Started again at the new head; no read starts while the position is
+        // unknown, and one under way is dropped.
+        w.generation += 1;
+        w.position = undefined;
+        w.localSince = undefined;
+        w.again = true;
+        this.#start(namespace, w);
+      } else if (w.position === undefined) w.again = true;
       else this.#read(namespace, w);
     }
   }
