@@ -104,6 +104,41 @@ describe("Postgres store", () => {
     }
   });
 
+  it("runs each write of a group alone when the server refuses its COMMIT, answering each truly", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      await store.append(cmd({ threadId: "seed" }));
+      // A check PostgreSQL runs at COMMIT only: a message "poison" makes the COMMIT fail.
+      await query(
+        url,
+        `CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF NEW.content = 'poison' THEN RAISE EXCEPTION 'poison at commit'; END IF;
+         RETURN NEW; END $$;
+         CREATE CONSTRAINT TRIGGER poison AFTER INSERT ON messages
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_poison();`,
+      );
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 10 }, (_, i) =>
+          store.append(cmd({ threadId: `c${i}`, messages: [user(i === 5 ? "poison" : "ok")] })),
+        ),
+      );
+      const refused = outcomes.flatMap((o, i) => (o.status === "rejected" ? [i] : []));
+      expect(refused).toEqual([5]);
+      const reason = (outcomes[5] as PromiseRejectedResult).reason as {
+        code: string;
+        message: string;
+      };
+      expect(reason.code).toBe("unavailable");
+      expect(reason.message).toContain("this write was not stored");
+      expect(await store.getThread("ns", "c5")).toBeUndefined();
+      const ids = await store.listThreads("ns", "", 100);
+      expect(ids.filter((id) => id.startsWith("c"))).toHaveLength(9);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("shows each store instance the other's events, through one database", async () => {
     const url = await server.createDatabase();
     const a = await createPostgresStore(url);

@@ -257,6 +257,11 @@ export class GroupCommitter {
       w.reject(new MemoryError("unavailable", CLOSED));
       return;
     }
+    // Run again after its group failed: not past its deadline, which still holds.
+    if (w.deadline !== undefined && Date.now() >= w.deadline) {
+      w.reject(queuedPastDeadline());
+      return;
+    }
     let conn: { client: pg.PoolClient; q: Query };
     try {
       conn = await this.#connect();
