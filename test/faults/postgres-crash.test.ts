@@ -221,7 +221,7 @@ describe("Postgres store under kill -9", () => {
     await db.connect();
     try {
       const r = await db.query<{ thread_id: string; first: string; last: string }>(
-        `SELECT thread_id, body->>'firstSeq' AS first, body->>'lastSeq' AS last FROM events
+        `SELECT thread_id, body::jsonb->>'firstSeq' AS first, body::jsonb->>'lastSeq' AS last FROM events
          WHERE type = 'messages_added' ORDER BY seq`,
       );
       for (const threadId of new Set(THREADS)) {

@@ -2,14 +2,14 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { MemoryEvent } from "../../src/core/types.js";
+import type { ChatMessage, MemoryEvent } from "../../src/core/types.js";
 import { createPostgresStore } from "../../src/store/postgres/index.js";
 import { ResumeTokens } from "../../src/store/resume-token.js";
 import type { Store } from "../../src/store/store.js";
 import { type PostgresServer, startPostgresServer } from "../support/postgres-server.js";
 import { freePort } from "../support/redis-server.js";
 import { startTcpProxy } from "../support/tcp-proxy.js";
-import { appendCommands, buffer, user } from "./fixtures.js";
+import { appendCommands, buffer, summary, user } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
 
 let server: PostgresServer;
@@ -216,6 +216,49 @@ describe("Postgres store", () => {
       await own.stop();
     }
   }, 60_000);
+});
+
+describe("Postgres store text", () => {
+  it("keeps NUL characters, which PostgreSQL's text and jsonb refuse, in every field", async () => {
+    const store = await createPostgresStore(await server.createDatabase());
+    try {
+      const nul: ChatMessage = {
+        role: "assistant",
+        content: "a\u0000b",
+        name: "n\u0000",
+        toolCalls: [{ id: "c\u00001", name: "f", arguments: '{"x":"\u0000"}' }],
+        metadata: { k: "v\u0000" },
+      };
+      const r = await store.append(cmd({ strategy: summary, messages: [nul, user("\u0000")] }));
+      expect((await store.read("ns", "t"))?.messages[0]).toMatchObject(nul);
+      const token = (await store.acquireFoldLease("ns", "t", 10_000)) ?? 0;
+      const head = await store.headCursor("ns");
+      const folded = await store.commitSummary({
+        namespace: "ns",
+        threadId: "t",
+        incarnation: r.thread.incarnation,
+        leaseToken: token,
+        fromSeq: 0,
+        throughSeq: 1,
+        summary: "s\u0000",
+        foldedCount: 1,
+        now: 2,
+      });
+      expect(folded?.summary).toBe("s\u0000");
+      expect((await store.getThread("ns", "t"))?.summary).toBe("s\u0000");
+      expect(await store.readEvents("ns", head, 10)).toMatchObject([{ summary: "s\u0000" }]);
+      const again = await store.append(
+        cmd({ threadId: "r", requestId: "q\u0000", requestHash: "h", messages: [nul] }),
+      );
+      expect(
+        await store.append(
+          cmd({ threadId: "r", requestId: "q\u0000", requestHash: "h", messages: [nul] }),
+        ),
+      ).toEqual({ ...again, replayed: true });
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 describe("Postgres store history", () => {

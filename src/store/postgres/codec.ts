@@ -29,7 +29,8 @@ export interface ThreadRow {
   strategy: string;
   last_seq: number;
   summarized_through_seq: number;
-  summary: string;
+  /** UTF-8 (bytea). */
+  summary: Buffer;
   summary_time: number;
   create_time: number;
   update_time: number;
@@ -44,8 +45,10 @@ export interface MessageRow {
   seq: number;
   role: Role;
   create_time: number;
-  content: string;
-  extra: MessageExtra | null;
+  /** UTF-8 (bytea). */
+  content: Buffer;
+  /** JSON of the optional fields (extraOf). */
+  extra: string | null;
 }
 
 /** A message's optional fields (everything but role and content), kept as jsonb. */
@@ -56,7 +59,8 @@ export interface EventRow {
   thread_id: string;
   time: number;
   type: EventBody["type"];
-  body: Record<string, unknown>;
+  /** JSON of the fields beyond the type (eventBody). */
+  body: string;
 }
 
 export function toThread(row: ThreadRow): ThreadState {
@@ -66,7 +70,7 @@ export function toThread(row: ThreadRow): ThreadState {
     strategy: strategyFromJson(row.strategy),
     lastSeq: row.last_seq,
     summarizedThroughSeq: row.summarized_through_seq,
-    summary: row.summary,
+    summary: row.summary.toString("utf8"),
     summaryTime: row.summary_time,
     createTime: row.create_time,
     updateTime: row.update_time,
@@ -85,11 +89,12 @@ export function oldestSeq(row: Pick<ThreadRow, "last_seq" | "stored">): number {
 export function toMessage(row: MessageRow): StoredMessage {
   const m: StoredMessage = {
     role: row.role,
-    content: row.content,
+    content: row.content.toString("utf8"),
     seq: row.seq,
     createTime: row.create_time,
   };
-  if (row.extra !== null) Object.assign(m, row.extra);
+  // Written by extraOf from a message's optional fields.
+  if (row.extra !== null) Object.assign(m, JSON.parse(row.extra) as MessageExtra);
   return Object.freeze(m);
 }
 
@@ -106,26 +111,27 @@ export function messageColumns(messages: readonly StoredMessage[]): unknown[] {
     messages.map((m) => m.seq),
     messages.map((m) => m.role),
     messages.map((m) => m.createTime),
-    messages.map((m) => m.content),
+    messages.map((m) => Buffer.from(m.content, "utf8")),
     messages.map(extraOf),
   ];
 }
 
 export const INSERT_MESSAGES = `INSERT INTO messages (namespace, thread_id, seq, role, create_time, content, extra)
-  SELECT $1, $2, * FROM unnest($3::bigint[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[])`;
+  SELECT $1, $2, * FROM unnest($3::bigint[], $4::text[], $5::bigint[], $6::bytea[], $7::text[])`;
 
 /** An event row as the log's event, with its cursor. */
 export function toEvent(row: EventRow, cursor: string): MemoryEvent {
   return {
     type: row.type,
-    ...row.body,
+    // Written by eventBody from an EventBody of this type.
+    ...(JSON.parse(row.body) as Record<string, unknown>),
     cursor,
     threadId: row.thread_id,
     time: row.time,
   } as MemoryEvent;
 }
 
-/** An event's fields beyond its type, as its jsonb body. */
+/** An event's fields beyond its type, as the JSON text of its body. */
 export function eventBody(body: EventBody): string {
   const { type: _type, ...fields } = body;
   return JSON.stringify(fields);

@@ -163,7 +163,7 @@ interface NsColumns {
 const FLUSH = `
 WITH logged AS (
   INSERT INTO events (namespace, seq, thread_id, time, type, body)
-  SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::jsonb[])
+  SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[])
 ), notified AS (
   SELECT CASE WHEN $12::boolean THEN pg_notify('${EVENTS_CHANNEL}', $1) END AS n
 )

@@ -1,9 +1,9 @@
 import { recallSize } from "../../core/recall.js";
 import { isExpired } from "../../core/ttl.js";
-import type { Labels, Strategy, ThreadState } from "../../core/types.js";
+import type { Labels, Role, Strategy, ThreadState } from "../../core/types.js";
 import { livePage } from "../live-page.js";
 import { READ_SLACK, type ReadView, type ThreadSnapshot } from "../store.js";
-import { type MessageRow, oldestSeq, type ThreadRow, toMessage, toThread } from "./codec.js";
+import { oldestSeq, type ThreadRow, toMessage, toThread } from "./codec.js";
 import type { Query } from "./events.js";
 
 /**
@@ -59,10 +59,9 @@ export async function readThread(
     from = viewFrom(asRow(thread), thread.strategy, view);
   }
   for (let attempt = 0; ; attempt++) {
-    const rows = await q<ThreadRow & { m: MessageRow | null }>(
-      `SELECT t.*, CASE WHEN m.seq IS NULL THEN NULL ELSE json_build_object('seq', m.seq,
-           'role', m.role, 'create_time', m.create_time, 'content', m.content, 'extra', m.extra)
-         END AS m
+    const rows = await q<ThreadRow & MessageColumns>(
+      `SELECT t.*, m.seq AS m_seq, m.role AS m_role, m.create_time AS m_create_time,
+         m.content AS m_content, m.extra AS m_extra
        FROM threads t LEFT JOIN messages m
          ON m.namespace = t.namespace AND m.thread_id = t.thread_id AND m.seq >= $3
        WHERE t.namespace = $1 AND t.thread_id = $2 ORDER BY m.seq`,
@@ -79,10 +78,33 @@ export async function readThread(
       continue;
     }
     if (needed < from) from = 0;
-    const messages = rows.flatMap((r) => (r.m === null ? [] : [toMessage(r.m)]));
+    const messages = rows.flatMap((r) =>
+      r.m_seq === null
+        ? []
+        : [
+            toMessage({
+              seq: r.m_seq,
+              role: r.m_role,
+              create_time: r.m_create_time,
+              content: r.m_content,
+              extra: r.m_extra,
+            }),
+          ],
+    );
     return { thread, messages, complete: from <= oldestSeq(row) };
   }
 }
+
+/** A message's columns beside its thread's, as the LEFT JOIN returns them (null: none). */
+type MessageColumns =
+  | {
+      m_seq: number;
+      m_role: Role;
+      m_create_time: number;
+      m_content: Buffer;
+      m_extra: string | null;
+    }
+  | { m_seq: null; m_role: null; m_create_time: null; m_content: null; m_extra: null };
 
 /** What viewFrom reads of a thread. */
 function asRow(t: ThreadState): ThreadRow {

@@ -16,7 +16,10 @@ export const POSTGRES_SCHEMA_VERSION = 1;
  * and read at start-up: a reference table.
  *
  * Ids compare as bytes (COLLATE "C" on UTF-8: the order ListThreads
- * promises), whatever the database's collation.
+ * promises), whatever the database's collation. Text a client sends freely
+ * (message content, summaries, request ids) is kept as UTF-8 in bytea, and
+ * JSON as text: PostgreSQL's text and jsonb refuse the NUL character, which
+ * a message may hold and the other stores keep.
  */
 const DDL_V1 = `
 CREATE TABLE meta (
@@ -44,7 +47,7 @@ CREATE TABLE threads (
   strategy text NOT NULL,
   last_seq bigint NOT NULL,
   summarized_through_seq bigint NOT NULL,
-  summary text NOT NULL,
+  summary bytea NOT NULL,
   summary_time bigint NOT NULL,
   create_time bigint NOT NULL,
   update_time bigint NOT NULL,
@@ -64,15 +67,16 @@ CREATE TABLE messages (
   seq bigint NOT NULL,
   role text NOT NULL,
   create_time bigint NOT NULL,
-  content text NOT NULL,
-  extra jsonb,
+  content bytea NOT NULL,
+  -- The message's optional fields as JSON text (jsonb refuses the NUL character).
+  extra text,
   PRIMARY KEY (namespace, thread_id, seq)
 );
 
 CREATE TABLE requests (
   namespace text COLLATE "C" NOT NULL,
   thread_id text COLLATE "C" NOT NULL,
-  request_id text NOT NULL,
+  request_id bytea NOT NULL,
   hash text NOT NULL,
   result text NOT NULL,
   time bigint NOT NULL,
@@ -95,7 +99,7 @@ CREATE TABLE events (
   thread_id text NOT NULL,
   time bigint NOT NULL,
   type text NOT NULL,
-  body jsonb NOT NULL,
+  body text NOT NULL,
   PRIMARY KEY (namespace, seq)
 );
 

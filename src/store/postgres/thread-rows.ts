@@ -96,7 +96,7 @@ export async function saveThread(
       JSON.stringify(t.strategy),
       t.lastSeq,
       t.summarizedThroughSeq,
-      t.summary,
+      Buffer.from(t.summary, "utf8"),
       t.summaryTime,
       t.createTime,
       t.updateTime,

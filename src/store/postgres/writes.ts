@@ -79,7 +79,7 @@ async function append(ctx: WriteContext, cmd: AppendCommand): Promise<AppendResu
   if (cmd.requestId !== "" && row !== undefined) {
     const [seen] = await q<{ hash: string; time: number; result: string }>(
       "SELECT hash, time, result FROM requests WHERE namespace = $1 AND thread_id = $2 AND request_id = $3",
-      [cmd.namespace, cmd.threadId, cmd.requestId],
+      [cmd.namespace, cmd.threadId, Buffer.from(cmd.requestId, "utf8")],
     );
     if (seen !== undefined && decideReplay(seen, cmd, lim) === "replay") {
       const first = JSON.parse(seen.result) as RecordedResult;
@@ -152,7 +152,14 @@ async function recordRequest(ctx: WriteContext, cmd: AppendCommand, result: Appe
     `INSERT INTO requests (namespace, thread_id, request_id, hash, result, time)
      VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (namespace, thread_id, request_id)
      DO UPDATE SET hash = excluded.hash, result = excluded.result, time = excluded.time`,
-    [cmd.namespace, cmd.threadId, cmd.requestId, cmd.requestHash, JSON.stringify(first), cmd.now],
+    [
+      cmd.namespace,
+      cmd.threadId,
+      Buffer.from(cmd.requestId, "utf8"),
+      cmd.requestHash,
+      JSON.stringify(first),
+      cmd.now,
+    ],
   );
   const keep = requestsToKeep(cmd.now, ctx.lim);
   await ctx.q(
