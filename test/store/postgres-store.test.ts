@@ -37,6 +37,20 @@ async function query<R extends pg.QueryResultRow>(url: string, sql: string): Pro
   }
 }
 
+/** A second connection holding the namespace's row lock until `release`. */
+async function holdNamespace(url: string, namespace: string) {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  await c.query("BEGIN");
+  await c.query("SELECT * FROM namespaces WHERE namespace = $1 FOR UPDATE", [namespace]);
+  return {
+    release: async () => {
+      await c.query("COMMIT");
+      await c.end();
+    },
+  };
+}
+
 /** Resolves once `cond` holds of the batches a listener pushed to `batches`, checked at each push. */
 function until(
   batches: MemoryEvent[][],
@@ -137,6 +151,47 @@ describe("Postgres store", () => {
     } finally {
       await store.close();
     }
+  });
+
+  it("lets two store instances commit groups over the same namespaces without deadlocks", async () => {
+    const url = await server.createDatabase();
+    // One group at a time per instance, so what queues behind the first forms one big group.
+    const stores = [
+      await createPostgresStore(url, {}, { poolSize: 2 }),
+      await createPostgresStore(url, {}, { poolSize: 2 }),
+    ];
+    try {
+      for (const namespace of ["gate", "n0", "n1", "n2"]) {
+        await stores[0]?.append(cmd({ namespace, threadId: "seed" }));
+      }
+      const gate = await holdNamespace(url, "gate");
+      const firsts = stores.map((s) => s.append(cmd({ namespace: "gate" })));
+      // Both instances queue Adds to every namespace, in opposite orders.
+      const adds = stores.flatMap((store, k) =>
+        Array.from({ length: 60 }, (_, i) => {
+          const n = k === 0 ? i % 3 : 2 - (i % 3);
+          return store.append(
+            cmd({ namespace: `n${n}`, threadId: `t${i % 4}`, messages: [user(`${k}.${i}`)] }),
+          );
+        }),
+      );
+      await gate.release();
+      await Promise.all([...firsts, ...adds]);
+      for (const namespace of ["n0", "n1", "n2"]) {
+        for (const id of (await stores[0]?.listThreads(namespace, "", 10)) ?? []) {
+          const seqs = (await stores[1]?.read(namespace, id))?.messages.map((m) => m.seq) ?? [];
+          expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, j) => j + 1));
+        }
+      }
+    } finally {
+      for (const s of stores) await s.close();
+    }
+    // Backends report their statistics as they exit: the stores have closed theirs.
+    const [row] = await query<{ deadlocks: string }>(
+      url,
+      "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+    );
+    expect(Number(row?.deadlocks)).toBe(0);
   });
 
   it("shows each store instance the other's events, through one database", async () => {
@@ -348,20 +403,6 @@ describe("Postgres store incarnation, through health", () => {
 });
 
 describe("Postgres store writes waiting on a lock", () => {
-  /** A second connection holding the namespace's row lock until `release`. */
-  async function holdNamespace(url: string, namespace: string) {
-    const c = new pg.Client({ connectionString: url });
-    await c.connect();
-    await c.query("BEGIN");
-    await c.query("SELECT * FROM namespaces WHERE namespace = $1 FOR UPDATE", [namespace]);
-    return {
-      release: async () => {
-        await c.query("COMMIT");
-        await c.end();
-      },
-    };
-  }
-
   it("refuses an Add still queued at its deadline, storing nothing", async () => {
     const url = await server.createDatabase();
     // One group at a time: the second Add waits behind the first.
