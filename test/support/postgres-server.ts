@@ -50,8 +50,13 @@ process.once("exit", () => {
 
 /** The directory of initdb and postgres. */
 export function postgresBinDir(): string {
+  const given = process.env.POSTGRES_BIN;
+  if (given !== undefined) {
+    // Named by the user: that directory or an error naming it, never another one.
+    if (existsSync(join(given, "postgres")) && existsSync(join(given, "initdb"))) return given;
+    throw new Error(`POSTGRES_BIN=${given} holds no postgres and initdb`);
+  }
   const candidates: string[] = [];
-  if (process.env.POSTGRES_BIN !== undefined) candidates.push(process.env.POSTGRES_BIN);
   const probe = spawnSync("pg_config", ["--bindir"], { encoding: "utf8" });
   if (probe.status === 0) candidates.push(probe.stdout.trim());
   const root = "/usr/lib/postgresql";
