@@ -497,7 +497,7 @@ describe("Postgres store health", () => {
       expect(Date.now() - started).toBeLessThan(1000);
       expect(h.serving).toBe(false);
       expect(h.reason).toContain("did not answer within 200 ms");
-      expect(h.reason).not.toContain(url.hostname + ":" + url.port);
+      expect(h.reason).not.toContain(`${url.hostname}:${url.port}`);
       proxy.restore();
       expect(await store.health(5000)).toEqual({ serving: true });
     } finally {
