@@ -19,7 +19,7 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { once } from "node:events";
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -35,7 +35,11 @@ export interface PostgresServer {
   createDatabase(): Promise<string>;
   /** Ends the server (immediate shutdown) and removes its data. Idempotent. */
   stop(): Promise<void>;
-  /** SIGKILL to the postmaster (a crash); the data stays for restart. */
+  /**
+   * SIGKILL to the postmaster and every backend (a crash of the server);
+   * resolves once none of them runs, so nothing commits after it. The data
+   * stays for restart.
+   */
   kill(): Promise<void>;
   /** Starts the server again on the same port and data (stopping it first if it runs). */
   restart(): Promise<void>;
@@ -154,7 +158,11 @@ export async function startPostgresServer(): Promise<PostgresServer> {
       rmSync(dir, { recursive: true, force: true });
     },
     async kill() {
+      const pid = child?.pid;
+      const backends = pid === undefined ? [] : childrenOf(pid);
       await end("SIGKILL");
+      for (const b of backends) signal(b, "SIGKILL");
+      await gone(backends);
     },
     async restart() {
       await end("SIGINT");
@@ -170,6 +178,52 @@ export async function startPostgresServer(): Promise<PostgresServer> {
       }
     },
   };
+}
+
+/** The processes whose parent is `pid` (the postmaster's backends), from /proc. */
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = readStat(Number(entry));
+    if (stat?.ppid === pid) out.push(Number(entry));
+  }
+  return out;
+}
+
+/** State and parent of a process, or undefined once it is gone. */
+function readStat(pid: number): { state: string; ppid: number } | undefined {
+  try {
+    // "pid (comm) state ppid …": comm may hold spaces, so read after its ")".
+    const text = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const [state = "", ppid = ""] = text.slice(text.lastIndexOf(")") + 2).split(" ");
+    return { state, ppid: Number(ppid) };
+  } catch {
+    return undefined;
+  }
+}
+
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch {
+    // Gone already.
+  }
+}
+
+/** Resolves once none of `pids` runs (a zombie waiting for its reaper counts as gone). */
+async function gone(pids: number[]): Promise<void> {
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  for (;;) {
+    const left = pids.filter((p) => {
+      const s = readStat(p);
+      return s !== undefined && s.state !== "Z";
+    });
+    if (left.length === 0) return;
+    if (Date.now() > deadline)
+      throw new Error(`postgres backends ${left.join(", ")} outlived SIGKILL`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
 }
 
 class PortInUse extends Error {}
