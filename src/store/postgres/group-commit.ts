@@ -56,6 +56,10 @@ export class GroupCommitter {
   readonly #committed: (logged: LoggedFrom[]) => void;
   readonly #queue: Queued[] = [];
   readonly #active = new Set<pg.PoolClient>();
+  /** Each write handed over and not answered yet, settled (for others()). */
+  readonly #unanswered = new Set<Promise<void>>();
+  /** Namespaces of the groups running now. */
+  readonly #busy = new Set<string>();
   #running = 0;
   #closing = false;
   /** Close's grace is over: nothing more is run, not even alone. */
@@ -85,7 +89,7 @@ export class GroupCommitter {
         ),
       );
     }
-    return new Promise((resolve, reject) => {
+    const answered = new Promise((resolve, reject) => {
       const w: Queued = {
         op,
         resolve,
@@ -103,6 +107,22 @@ export class GroupCommitter {
       this.#queue.push(w);
       this.#pump();
     });
+    const settled = answered.then(
+      () => {},
+      () => {},
+    );
+    this.#unanswered.add(settled);
+    void settled.then(() => this.#unanswered.delete(settled));
+    return answered;
+  }
+
+  /**
+   * Resolves once every write handed over before this call is answered:
+   * lets a long series of writes (clearAll's batches) have the writes that
+   * arrived meanwhile go first, whichever group they went into.
+   */
+  async others(): Promise<void> {
+    await Promise.all([...this.#unanswered]);
   }
 
   /** Writes queued or in a transaction. */
@@ -149,25 +169,57 @@ export class GroupCommitter {
     if (this.pending === 0) this.#drained?.();
   }
 
+  /**
+   * Starts groups while there is room. A namespace is in at most one running
+   * group of this store: its writes would wait for one another on the
+   * namespace's row lock anyway, so they wait here instead and go together
+   * in the next group (one COMMIT for all of them), while other namespaces'
+   * groups run beside it. A write is taken in queue order within its
+   * namespace.
+   */
   #pump(): void {
     while (this.#running < this.#opts.maxGroups && this.#queue.length > 0) {
-      const now = Date.now();
-      const group: Queued[] = [];
-      for (const w of this.#queue.splice(0, this.#opts.maxGroupSize)) {
-        w.out = true;
-        clearTimeout(w.timer);
-        // Its timer may not have fired yet: a write is never taken past its deadline.
-        if (w.deadline !== undefined && now >= w.deadline) w.reject(queuedPastDeadline());
-        else group.push(w);
-      }
+      const group = this.#takeGroup();
+      if (group === undefined) return;
       if (group.length === 0) continue;
+      const namespaces = new Set(group.map((w) => namespaceOf(w.op)));
+      for (const n of namespaces) this.#busy.add(n);
       this.#running += 1;
       void this.#runGroup(group).finally(() => {
+        for (const n of namespaces) this.#busy.delete(n);
         this.#running -= 1;
         this.#checkDrained();
         this.#pump();
       });
     }
+  }
+
+  /**
+   * The next group: queued writes of namespaces no running group holds, up to
+   * maxGroupSize; undefined when every queued write waits for a busy
+   * namespace. Writes past their deadline are refused on the way.
+   */
+  #takeGroup(): Queued[] | undefined {
+    const now = Date.now();
+    const group: Queued[] = [];
+    let taken = 0;
+    const kept: Queued[] = [];
+    for (const w of this.#queue) {
+      if (taken >= this.#opts.maxGroupSize || this.#busy.has(namespaceOf(w.op))) {
+        kept.push(w);
+        continue;
+      }
+      taken += 1;
+      w.out = true;
+      clearTimeout(w.timer);
+      // Its timer may not have fired yet: a write is never taken past its deadline.
+      if (w.deadline !== undefined && now >= w.deadline) w.reject(queuedPastDeadline());
+      else group.push(w);
+    }
+    if (taken === 0) return undefined;
+    this.#queue.length = 0;
+    this.#queue.push(...kept);
+    return group;
   }
 
   async #connect(): Promise<{ client: pg.PoolClient; q: Query }> {

@@ -239,6 +239,8 @@ class PostgresStore implements Store {
       });
       total += n;
       if (n < CLEAR_BATCH) return total;
+      // Writes that came meanwhile are answered before the next batch (Store.clearAll).
+      await this.#writes.others();
     }
   }
 
