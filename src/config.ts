@@ -78,7 +78,8 @@ export type StoreConfig =
       minReplicas: number;
       /** Longest an acknowledged write waits for them before UNAVAILABLE. */
       replicaWaitMs: number;
-    };
+    }
+  | { kind: "postgres"; url: string; poolSize: number };
 
 /** A `redis+sentinel://` store URL, parsed. */
 export interface RedisSentinelUrl {
@@ -136,7 +137,7 @@ export const SETTINGS = {
     flag: "store",
     env: "WINDLASS_STORE",
     default: "memory",
-    help: "memory | sqlite:PATH | redis://HOST:PORT/DB | redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER",
+    help: "memory | sqlite:PATH | redis://HOST:PORT/DB | redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER | postgres://USER@HOST:PORT/DB",
   },
   redisMinReplicas: {
     flag: "redis-min-replicas",
@@ -155,6 +156,12 @@ export const SETTINGS = {
     env: "WINDLASS_SQLITE_CACHE_MB",
     default: "256",
     help: "memory (MiB) the SQLite store's caches may hold: its page caches and recent threads' messages",
+  },
+  postgresPoolSize: {
+    flag: "postgres-pool-size",
+    env: "WINDLASS_POSTGRES_POOL_SIZE",
+    default: "10",
+    help: "connections the Postgres store keeps open (plus one for LISTEN)",
   },
   summarizer: {
     flag: "summarizer",
@@ -458,11 +465,16 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     host: str("host"),
     grpcPort: int("port", 0, 65535),
     httpPort: int("httpPort", 0, 65535),
-    store: parseStore(str("store"), int("sqliteCacheMb", 0, 1024 * 1024), {
-      minReplicas: int("redisMinReplicas", 0, 100),
-      // WAIT's 0 would mean "forever".
-      replicaWaitMs: int("redisReplicaWaitMs", 1, MAX_TIMER_MS),
-    }),
+    store: parseStore(
+      str("store"),
+      int("sqliteCacheMb", 0, 1024 * 1024),
+      {
+        minReplicas: int("redisMinReplicas", 0, 100),
+        // WAIT's 0 would mean "forever".
+        replicaWaitMs: int("redisReplicaWaitMs", 1, MAX_TIMER_MS),
+      },
+      int("postgresPoolSize", 1, 1000),
+    ),
     summarizer,
     openai:
       baseUrl === undefined
@@ -588,6 +600,7 @@ function parseStore(
   v: string,
   sqliteCacheMb: number,
   redis: { minReplicas: number; replicaWaitMs: number },
+  postgresPoolSize: number,
 ): StoreConfig {
   if (redis.minReplicas > 0 && !/^redis/.test(v)) {
     throw new ConfigError(
@@ -603,8 +616,11 @@ function parseStore(
     parseRedisSentinelUrl(v);
     return { kind: "redis", url: v, ...redis };
   }
+  if (/^postgres(ql)?:\/\/\S+$/.test(v)) {
+    return { kind: "postgres", url: v, poolSize: postgresPoolSize };
+  }
   throw new ConfigError(
-    `--store / WINDLASS_STORE: "${redact(v)}" is not memory, sqlite:PATH, redis://HOST:PORT/DB or redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER`,
+    `--store / WINDLASS_STORE: "${redact(v)}" is not memory, sqlite:PATH, redis://HOST:PORT/DB, redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER or postgres://USER@HOST:PORT/DB`,
   );
 }
 

@@ -125,6 +125,25 @@ describe("configuration", () => {
     );
   });
 
+  it("takes a postgres:// or postgresql:// store with --postgres-pool-size, validated", () => {
+    const url = "postgres://windlass@db.internal:5432/memory";
+    expect(loadConfig(["--store", url], {}).store).toEqual({ kind: "postgres", url, poolSize: 10 });
+    const env = { WINDLASS_STORE: "postgresql://u@h/db", WINDLASS_POSTGRES_POOL_SIZE: "25" };
+    expect(loadConfig([], env).store).toEqual({
+      kind: "postgres",
+      url: "postgresql://u@h/db",
+      poolSize: 25,
+    });
+    for (const bad of ["0", "many", "1001"]) {
+      expect(() => loadConfig(["--postgres-pool-size", bad], env)).toThrow(
+        /--postgres-pool-size \/ WINDLASS_POSTGRES_POOL_SIZE/,
+      );
+    }
+    expect(() => loadConfig(["--store", "postgres:/nohost"], {})).toThrow(
+      /--store \/ WINDLASS_STORE/,
+    );
+  });
+
   it("maps bearer tokens to namespaces from the environment only", () => {
     const c = loadConfig([], { WINDLASS_AUTH_TOKENS: "t1=team-a, t2=team-b" });
     expect([...(c.authTokens ?? [])]).toEqual([

@@ -32,5 +32,18 @@ export async function createStore(
         replicaWaitMs: config.replicaWaitMs,
       });
     }
+    case "postgres": {
+      // Loaded on demand, like node-redis: only deployments on Postgres need pg.
+      const { createPostgresStore } = await import("./postgres/index.js");
+      try {
+        return await createPostgresStore(config.url, limits, { poolSize: config.poolSize });
+      } catch (err) {
+        // Unreachable is a failed start (exit 1), not bad configuration. The
+        // driver's message names the host at most: the URL and its password stay out.
+        throw new Error(
+          `the Postgres store (--store) did not open: ${err instanceof Error ? err.message : String(err)}`,
+        );
+      }
+    }
   }
 }

@@ -1,3 +1,4 @@
+import type { StoreConfig } from "../config.js";
 import { inChildSpan, threadAttributes } from "../tracing.js";
 import type { Store } from "./store.js";
 
@@ -7,7 +8,7 @@ import type { Store } from "./store.js";
  * Wired only while tracing is on (app.ts), so the untraced path keeps the
  * store itself. Thread ids go into attributes only as tracing.ts allows.
  */
-export function tracedStore(store: Store, kind: "memory" | "sqlite" | "redis"): Store {
+export function tracedStore(store: Store, kind: StoreConfig["kind"]): Store {
   const base = { "windlass.store": kind };
   const span = <T>(
     name: string,
@@ -17,7 +18,8 @@ export function tracedStore(store: Store, kind: "memory" | "sqlite" | "redis"): 
   ): Promise<T> =>
     inChildSpan(
       `store.${name}`,
-      kind === "redis" ? "client" : "internal",
+      // Calls to another server are client spans; in-process stores' are internal.
+      kind === "redis" || kind === "postgres" ? "client" : "internal",
       threadId === undefined ? base : { ...base, ...threadAttributes(namespace, threadId) },
       fn,
     );

@@ -1,7 +1,7 @@
 /**
  * The TypeScript runner of the conformance suite: every case of
  * test/conformance/cases against the compiled command, per store
- * (CONFORMANCE_STORES, default memory, sqlite, redis), over gRPC (grpc-js) and
+ * (CONFORMANCE_STORES, default memory, sqlite, redis, postgres), over gRPC (grpc-js) and
  * over the Connect protocol (connect-node, JSON over HTTP/1.1).
  */
 import { mkdtempSync, rmSync } from "node:fs";
@@ -22,6 +22,7 @@ import {
   WatchResponseSchema,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { CallFailed, connectDriver, type Driver, grpcDriver } from "../integration/drivers.js";
+import { type PostgresServer, startPostgresServer } from "../support/postgres-server.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { type ServerProcess, startServerProcess } from "./server-process.js";
 import {
@@ -129,10 +130,12 @@ function clientOf(driver: Driver): ConformanceClient {
 describe.each(STORES)("conformance on the %s store", (store) => {
   const servers = new Map<string, ServerProcess>();
   let redis: RedisServer | undefined;
+  let postgres: PostgresServer | undefined;
   let dir: string | undefined;
 
   beforeAll(async () => {
     if (store === "redis") redis = await startRedisServer();
+    if (store === "postgres") postgres = await startPostgresServer();
     if (store === "sqlite") dir = mkdtempSync(join(tmpdir(), "windlass-conformance-"));
     for (const [i, key] of SERVER_KEYS.entries()) {
       // One database (or file) per server, so servers of one store never share state.
@@ -141,7 +144,9 @@ describe.each(STORES)("conformance on the %s store", (store) => {
           ? "memory"
           : store === "sqlite"
             ? `sqlite:${join(dir ?? "", `server-${i}.db`)}`
-            : `redis://127.0.0.1:${redis?.port}/${i}`;
+            : store === "postgres"
+              ? await postgresDatabase(postgres)
+              : `redis://127.0.0.1:${redis?.port}/${i}`;
       const [flags, env] = JSON.parse(key) as [string[], Record<string, string>];
       servers.set(key, await startServerProcess(spec, flags, env));
     }
@@ -150,6 +155,7 @@ describe.each(STORES)("conformance on the %s store", (store) => {
   afterAll(async () => {
     for (const s of servers.values()) await s.stop();
     await redis?.stop();
+    await postgres?.stop();
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 
@@ -180,6 +186,12 @@ describe.each(STORES)("conformance on the %s store", (store) => {
     }
   });
 });
+
+/** A fresh database per server: servers of one store never share state. */
+function postgresDatabase(server: PostgresServer | undefined): Promise<string> {
+  if (server === undefined) throw new Error("the PostgreSQL server did not start");
+  return server.createDatabase();
+}
 
 afterAll(() => {
   process.stdout.write(

@@ -449,16 +449,16 @@ function describeRead(read: StreamRead): string {
   }
 }
 
-/** CONFORMANCE_STORES, default all three. */
+/** CONFORMANCE_STORES, default all four (the Go and Python runners know the first three). */
 export function storesFromEnv(env: NodeJS.ProcessEnv = process.env): string[] {
-  const raw = env.CONFORMANCE_STORES || "memory,sqlite,redis";
+  const raw = env.CONFORMANCE_STORES || "memory,sqlite,redis,postgres";
   const stores = raw
     .split(",")
     .map((s) => s.trim())
     .filter((s) => s !== "");
   for (const s of stores) {
-    if (!["memory", "sqlite", "redis"].includes(s)) {
-      throw new Error(`CONFORMANCE_STORES: unknown store ${s} (memory, sqlite, redis)`);
+    if (!["memory", "sqlite", "redis", "postgres"].includes(s)) {
+      throw new Error(`CONFORMANCE_STORES: unknown store ${s} (memory, sqlite, redis, postgres)`);
     }
   }
   return stores;

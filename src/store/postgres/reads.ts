@@ -1,0 +1,180 @@
+import { recallSize } from "../../core/recall.js";
+import { isExpired } from "../../core/ttl.js";
+import type { Labels, Role, Strategy, ThreadState } from "../../core/types.js";
+import { livePage } from "../live-page.js";
+import { READ_SLACK, type ReadView, type ThreadSnapshot } from "../store.js";
+import { oldestSeq, type ThreadRow, toMessage, toThread } from "./codec.js";
+import type { Query } from "./events.js";
+
+/**
+ * The store's reads: single statements on any pool connection, so each
+ * sees one snapshot of the database, and none waits for a write group.
+ */
+
+/** The thread, unless it does not exist or has expired. */
+export async function getThread(
+  q: Query,
+  namespace: string,
+  threadId: string,
+): Promise<ThreadState | undefined> {
+  const rows = await q<ThreadRow>("SELECT * FROM threads WHERE namespace = $1 AND thread_id = $2", [
+    namespace,
+    threadId,
+  ]);
+  const row = rows[0];
+  if (row === undefined) return undefined;
+  const thread = toThread(row);
+  return isExpired(thread, Date.now()) ? undefined : thread;
+}
+
+/**
+ * The oldest seq a read with `view` returns: the newest recallSize +
+ * READ_SLACK messages and a summary thread's unfolded ones (Store.read);
+ * 0: every message.
+ */
+function viewFrom(row: ThreadRow, strategy: Strategy, view: ReadView | undefined): number {
+  if (view === undefined) return 0;
+  const size = recallSize(strategy, view.limit);
+  if (size <= 0) return 0;
+  const from = row.last_seq - size - READ_SLACK + 1;
+  return strategy.kind === "summary" ? Math.min(from, row.summarized_through_seq + 1) : from;
+}
+
+/**
+ * The thread and its messages from the view's first seq on, in one
+ * statement (one snapshot): the seq is worked out from the thread as a
+ * first statement found it and checked against the thread the second one
+ * returns with the messages; a write in between makes it read again.
+ */
+export async function readThread(
+  q: Query,
+  namespace: string,
+  threadId: string,
+  view: ReadView | undefined,
+): Promise<ThreadSnapshot | undefined> {
+  let from = 0;
+  if (view !== undefined) {
+    const thread = await getThread(q, namespace, threadId);
+    if (thread === undefined) return undefined;
+    from = viewFrom(asRow(thread), thread.strategy, view);
+  }
+  for (let attempt = 0; ; attempt++) {
+    const rows = await q<ThreadRow & MessageColumns>(
+      `SELECT t.*, m.seq AS m_seq, m.role AS m_role, m.create_time AS m_create_time,
+         m.content AS m_content, m.extra AS m_extra
+       FROM threads t LEFT JOIN messages m
+         ON m.namespace = t.namespace AND m.thread_id = t.thread_id AND m.seq >= $3
+       WHERE t.namespace = $1 AND t.thread_id = $2 ORDER BY m.seq`,
+      [namespace, threadId, from],
+    );
+    const row = rows[0];
+    if (row === undefined) return undefined;
+    const thread = toThread(row);
+    if (isExpired(thread, Date.now())) return undefined;
+    const needed = viewFrom(row, thread.strategy, view);
+    // A write between the two statements moved what the view needs further back.
+    if (needed < from && attempt < 3) {
+      from = needed;
+      continue;
+    }
+    if (needed < from) from = 0;
+    const messages = rows.flatMap((r) =>
+      r.m_seq === null
+        ? []
+        : [
+            toMessage({
+              seq: r.m_seq,
+              role: r.m_role,
+              create_time: r.m_create_time,
+              content: r.m_content,
+              extra: r.m_extra,
+            }),
+          ],
+    );
+    return { thread, messages, complete: from <= oldestSeq(row) };
+  }
+}
+
+/** A message's columns beside its thread's, as the LEFT JOIN returns them (null: none). */
+type MessageColumns =
+  | {
+      m_seq: number;
+      m_role: Role;
+      m_create_time: number;
+      m_content: Buffer;
+      m_extra: string | null;
+    }
+  | { m_seq: null; m_role: null; m_create_time: null; m_content: null; m_extra: null };
+
+/** What viewFrom reads of a thread. */
+function asRow(t: ThreadState): ThreadRow {
+  return { last_seq: t.lastSeq, summarized_through_seq: t.summarizedThroughSeq } as ThreadRow;
+}
+
+/**
+ * Ids after `after`, ascending in byte order, at most `limit`, without the
+ * expired ones: a range of the threads' primary key, or with labels of the
+ * thread_labels index for the first label, joined by primary-key lookups for
+ * the others.
+ */
+export async function listThreads(
+  q: Query,
+  namespace: string,
+  after: string,
+  limit: number,
+  labels: Labels | undefined,
+): Promise<string[]> {
+  if (limit <= 0) return [];
+  const entries = Object.entries(labels ?? {});
+  const now = Date.now();
+  const fetch = async (from: string, n: number): Promise<string[]> => {
+    if (entries.length === 0) {
+      const rows = await q<{ thread_id: string }>(
+        `SELECT thread_id FROM threads WHERE namespace = $1 AND thread_id > $2
+         AND (expire_at IS NULL OR expire_at > $3) ORDER BY thread_id LIMIT $4`,
+        [namespace, from, now, n],
+      );
+      return rows.map((r) => r.thread_id);
+    }
+    const joins = entries
+      .slice(1)
+      .map(
+        (_, i) =>
+          `JOIN thread_labels l${i + 1} ON l${i + 1}.namespace = l0.namespace AND l${i + 1}.key = $${5 + 2 * i}
+            AND l${i + 1}.value = $${6 + 2 * i} AND l${i + 1}.thread_id = l0.thread_id`,
+      )
+      .join(" ");
+    const [first, ...rest] = entries as [[string, string], ...[string, string][]];
+    const rows = await q<{ thread_id: string }>(
+      `SELECT l0.thread_id FROM thread_labels l0 ${joins}
+       WHERE l0.namespace = $1 AND l0.key = $2 AND l0.value = $3 AND l0.thread_id > $4
+       ORDER BY l0.thread_id LIMIT ${Math.floor(n)}`,
+      [namespace, first[0], first[1], from, ...rest.flat()],
+    );
+    return rows.map((r) => r.thread_id);
+  };
+  if (entries.length === 0) return fetch(after, limit);
+  // Labelled listings skip expired threads as pages of ids come (live-page.ts).
+  return livePage(after, limit, fetch, async (ids) => {
+    const rows = await q<{ thread_id: string }>(
+      `SELECT thread_id FROM threads WHERE namespace = $1 AND thread_id = ANY ($2::text[])
+       AND expire_at IS NOT NULL AND expire_at <= $3`,
+      [namespace, ids, now],
+    );
+    const gone = new Set(rows.map((r) => r.thread_id));
+    return ids.map((id) => gone.has(id));
+  });
+}
+
+/** Threads whose expire time is at or before `now`, oldest expiry first. */
+export async function dueThreads(
+  q: Query,
+  now: number,
+  limit: number,
+): Promise<{ namespace: string; thread_id: string }[]> {
+  return q(
+    `SELECT namespace, thread_id FROM threads WHERE expire_at IS NOT NULL AND expire_at <= $1
+     ORDER BY expire_at LIMIT $2`,
+    [now, Math.max(0, limit)],
+  );
+}

@@ -1,0 +1,183 @@
+import type { Pool, PoolClient } from "pg";
+import { newStoreId, newTokenSecret } from "../resume-token.js";
+
+/** The version the DDL below brings a database to (table windlass_schema). */
+export const POSTGRES_SCHEMA_VERSION = 1;
+
+/**
+ * The key layout, for one PostgreSQL or a Citus cluster. Every table but
+ * `meta` and `windlass_schema` is keyed by namespace first: its
+ * distribution column under Citus is `namespace` (colocated tables), not
+ * (namespace, thread_id), because every write of a namespace takes its
+ * `namespaces` row (the namespace's event counter and quota usage, which
+ * must change in the same transaction as the thread) and a resume reads the
+ * namespace's events as one range: with namespace as the distribution
+ * column each write and each Watch read stays on one shard. `meta` is tiny
+ * and read at start-up: a reference table.
+ *
+ * Ids compare as bytes (COLLATE "C" on UTF-8: the order ListThreads
+ * promises), whatever the database's collation. Text a client sends freely
+ * (message content, summaries, request ids) is kept as UTF-8 in bytea, and
+ * JSON as text: PostgreSQL's text and jsonb refuse the NUL character, which
+ * a message may hold and the other stores keep.
+ */
+const DDL_V1 = `
+CREATE TABLE meta (
+  key text PRIMARY KEY,
+  value text NOT NULL
+);
+
+-- One row per namespace: the lock every write of the namespace takes first
+-- (so locks are taken in one order and groups never deadlock), the newest
+-- event number issued, the newest one dropped from retention, and what the
+-- quotas count.
+CREATE TABLE namespaces (
+  namespace text COLLATE "C" PRIMARY KEY,
+  last_event bigint NOT NULL,
+  dropped_through bigint NOT NULL,
+  threads bigint NOT NULL,
+  messages bigint NOT NULL,
+  bytes bigint NOT NULL
+);
+
+CREATE TABLE threads (
+  namespace text COLLATE "C" NOT NULL,
+  thread_id text COLLATE "C" NOT NULL,
+  incarnation text NOT NULL,
+  strategy text NOT NULL,
+  last_seq bigint NOT NULL,
+  summarized_through_seq bigint NOT NULL,
+  summary bytea NOT NULL,
+  summary_time bigint NOT NULL,
+  create_time bigint NOT NULL,
+  update_time bigint NOT NULL,
+  -- Stored messages (seqs last_seq - stored + 1 .. last_seq) and their bytes.
+  stored bigint NOT NULL,
+  bytes bigint NOT NULL,
+  labels jsonb,
+  ttl_ms bigint,
+  expire_at bigint,
+  PRIMARY KEY (namespace, thread_id)
+);
+CREATE INDEX threads_by_expiry ON threads (expire_at) WHERE expire_at IS NOT NULL;
+
+CREATE TABLE messages (
+  namespace text COLLATE "C" NOT NULL,
+  thread_id text COLLATE "C" NOT NULL,
+  seq bigint NOT NULL,
+  role text NOT NULL,
+  create_time bigint NOT NULL,
+  content bytea NOT NULL,
+  -- The message's optional fields as JSON text (jsonb refuses the NUL character).
+  extra text,
+  PRIMARY KEY (namespace, thread_id, seq)
+);
+
+CREATE TABLE requests (
+  namespace text COLLATE "C" NOT NULL,
+  thread_id text COLLATE "C" NOT NULL,
+  request_id bytea NOT NULL,
+  hash text NOT NULL,
+  result text NOT NULL,
+  time bigint NOT NULL,
+  PRIMARY KEY (namespace, thread_id, request_id)
+);
+CREATE INDEX requests_by_age ON requests (namespace, thread_id, time);
+
+-- Not removed with the thread: a thread's fencing token keeps increasing across Clear.
+CREATE TABLE fold_leases (
+  namespace text COLLATE "C" NOT NULL,
+  thread_id text COLLATE "C" NOT NULL,
+  token bigint NOT NULL,
+  expires_at bigint NOT NULL,
+  PRIMARY KEY (namespace, thread_id)
+);
+
+CREATE TABLE events (
+  namespace text COLLATE "C" NOT NULL,
+  seq bigint NOT NULL,
+  thread_id text NOT NULL,
+  time bigint NOT NULL,
+  type text NOT NULL,
+  body text NOT NULL,
+  PRIMARY KEY (namespace, seq)
+);
+
+-- A label's threads, in byte order of their ids: one range per label.
+CREATE TABLE thread_labels (
+  namespace text COLLATE "C" NOT NULL,
+  key text COLLATE "C" NOT NULL,
+  value text COLLATE "C" NOT NULL,
+  thread_id text COLLATE "C" NOT NULL,
+  PRIMARY KEY (namespace, key, value, thread_id)
+);
+CREATE INDEX thread_labels_by_thread ON thread_labels (namespace, thread_id);
+`;
+
+/** MIGRATIONS[v] brings a database from version v to v + 1 (0: empty). */
+const MIGRATIONS: Record<number, (c: PoolClient) => Promise<void>> = {
+  0: async (c) => {
+    await c.query(DDL_V1);
+    // The database's incarnation: what signs its resume tokens (resume-token.ts).
+    await c.query(
+      "INSERT INTO meta (key, value) VALUES ('database_id', $1), ('token_secret', $2)",
+      [newStoreId(), newTokenSecret()],
+    );
+  },
+};
+
+/** Any constant: serialises the migrations of replicas that start together. */
+const MIGRATION_LOCK = 0x77696e64;
+
+/**
+ * Brings the database to POSTGRES_SCHEMA_VERSION in one transaction, under
+ * an advisory lock so replicas starting at once migrate it once; throws when
+ * it was written by a newer schema.
+ */
+export async function migrate(pool: Pool): Promise<void> {
+  const c = await pool.connect();
+  try {
+    await c.query("BEGIN");
+    await c.query("SELECT pg_advisory_xact_lock($1)", [MIGRATION_LOCK]);
+    await c.query("CREATE TABLE IF NOT EXISTS windlass_schema (version integer NOT NULL)");
+    const r = await c.query<{ version: number }>(
+      "SELECT max(version) AS version FROM windlass_schema",
+    );
+    const version = r.rows[0]?.version ?? 0;
+    if (version > POSTGRES_SCHEMA_VERSION) {
+      throw new Error(
+        `schema version ${version} is newer than this server's (${POSTGRES_SCHEMA_VERSION})`,
+      );
+    }
+    for (let v = version; v < POSTGRES_SCHEMA_VERSION; v++) {
+      const step = MIGRATIONS[v];
+      if (step === undefined) throw new Error(`no migration from schema version ${v}`);
+      await step(c);
+    }
+    if (version < POSTGRES_SCHEMA_VERSION) {
+      await c.query("INSERT INTO windlass_schema (version) VALUES ($1)", [POSTGRES_SCHEMA_VERSION]);
+    }
+    await c.query("COMMIT");
+  } catch (err) {
+    await c.query("ROLLBACK").catch(() => {});
+    throw err;
+  } finally {
+    c.release();
+  }
+}
+
+/** The database's incarnation (meta): its id and resume-token secret. */
+export async function readIncarnation(
+  pool: Pick<Pool, "query">,
+): Promise<{ databaseId: string; tokenSecret: string }> {
+  const r = await pool.query<{ key: string; value: string }>(
+    "SELECT key, value FROM meta WHERE key IN ('database_id', 'token_secret')",
+  );
+  const get = (k: string) => r.rows.find((row) => row.key === k)?.value;
+  const databaseId = get("database_id");
+  const tokenSecret = get("token_secret");
+  if (databaseId === undefined || tokenSecret === undefined) {
+    throw new Error("postgres store: meta has no database_id or token_secret");
+  }
+  return { databaseId, tokenSecret };
+}

@@ -1,0 +1,306 @@
+import { randomUUID } from "node:crypto";
+import { decideAppend, keepsSummary, newThreadState } from "../../core/append.js";
+import { mayCommitSummary } from "../../core/fold-commit.js";
+import { decideReplay, requestsToKeep } from "../../core/idempotency.js";
+import { isExpired, ttlAfterAdd, ttlFields } from "../../core/ttl.js";
+import type { StoredMessage, ThreadState } from "../../core/types.js";
+import { appendDelta, importDelta, removalDelta } from "../../core/usage.js";
+import { importedState } from "../memory-store.js";
+import { checkQuotas } from "../quota.js";
+import type {
+  AppendCommand,
+  AppendResult,
+  CommitSummaryCommand,
+  FoldFailureCommand,
+  ImportThreadCommand,
+  StoreLimits,
+} from "../store.js";
+import { strategyFromJson } from "../strategy-json.js";
+import { INSERT_MESSAGES, messageColumns, type ThreadRow, toThread } from "./codec.js";
+import type { NamespaceLog, Query } from "./events.js";
+import { dropThrough, planTrim, saveThread, setLabels, threadRow } from "./thread-rows.js";
+
+/**
+ * The store's writes, each run inside a transaction (group-commit.ts) on
+ * one connection, in a savepoint of its own. Every write first locks its
+ * namespace's row (NamespaceLog.lock), then reads and writes rows of that
+ * namespace only; the decisions are the core's pure functions.
+ */
+export type WriteOp =
+  | { kind: "append"; cmd: AppendCommand }
+  | { kind: "commitSummary"; cmd: CommitSummaryCommand }
+  | { kind: "recordFoldFailure"; cmd: FoldFailureCommand }
+  | { kind: "clear"; namespace: string; threadId: string; now: number }
+  | { kind: "clearBatch"; namespace: string; now: number; limit: number }
+  | { kind: "import"; cmd: ImportThreadCommand }
+  | { kind: "sweepOne"; namespace: string; threadId: string; now: number };
+
+export interface WriteContext {
+  q: Query;
+  log: NamespaceLog;
+  lim: StoreLimits;
+}
+
+/** The namespace a write changes (its only one). */
+export function namespaceOf(op: WriteOp): string {
+  return "cmd" in op ? op.cmd.namespace : op.namespace;
+}
+
+export function runWrite(ctx: WriteContext, op: WriteOp): Promise<unknown> {
+  switch (op.kind) {
+    case "append":
+      return append(ctx, op.cmd);
+    case "commitSummary":
+      return commitSummary(ctx, op.cmd);
+    case "recordFoldFailure":
+      return recordFoldFailure(ctx, op.cmd);
+    case "clear":
+      return clearThreads(ctx, op.namespace, op.now, { ids: [op.threadId] }).then((n) => n > 0);
+    case "clearBatch":
+      return clearThreads(ctx, op.namespace, op.now, { first: op.limit });
+    case "import":
+      return importThread(ctx, op.cmd);
+    case "sweepOne":
+      return sweepOne(ctx, op.namespace, op.threadId, op.now);
+  }
+}
+
+/** What an idempotency record keeps: the first call's result, as JSON text. */
+type RecordedResult = Omit<AppendResult, "replayed">;
+
+async function append(ctx: WriteContext, cmd: AppendCommand): Promise<AppendResult> {
+  const { q, log, lim } = ctx;
+  const ns = await log.lock(cmd.namespace);
+  let row = await threadRow(q, cmd.namespace, cmd.threadId);
+  if (row !== undefined && isExpired(toThread(row), cmd.now)) {
+    await removeThreads(ctx, cmd.namespace, [row], cmd.now, "expired");
+    row = undefined;
+  }
+  if (cmd.requestId !== "" && row !== undefined) {
+    const [seen] = await q<{ hash: string; time: number; result: string }>(
+      "SELECT hash, time, result FROM requests WHERE namespace = $1 AND thread_id = $2 AND request_id = $3",
+      [cmd.namespace, cmd.threadId, Buffer.from(cmd.requestId, "utf8")],
+    );
+    if (seen !== undefined && decideReplay(seen, cmd, lim) === "replay") {
+      const first = JSON.parse(seen.result) as RecordedResult;
+      const strategy = strategyFromJson(JSON.stringify(first.thread.strategy));
+      return { ...first, thread: { ...first.thread, strategy }, replayed: true };
+    }
+  }
+  const existing = row === undefined ? undefined : toThread(row);
+  const strategy = decideAppend(existing, cmd);
+  const created = existing === undefined;
+  const state: ThreadState =
+    existing ?? newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now);
+  if (!keepsSummary(state.strategy, strategy)) {
+    state.summary = "";
+    state.summaryTime = 0;
+    state.summarizedThroughSeq = 0;
+  }
+  state.strategy = strategy;
+  const lastSeqBefore = state.lastSeq;
+  const added = cmd.messages.map(
+    (m, i): StoredMessage => ({ ...m, seq: lastSeqBefore + i + 1, createTime: cmd.now }),
+  );
+  if (added.length > 0) {
+    state.lastSeq += added.length;
+    state.updateTime = cmd.now;
+  }
+  const stored = row?.stored ?? 0;
+  const trimmed = await planTrim(
+    q,
+    cmd.namespace,
+    state,
+    { lastSeq: lastSeqBefore, stored },
+    added,
+  );
+  const delta = appendDelta(created, cmd.messages, trimmed);
+  checkQuotas(lim, ns.usage, delta);
+
+  await dropThrough(q, cmd.namespace, cmd.threadId, Math.min(trimmed.through, lastSeqBefore));
+  const kept = added.filter((m) => m.seq > trimmed.through);
+  if (kept.length > 0) {
+    await q(INSERT_MESSAGES, [cmd.namespace, cmd.threadId, ...messageColumns(kept)]);
+  }
+  const ttl = ttlAfterAdd(cmd.ttlMs, row?.ttl_ms ?? undefined, created, cmd.defaultTtlMs);
+  delete state.ttlMs;
+  delete state.expireTime;
+  Object.assign(state, ttlFields(ttl, cmd.now));
+  if (cmd.labels !== undefined) {
+    state.labels = { ...cmd.labels };
+    await setLabels(q, cmd.namespace, cmd.threadId, cmd.labels);
+  }
+  const counts = {
+    stored: stored + added.length - trimmed.count,
+    bytes: (row?.bytes ?? 0) + delta.bytes,
+  };
+  await saveThread(q, cmd.namespace, state, counts);
+  log.use(cmd.namespace, delta);
+  const firstSeq = added.length > 0 ? lastSeqBefore + 1 : 0;
+  const lastSeq = added.length > 0 ? state.lastSeq : 0;
+  const result: AppendResult = { thread: state, firstSeq, lastSeq, replayed: false };
+  if (cmd.requestId !== "") await recordRequest(ctx, cmd, result);
+  if (added.length > 0) {
+    log.log(cmd.namespace, cmd.threadId, cmd.now, { type: "messages_added", firstSeq, lastSeq });
+  }
+  return { ...result, thread: { ...state } };
+}
+
+async function recordRequest(ctx: WriteContext, cmd: AppendCommand, result: AppendResult) {
+  const { replayed: _replayed, ...first } = result;
+  await ctx.q(
+    `INSERT INTO requests (namespace, thread_id, request_id, hash, result, time)
+     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (namespace, thread_id, request_id)
+     DO UPDATE SET hash = excluded.hash, result = excluded.result, time = excluded.time`,
+    [
+      cmd.namespace,
+      cmd.threadId,
+      Buffer.from(cmd.requestId, "utf8"),
+      cmd.requestHash,
+      JSON.stringify(first),
+      cmd.now,
+    ],
+  );
+  const keep = requestsToKeep(cmd.now, ctx.lim);
+  await ctx.q(
+    `DELETE FROM requests WHERE namespace = $1 AND thread_id = $2 AND (time <= $3 OR request_id IN
+       (SELECT request_id FROM requests WHERE namespace = $1 AND thread_id = $2
+        ORDER BY time DESC, request_id DESC OFFSET $4))`,
+    [cmd.namespace, cmd.threadId, keep.dropThrough, keep.keepNewest],
+  );
+}
+
+/** Deletes threads with everything hanging off them, gives their room back, logs thread_cleared. */
+async function removeThreads(
+  ctx: WriteContext,
+  namespace: string,
+  rows: readonly ThreadRow[],
+  now: number,
+  reason?: "expired",
+): Promise<void> {
+  if (rows.length === 0) return;
+  await ctx.q(
+    `WITH m AS (DELETE FROM messages WHERE namespace = $1 AND thread_id = ANY ($2::text[])),
+       r AS (DELETE FROM requests WHERE namespace = $1 AND thread_id = ANY ($2::text[])),
+       l AS (DELETE FROM thread_labels WHERE namespace = $1 AND thread_id = ANY ($2::text[]))
+     DELETE FROM threads WHERE namespace = $1 AND thread_id = ANY ($2::text[])`,
+    [namespace, rows.map((r) => r.thread_id)],
+  );
+  for (const row of rows) {
+    ctx.log.use(namespace, removalDelta({ messages: row.stored, bytes: row.bytes }));
+    const body = reason === undefined ? {} : { reason };
+    ctx.log.log(namespace, row.thread_id, now, { type: "thread_cleared", ...body });
+  }
+}
+
+/** Clears the given threads, or the first `first` of the namespace in byte order; how many. */
+async function clearThreads(
+  ctx: WriteContext,
+  namespace: string,
+  now: number,
+  which: { ids: string[] } | { first: number },
+): Promise<number> {
+  await ctx.log.lock(namespace);
+  const rows =
+    "ids" in which
+      ? await ctx.q<ThreadRow>(
+          "SELECT * FROM threads WHERE namespace = $1 AND thread_id = ANY ($2::text[]) ORDER BY thread_id",
+          [namespace, which.ids],
+        )
+      : await ctx.q<ThreadRow>(
+          "SELECT * FROM threads WHERE namespace = $1 ORDER BY thread_id LIMIT $2",
+          [namespace, which.first],
+        );
+  await removeThreads(ctx, namespace, rows, now);
+  return rows.length;
+}
+
+async function sweepOne(ctx: WriteContext, namespace: string, threadId: string, now: number) {
+  await ctx.log.lock(namespace);
+  const row = await threadRow(ctx.q, namespace, threadId);
+  // Written since it was found due: its expire time moved on, and it stays.
+  if (row === undefined || !isExpired(toThread(row), now)) return false;
+  await removeThreads(ctx, namespace, [row], now, "expired");
+  return true;
+}
+
+async function commitSummary(
+  ctx: WriteContext,
+  cmd: CommitSummaryCommand,
+): Promise<ThreadState | undefined> {
+  const { q, log } = ctx;
+  await log.lock(cmd.namespace);
+  const row = await threadRow(q, cmd.namespace, cmd.threadId);
+  // FOR UPDATE: a lease taken meanwhile by another replica waits for this commit.
+  const [lease] = await q<{ token: number }>(
+    "SELECT token FROM fold_leases WHERE namespace = $1 AND thread_id = $2 FOR UPDATE",
+    [cmd.namespace, cmd.threadId],
+  );
+  const thread = row === undefined ? undefined : toThread(row);
+  if (row === undefined || thread === undefined || !mayCommitSummary(thread, lease, cmd)) {
+    return undefined;
+  }
+  const state: ThreadState = {
+    ...thread,
+    summary: cmd.summary,
+    summaryTime: cmd.now,
+    summarizedThroughSeq: cmd.throughSeq,
+    updateTime: cmd.now,
+  };
+  const trimmed = await planTrim(
+    q,
+    cmd.namespace,
+    state,
+    { lastSeq: row.last_seq, stored: row.stored },
+    [],
+  );
+  await dropThrough(q, cmd.namespace, cmd.threadId, trimmed.through);
+  await saveThread(q, cmd.namespace, state, {
+    stored: row.stored - trimmed.count,
+    bytes: row.bytes - trimmed.bytes,
+  });
+  log.use(cmd.namespace, { threads: 0, messages: -trimmed.count, bytes: -trimmed.bytes });
+  log.log(cmd.namespace, cmd.threadId, cmd.now, {
+    type: "summary_updated",
+    summary: cmd.summary,
+    summarizedThroughSeq: cmd.throughSeq,
+    foldedCount: cmd.foldedCount,
+  });
+  return state;
+}
+
+async function recordFoldFailure(ctx: WriteContext, cmd: FoldFailureCommand): Promise<void> {
+  await ctx.log.lock(cmd.namespace);
+  const row = await threadRow(ctx.q, cmd.namespace, cmd.threadId);
+  if (row === undefined || row.incarnation !== cmd.incarnation) return;
+  ctx.log.log(cmd.namespace, cmd.threadId, cmd.now, {
+    type: "summary_failed",
+    reason: cmd.reason,
+    attempt: cmd.attempt,
+  });
+}
+
+async function importThread(ctx: WriteContext, cmd: ImportThreadCommand): Promise<boolean> {
+  const { q, log, lim } = ctx;
+  const ns = await log.lock(cmd.namespace);
+  const row = await threadRow(q, cmd.namespace, cmd.threadId);
+  const delta = importDelta(row !== undefined, cmd.messages);
+  if (delta === undefined) return false;
+  checkQuotas(lim, ns.usage, delta);
+  const state = importedState(cmd, randomUUID());
+  await saveThread(q, cmd.namespace, state, { stored: cmd.messages.length, bytes: delta.bytes });
+  if (cmd.messages.length > 0) {
+    await q(INSERT_MESSAGES, [cmd.namespace, cmd.threadId, ...messageColumns(cmd.messages)]);
+  }
+  if (cmd.labels !== undefined) await setLabels(q, cmd.namespace, cmd.threadId, cmd.labels);
+  log.use(cmd.namespace, delta);
+  const first = cmd.messages[0];
+  if (first !== undefined) {
+    log.log(cmd.namespace, cmd.threadId, cmd.now, {
+      type: "messages_added",
+      firstSeq: first.seq,
+      lastSeq: cmd.lastSeq,
+    });
+  }
+  return true;
+}

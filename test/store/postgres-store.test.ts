@@ -1,0 +1,534 @@
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ChatMessage, MemoryEvent } from "../../src/core/types.js";
+import { createPostgresStore } from "../../src/store/postgres/index.js";
+import { ResumeTokens } from "../../src/store/resume-token.js";
+import type { Store } from "../../src/store/store.js";
+import { type PostgresServer, startPostgresServer } from "../support/postgres-server.js";
+import { freePort } from "../support/redis-server.js";
+import { startTcpProxy } from "../support/tcp-proxy.js";
+import { appendCommands, buffer, summary, user } from "./fixtures.js";
+import { runStoreContract } from "./store-contract.js";
+
+let server: PostgresServer;
+beforeAll(async () => {
+  server = await startPostgresServer();
+}, 60_000);
+afterAll(async () => {
+  await server?.stop();
+});
+
+// A fresh database per store: the contract's stores share nothing.
+runStoreContract("postgres", async (limits) =>
+  createPostgresStore(await server.createDatabase(), limits),
+);
+
+const cmd = appendCommands(buffer);
+
+async function query<R extends pg.QueryResultRow>(url: string, sql: string): Promise<R[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<R>(sql)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+/** A second connection holding the namespace's row lock until `release`. */
+async function holdNamespace(url: string, namespace: string) {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  await c.query("BEGIN");
+  await c.query("SELECT * FROM namespaces WHERE namespace = $1 FOR UPDATE", [namespace]);
+  return {
+    release: async () => {
+      await c.query("COMMIT");
+      await c.end();
+    },
+  };
+}
+
+/** Resolves once `cond` holds of the batches a listener pushed to `batches`, checked at each push. */
+function until(
+  batches: MemoryEvent[][],
+  cond: (all: MemoryEvent[], batches: MemoryEvent[][]) => boolean,
+  ms = 20_000,
+) {
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("not delivered in time")), ms);
+    const events = batches;
+    const check = () => {
+      if (cond(events.flat(), events)) {
+        clearTimeout(timer);
+        resolve();
+        return true;
+      }
+      return false;
+    };
+    if (check()) return;
+    const push = events.push.bind(events);
+    events.push = (...batches: MemoryEvent[][]) => {
+      const n = push(...batches);
+      check();
+      return n;
+    };
+  });
+}
+
+describe("Postgres store", () => {
+  it("commits concurrent Adds in fewer transactions than Adds (group commit)", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      const n = 64;
+      const results = await Promise.all(
+        Array.from({ length: n }, (_, i) => store.append(cmd({ threadId: `g${i}` }))),
+      );
+      expect(results.every((r) => r.lastSeq === 1)).toBe(true);
+      // Rows written by one transaction (each Add in a savepoint of it) share its commit time.
+      const [row] = await query<{ tx: string; rows: string }>(
+        url,
+        "SELECT count(DISTINCT pg_xact_commit_timestamp(xmin)) AS tx, count(*) AS rows FROM messages",
+      );
+      expect(Number(row?.rows)).toBe(n);
+      expect(Number(row?.tx)).toBeLessThan(n / 4);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("fails one refused Add of a group alone; the others commit", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      await store.append(cmd({ threadId: "x" }));
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 20 }, (_, i) =>
+          store.append(cmd({ threadId: i === 7 ? "x" : `y${i}`, expectedLastSeq: 0 })),
+        ),
+      );
+      expect(outcomes.filter((o) => o.status === "rejected")).toHaveLength(1);
+      expect(outcomes[7]?.status).toBe("rejected");
+      expect(await store.listThreads("ns", "", 100)).toHaveLength(20);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("runs each write of a group alone when the server refuses its COMMIT, answering each truly", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      await store.append(cmd({ threadId: "seed" }));
+      // A check PostgreSQL runs at COMMIT only: a message "poison" makes the COMMIT fail.
+      await query(
+        url,
+        `CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF NEW.content = 'poison' THEN RAISE EXCEPTION 'poison at commit'; END IF;
+         RETURN NEW; END $$;
+         CREATE CONSTRAINT TRIGGER poison AFTER INSERT ON messages
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_poison();`,
+      );
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 10 }, (_, i) =>
+          store.append(cmd({ threadId: `c${i}`, messages: [user(i === 5 ? "poison" : "ok")] })),
+        ),
+      );
+      const refused = outcomes.flatMap((o, i) => (o.status === "rejected" ? [i] : []));
+      expect(refused).toEqual([5]);
+      const reason = (outcomes[5] as PromiseRejectedResult).reason as {
+        code: string;
+        message: string;
+      };
+      expect(reason.code).toBe("unavailable");
+      expect(reason.message).toContain("this write was not stored");
+      expect(await store.getThread("ns", "c5")).toBeUndefined();
+      const ids = await store.listThreads("ns", "", 100);
+      expect(ids.filter((id) => id.startsWith("c"))).toHaveLength(9);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("lets two store instances commit groups over the same namespaces without deadlocks", async () => {
+    const url = await server.createDatabase();
+    // One group at a time per instance, so what queues behind the first forms one big group.
+    const stores = [
+      await createPostgresStore(url, {}, { poolSize: 2 }),
+      await createPostgresStore(url, {}, { poolSize: 2 }),
+    ];
+    try {
+      for (const namespace of ["gate", "n0", "n1", "n2"]) {
+        await stores[0]?.append(cmd({ namespace, threadId: "seed" }));
+      }
+      const gate = await holdNamespace(url, "gate");
+      const firsts = stores.map((s) => s.append(cmd({ namespace: "gate" })));
+      // Both instances queue Adds to every namespace, in opposite orders.
+      const adds = stores.flatMap((store, k) =>
+        Array.from({ length: 60 }, (_, i) => {
+          const n = k === 0 ? i % 3 : 2 - (i % 3);
+          return store.append(
+            cmd({ namespace: `n${n}`, threadId: `t${i % 4}`, messages: [user(`${k}.${i}`)] }),
+          );
+        }),
+      );
+      await gate.release();
+      await Promise.all([...firsts, ...adds]);
+      for (const namespace of ["n0", "n1", "n2"]) {
+        for (const id of (await stores[0]?.listThreads(namespace, "", 10)) ?? []) {
+          const seqs = (await stores[1]?.read(namespace, id))?.messages.map((m) => m.seq) ?? [];
+          expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, j) => j + 1));
+        }
+      }
+    } finally {
+      for (const s of stores) await s.close();
+    }
+    // Backends report their statistics as they exit: the stores have closed theirs.
+    const [row] = await query<{ deadlocks: string }>(
+      url,
+      "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+    );
+    expect(Number(row?.deadlocks)).toBe(0);
+  });
+
+  it("shows each store instance the other's events, through one database", async () => {
+    const url = await server.createDatabase();
+    const a = await createPostgresStore(url);
+    const b = await createPostgresStore(url);
+    try {
+      const heard: MemoryEvent[][] = [];
+      const stop = b.subscribe("ns", (events) => heard.push(events));
+      const start = await a.headCursor("ns");
+      // B's subscription starts at the head it reads: a's Adds go on until B hears one.
+      const delivered = until(heard, (all) => all.length > 0);
+      let done = false;
+      void delivered.then(() => {
+        done = true;
+      });
+      for (let i = 0; !done && i < 200; i++) {
+        await a.append(cmd({ threadId: "from-a", messages: [user(String(i))] }));
+        await a.read("ns", "from-a");
+      }
+      await delivered;
+      stop();
+      const head = await a.headCursor("ns");
+      expect(await b.headCursor("ns")).toBe(head);
+      // What B heard is a stretch of A's log, in order, each event once.
+      const heardCursors = heard.flat().map((e) => e.cursor);
+      const log = (await a.readEvents("ns", start, 1000)).map((e) => e.cursor);
+      const from = log.indexOf(heardCursors[0] ?? "");
+      expect(from).toBeGreaterThanOrEqual(0);
+      expect(heardCursors).toEqual(log.slice(from, from + heardCursors.length));
+      expect(log.at(-1)).toBe(head);
+      expect((await b.read("ns", "from-a"))?.thread.lastSeq).toBe(
+        (await a.getThread("ns", "from-a"))?.lastSeq,
+      );
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  it("keeps a subscription through a Postgres restart, and every acknowledged Add", async () => {
+    const own = await startPostgresServer();
+    const url = await own.createDatabase();
+    let store: Store | undefined;
+    try {
+      store = await createPostgresStore(url);
+      const s = store;
+      const heard: MemoryEvent[][] = [];
+      s.subscribe("ns", (events) => heard.push(events));
+      await s.append(cmd({ threadId: "before" }));
+      await until(heard, (all) => all.some((e) => e.threadId === "before"));
+      await own.kill();
+      const down = await s.append(cmd({ threadId: "down" })).then(
+        () => "stored",
+        (err: { code?: string }) => err.code,
+      );
+      expect(down).toBe("unavailable");
+      await own.restart();
+      // After the restart: an empty batch ("look again"), then the new events.
+      const after = until(
+        heard,
+        (all, batches) =>
+          all.some((e) => e.threadId === "after") && batches.some((b) => b.length === 0),
+      );
+      let stored = false;
+      while (!stored) {
+        stored = await s.append(cmd({ threadId: "after" })).then(
+          () => true,
+          () => false,
+        );
+      }
+      await after;
+      expect(await s.getThread("ns", "before")).toBeDefined();
+      expect((await s.read("ns", "after"))?.messages.length).toBeGreaterThanOrEqual(1);
+    } finally {
+      await store?.close();
+      await own.stop();
+    }
+  }, 60_000);
+});
+
+describe("Postgres store text", () => {
+  it("keeps NUL characters, which PostgreSQL's text and jsonb refuse, in every field", async () => {
+    const store = await createPostgresStore(await server.createDatabase());
+    try {
+      const nul: ChatMessage = {
+        role: "assistant",
+        content: "a\u0000b",
+        name: "n\u0000",
+        toolCalls: [{ id: "c\u00001", name: "f", arguments: '{"x":"\u0000"}' }],
+        metadata: { k: "v\u0000" },
+      };
+      const r = await store.append(cmd({ strategy: summary, messages: [nul, user("\u0000")] }));
+      expect((await store.read("ns", "t"))?.messages[0]).toMatchObject(nul);
+      const token = (await store.acquireFoldLease("ns", "t", 10_000)) ?? 0;
+      const head = await store.headCursor("ns");
+      const folded = await store.commitSummary({
+        namespace: "ns",
+        threadId: "t",
+        incarnation: r.thread.incarnation,
+        leaseToken: token,
+        fromSeq: 0,
+        throughSeq: 1,
+        summary: "s\u0000",
+        foldedCount: 1,
+        now: 2,
+      });
+      expect(folded?.summary).toBe("s\u0000");
+      expect((await store.getThread("ns", "t"))?.summary).toBe("s\u0000");
+      expect(await store.readEvents("ns", head, 10)).toMatchObject([{ summary: "s\u0000" }]);
+      const again = await store.append(
+        cmd({ threadId: "r", requestId: "q\u0000", requestHash: "h", messages: [nul] }),
+      );
+      expect(
+        await store.append(
+          cmd({ threadId: "r", requestId: "q\u0000", requestHash: "h", messages: [nul] }),
+        ),
+      ).toEqual({ ...again, replayed: true });
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe("Postgres store history", () => {
+  it("answers a token it signed that is ahead of the head (a restored database) out_of_range", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url);
+    try {
+      await store.append(cmd());
+      const meta = await query<{ key: string; value: string }>(url, "SELECT key, value FROM meta");
+      const get = (k: string) => meta.find((r) => r.key === k)?.value ?? "";
+      // Signed with this database's own key, as a token from before a restore would be.
+      const tokens = new ResumeTokens(get("database_id"), get("token_secret"), "");
+      const ahead = tokens.issue("ns", 5);
+      const err = await store.readEvents("ns", ahead, 10).then(
+        () => undefined,
+        (e: { code?: string; message?: string }) => e,
+      );
+      expect(err?.code).toBe("out_of_range");
+      expect(err?.message).toContain("re-read with Get and watch from now");
+      expect(await store.readEvents("ns", tokens.issue("ns", 0), 10)).toHaveLength(1);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+/** As a database restored from another's backup would be: a new id and secret. */
+const NEW_INCARNATION = `UPDATE meta SET value = CASE key WHEN 'database_id' THEN 'f00dfeed0001'
+  ELSE repeat('ab', 32) END WHERE key IN ('database_id', 'token_secret')`;
+
+describe("Postgres store incarnation", () => {
+  it("adopts a database that took a new incarnation when its LISTEN connection comes back", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url);
+    try {
+      const heard: MemoryEvent[][] = [];
+      store.subscribe("ns", (events) => heard.push(events));
+      await store.append(cmd({ threadId: "old" }));
+      await until(heard, (all) => all.length === 1);
+      const oldToken = await store.headCursor("ns");
+      await query(url, NEW_INCARNATION);
+      const lookAgain = until(heard, (_all, batches) => batches.some((b) => b.length === 0));
+      await query(
+        url,
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'`,
+      );
+      await lookAgain;
+      const err = await store.readEvents("ns", oldToken, 10).then(
+        () => undefined,
+        (e: { code?: string }) => e.code,
+      );
+      expect(err).toBe("out_of_range");
+      expect((await store.headCursor("ns")).startsWith("f00dfeed0001.")).toBe(true);
+      // Subscriptions go on in the new incarnation.
+      const next = until(heard, (all) => all.some((e) => e.threadId === "new"));
+      await store.append(cmd({ threadId: "new" }));
+      await next;
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe("Postgres store incarnation, through health", () => {
+  it("adopts a new incarnation at the next health check, telling subscriptions to look again", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url);
+    try {
+      await store.append(cmd({ threadId: "old" }));
+      const oldToken = await store.headCursor("ns");
+      const heard: MemoryEvent[][] = [];
+      store.subscribe("other", (events) => heard.push(events));
+      await query(url, NEW_INCARNATION);
+      const lookAgain = until(heard, (_all, batches) => batches.some((b) => b.length === 0));
+      expect(await store.health(5000)).toEqual({ serving: true });
+      await lookAgain;
+      const err = await store.readEvents("ns", oldToken, 10).then(
+        () => undefined,
+        (e: { code?: string }) => e.code,
+      );
+      expect(err).toBe("out_of_range");
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe("Postgres store writes waiting on a lock", () => {
+  it("refuses an Add still queued at its deadline, storing nothing", async () => {
+    const url = await server.createDatabase();
+    // One group at a time: the second Add waits behind the first.
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      await store.append(cmd({ threadId: "seed" }));
+      const lock = await holdNamespace(url, "ns");
+      const first = store.append(cmd({ threadId: "first" }));
+      const late = store.append(cmd({ threadId: "late", deadline: Date.now() + 300 }));
+      const err = await late.then(
+        () => undefined,
+        (e: { code?: string }) => e.code,
+      );
+      expect(err).toBe("deadline_exceeded");
+      await lock.release();
+      expect((await first).lastSeq).toBe(1);
+      expect(await store.getThread("ns", "late")).toBeUndefined();
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("closes within its grace, answering every write it was handed", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    await store.append(cmd({ threadId: "seed" }));
+    const lock = await holdNamespace(url, "ns");
+    try {
+      const writes = [store.append(cmd({ threadId: "a" })), store.append(cmd({ threadId: "b" }))];
+      const settled = Promise.allSettled(writes);
+      const started = Date.now();
+      await store.close(300);
+      const outcomes = await settled;
+      expect(Date.now() - started).toBeLessThan(5_000);
+      for (const o of outcomes) {
+        expect(o.status).toBe("rejected");
+        if (o.status === "rejected")
+          expect((o.reason as { code?: string }).code).toBe("unavailable");
+      }
+    } finally {
+      await lock.release();
+    }
+    // Nothing refused was stored.
+    const rows = await query<{ n: string }>(url, "SELECT count(*) AS n FROM threads");
+    expect(Number(rows[0]?.n)).toBe(1);
+  });
+});
+
+describe("Postgres store behind a black-holed network", () => {
+  it("answers a write whose connection goes silent within its timeout, and writes again after", async () => {
+    const url = new URL(await server.createDatabase());
+    const proxy = await startTcpProxy(Number(url.port));
+    url.port = String(proxy.port);
+    const store = await createPostgresStore(url.toString(), {}, { statementTimeoutMs: 1000 });
+    try {
+      await store.append(cmd({ threadId: "before" }));
+      proxy.blackhole();
+      const started = Date.now();
+      const outcome = await store.append(cmd({ threadId: "silent" })).then(
+        () => undefined,
+        (e: { code?: string; message?: string }) => e,
+      );
+      expect(outcome?.code).toBe("unavailable");
+      expect(outcome?.message).toContain("this write was not stored");
+      // The group's answer times out (twice the statement timeout); the write then
+      // run alone waits at most the connect timeout (10 s) for a connection: bounded.
+      expect(Date.now() - started).toBeLessThan(20_000);
+      proxy.restore();
+      const r = await store.append(cmd({ threadId: "after" }));
+      expect(r.lastSeq).toBe(1);
+      // What the proxy held is delivered now; the abandoned transaction never commits.
+      expect(await store.getThread("ns", "silent")).toBeUndefined();
+    } finally {
+      proxy.restore();
+      await store.close();
+      await proxy.close();
+    }
+  }, 30_000);
+});
+
+describe("Postgres store health", () => {
+  it("reports not serving when Postgres does not answer within the timeout, and serving again", async () => {
+    const url = new URL(await server.createDatabase());
+    const proxy = await startTcpProxy(Number(url.port));
+    url.port = String(proxy.port);
+    const store = await createPostgresStore(url.toString());
+    try {
+      expect(await store.health(1000)).toEqual({ serving: true });
+      proxy.blackhole();
+      const started = Date.now();
+      const h = await store.health(200);
+      expect(Date.now() - started).toBeLessThan(1000);
+      expect(h.serving).toBe(false);
+      expect(h.reason).toContain("did not answer within 200 ms");
+      expect(h.reason).not.toContain(`${url.hostname}:${url.port}`);
+      proxy.restore();
+      expect(await store.health(5000)).toEqual({ serving: true });
+    } finally {
+      proxy.restore();
+      await store.close();
+      await proxy.close();
+    }
+  });
+});
+
+describe("Postgres store at start-up", () => {
+  it("refuses a database whose schema is newer than this server's, naming the versions", async () => {
+    const url = await server.createDatabase();
+    await (await createPostgresStore(url)).close();
+    await query(url, "INSERT INTO windlass_schema (version) VALUES (99)");
+    await expect(createPostgresStore(url)).rejects.toThrow(/schema version 99 is newer/);
+  });
+
+  it("exits 1 naming the store when PostgreSQL cannot be reached, never printing the password", async () => {
+    const bin = new URL("../../bin/windlass-memory.js", import.meta.url).pathname;
+    const closed = await freePort();
+    const url = `postgres://windlass:hunter2@127.0.0.1:${closed}/memory`;
+    const r = await promisify(execFile)(process.execPath, [bin, "serve", "--store", url], {
+      env: { PATH: process.env.PATH ?? "" },
+      timeout: 30_000,
+    }).then(
+      () => ({ code: 0 as number | null, stderr: "" }),
+      (e: { code: number | null; stderr: string }) => e,
+    );
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("the Postgres store (--store) did not open");
+    expect(r.stderr).not.toContain("hunter2");
+  });
+});
