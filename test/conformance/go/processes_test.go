@@ -3,13 +3,17 @@ package conformance
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -365,12 +369,207 @@ func (r *redisServer) stop() {
 	_ = os.RemoveAll(r.dir)
 }
 
+// postgresBinDir is the directory of initdb and postgres, found as
+// test/support/postgres-server.ts finds it: POSTGRES_BIN, else
+// `pg_config --bindir`, else the newest /usr/lib/postgresql/<version>/bin
+// (Debian's, which is not on PATH).
+func postgresBinDir() (string, error) {
+	hasBinaries := func(d string) bool {
+		_, a := os.Stat(filepath.Join(d, "postgres"))
+		_, b := os.Stat(filepath.Join(d, "initdb"))
+		return a == nil && b == nil
+	}
+	if given, ok := os.LookupEnv("POSTGRES_BIN"); ok {
+		// Named by the user: that directory or an error naming it, never another one.
+		if hasBinaries(given) {
+			return given, nil
+		}
+		return "", fmt.Errorf("POSTGRES_BIN=%s holds no postgres and initdb", given)
+	}
+	var candidates []string
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		candidates = append(candidates, strings.TrimSpace(string(out)))
+	}
+	const root = "/usr/lib/postgresql"
+	if entries, err := os.ReadDir(root); err == nil {
+		var versions []int
+		for _, e := range entries {
+			if v, err := strconv.Atoi(e.Name()); err == nil {
+				versions = append(versions, v)
+			}
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(versions)))
+		for _, v := range versions {
+			candidates = append(candidates, filepath.Join(root, strconv.Itoa(v), "bin"))
+		}
+	}
+	for _, d := range candidates {
+		if hasBinaries(d) {
+			return d, nil
+		}
+	}
+	looked := strings.Join(candidates, ", ")
+	if looked == "" {
+		looked = "no directory"
+	}
+	// An error, never a skip: under CI=true a missing PostgreSQL must fail the run.
+	return "", fmt.Errorf("PostgreSQL's initdb and postgres were not found (looked in %s); install Debian's "+
+		"postgresql (apt-get install postgresql; .ci/run does) or set POSTGRES_BIN to their directory", looked)
+}
+
+// postgresServer is PostgreSQL on a free port of 127.0.0.1 in a temporary data
+// directory, started as test/support/postgres-server.ts starts it;
+// createDatabase gives each windlass server a fresh database.
+type postgresServer struct {
+	bin  string
+	dir  string
+	cmd  *exec.Cmd
+	port int
+	// cred runs initdb and postgres as the postgres system user when this
+	// process is root (both refuse root); nil otherwise.
+	cred *syscall.Credential
+	// exited is closed once the postmaster has been waited for.
+	exited chan struct{}
+}
+
+var errPortInUse = errors.New("port in use")
+
+func startPostgresServer() (*postgresServer, error) {
+	bin, err := postgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "windlass-postgres-")
+	if err != nil {
+		return nil, err
+	}
+	p := &postgresServer{bin: bin, dir: dir}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			p.stop()
+			return nil, errors.New("running as root, and there is no postgres user to run PostgreSQL as")
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		// The postgres user writes the data directory (and the socket) in here.
+		if err := os.Chown(dir, uid, gid); err != nil {
+			p.stop()
+			return nil, err
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := p.command("initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
+		"--locale", "C.UTF-8", "--no-sync")
+	if out, err := initdb.CombinedOutput(); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("initdb failed: %v: %s", err, out)
+	}
+	for attempt := 1; ; attempt++ {
+		if p.port, err = freePort(); err == nil {
+			err = p.launch(data)
+		}
+		// freePort closes its listener before postgres binds: another process
+		// may take the port in between; another port then.
+		if err == nil || !errors.Is(err, errPortInUse) || attempt >= 5 {
+			break
+		}
+	}
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// command is one of the server's programs, run as the server's user, in its
+// directory (the postgres user may not be able to read the repository).
+func (p *postgresServer) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(p.bin, name), args...)
+	cmd.Dir = p.dir
+	if p.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
+	}
+	return cmd
+}
+
+func (p *postgresServer) launch(data string) error {
+	output := &lockedBuffer{}
+	cmd := p.command("postgres", "-D", data, "-p", strconv.Itoa(p.port), "-k", p.dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "shared_buffers=32MB")
+	cmd.Stdout, cmd.Stderr = output, output
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !p.ready() {
+		select {
+		case <-exited:
+			if strings.Contains(strings.ToLower(output.String()), "address already in use") {
+				return fmt.Errorf("port %d: %w", p.port, errPortInUse)
+			}
+			return fmt.Errorf("postgres exited at start-up: %s", strings.TrimSpace(output.String()))
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("postgres did not answer within 30 s: %s", output.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.cmd = cmd
+	p.exited = exited
+	return nil
+}
+
+// ready is pg_isready: success once the server accepts connections (not while it starts up).
+func (p *postgresServer) ready() bool {
+	probe := exec.Command(filepath.Join(p.bin, "pg_isready"), "-q", "-h", "127.0.0.1",
+		"-p", strconv.Itoa(p.port), "-U", "postgres", "-d", "postgres", "-t", "1")
+	return probe.Run() == nil
+}
+
+// createDatabase makes a new, empty database on this server and gives its URL.
+func (p *postgresServer) createDatabase() (string, error) {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	name := "w_" + hex.EncodeToString(b)
+	made := exec.Command(filepath.Join(p.bin, "createdb"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port),
+		"-U", "postgres", name)
+	if out, err := made.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("createdb %s failed: %v: %s", name, err, out)
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s", p.port, name), nil
+}
+
+func (p *postgresServer) stop() {
+	if p.cmd != nil {
+		// Immediate shutdown: the data is removed next, so no shutdown checkpoint is owed.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+		p.cmd = nil
+	}
+	_ = os.RemoveAll(p.dir)
+}
+
 // serverPool holds one server per (store, flag set, environment), started on first use.
 type serverPool struct {
 	root      string
 	servers   map[string]*serverProcess
 	perStore  map[string]int
 	redis     *redisServer
+	postgres  *postgresServer
 	sqliteDir string
 }
 
@@ -407,6 +606,19 @@ func (p *serverPool) get(store string, c Case) (*serverProcess, error) {
 		}
 		// One database per server, so servers of one store never share state.
 		spec = fmt.Sprintf("redis://127.0.0.1:%d/%d", p.redis.port, index)
+	case "postgres":
+		if p.postgres == nil {
+			pg, err := startPostgresServer()
+			if err != nil {
+				return nil, err
+			}
+			p.postgres = pg
+		}
+		// A fresh database per server, so servers of one store never share state.
+		var err error
+		if spec, err = p.postgres.createDatabase(); err != nil {
+			return nil, err
+		}
 	}
 	s, err := startServerProcess(p.root, spec, c.ServerFlags, c.ServerEnv)
 	if err != nil {
@@ -423,6 +635,9 @@ func (p *serverPool) close() {
 	}
 	if p.redis != nil {
 		p.redis.stop()
+	}
+	if p.postgres != nil {
+		p.postgres.stop()
 	}
 	if p.sqliteDir != "" {
 		_ = os.RemoveAll(p.sqliteDir)

@@ -106,21 +106,21 @@ func loadCases(dir string) ([]Case, error) {
 	return out, nil
 }
 
-// storesFromEnv is CONFORMANCE_STORES, default all three.
+// storesFromEnv is CONFORMANCE_STORES, default all four.
 func storesFromEnv() ([]string, error) {
 	raw := os.Getenv("CONFORMANCE_STORES")
 	if raw == "" {
-		raw = "memory,sqlite,redis"
+		raw = "memory,sqlite,redis,postgres"
 	}
 	var stores []string
 	for _, s := range strings.Split(raw, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
 		case "":
-		case "memory", "sqlite", "redis":
+		case "memory", "sqlite", "redis", "postgres":
 			stores = append(stores, s)
 		default:
-			return nil, fmt.Errorf("CONFORMANCE_STORES: unknown store %s (memory, sqlite, redis)", s)
+			return nil, fmt.Errorf("CONFORMANCE_STORES: unknown store %s (memory, sqlite, redis, postgres)", s)
 		}
 	}
 	return stores, nil

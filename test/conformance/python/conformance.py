@@ -3,7 +3,7 @@
 Loading, ``$ref`` substitution, the matching rule and the step loop, over the
 generated gRPC stub (``windlass.memory.v1``); plus the processes a run needs:
 the compiled ``windlass-memory`` command, a scripted OpenAI-compatible model
-server and ``redis-server``. The TypeScript (../suite.ts) and Go runners
+server, ``redis-server`` and PostgreSQL. The TypeScript (../suite.ts) and Go runners
 implement the same rules; keep the three in step.
 """
 
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import queue
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -37,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 CASES_DIR = HERE.parent / "cases"
 REPO_ROOT = HERE.parents[2]
 LISTENING = re.compile(r"gRPC [^\s,]+:(\d+), Connect/gRPC-Web/JSON http://[^\s:]+:(\d+)")
-STORES = ("memory", "sqlite", "redis")
+STORES = ("memory", "sqlite", "redis", "postgres")
 
 
 @dataclass
@@ -102,11 +104,11 @@ def load_cases(directory: Path = CASES_DIR) -> list[Case]:
 
 
 def stores_from_env() -> list[str]:
-    raw = os.environ.get("CONFORMANCE_STORES") or "memory,sqlite,redis"
+    raw = os.environ.get("CONFORMANCE_STORES") or ",".join(STORES)
     stores = [s.strip() for s in raw.split(",") if s.strip()]
     for s in stores:
         if s not in STORES:
-            raise ValueError(f"CONFORMANCE_STORES: unknown store {s} (memory, sqlite, redis)")
+            raise ValueError(f"CONFORMANCE_STORES: unknown store {s} ({', '.join(STORES)})")
     return stores
 
 
@@ -551,12 +553,158 @@ class RedisServer:
         self._dir.cleanup()
 
 
+def postgres_bin_dir() -> Path:
+    """The directory of initdb and postgres, found as test/support/postgres-server.ts
+    finds it: POSTGRES_BIN, else `pg_config --bindir`, else the newest
+    /usr/lib/postgresql/<version>/bin (Debian's, which is not on PATH)."""
+
+    def has_binaries(d: Path) -> bool:
+        return (d / "postgres").exists() and (d / "initdb").exists()
+
+    given = os.environ.get("POSTGRES_BIN")
+    if given is not None:
+        # Named by the user: that directory or an error naming it, never another one.
+        if has_binaries(Path(given)):
+            return Path(given)
+        raise RuntimeError(f"POSTGRES_BIN={given} holds no postgres and initdb")
+    candidates: list[Path] = []
+    pg_config = shutil.which("pg_config")
+    if pg_config is not None:
+        probe = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            candidates.append(Path(probe.stdout.strip()))
+    root = Path("/usr/lib/postgresql")
+    if root.is_dir():
+        versions = sorted((v for v in root.iterdir() if v.name.isdigit()), key=lambda v: -int(v.name))
+        candidates.extend(v / "bin" for v in versions)
+    for d in candidates:
+        if has_binaries(d):
+            return d
+    looked = ", ".join(map(str, candidates)) or "no directory"
+    # An error, never a skip: under CI=true a missing PostgreSQL must fail the run.
+    raise RuntimeError(
+        f"PostgreSQL's initdb and postgres were not found (looked in {looked}); install Debian's "
+        "postgresql (apt-get install postgresql; .ci/run does) or set POSTGRES_BIN to their directory"
+    )
+
+
+class PostgresServer:
+    """PostgreSQL on a free port of 127.0.0.1 in a temporary data directory, started
+    as test/support/postgres-server.ts starts it; create_database() gives each
+    windlass server a fresh database."""
+
+    START_TIMEOUT_S = 30
+
+    def __init__(self) -> None:
+        self._bin = postgres_bin_dir()
+        self._dir = tempfile.mkdtemp(prefix="windlass-postgres-")
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        # initdb and postgres refuse to run as root: as root, they run as the
+        # postgres system user, which must own the directory they write in.
+        self._user: Optional[str] = None
+        if os.geteuid() == 0:
+            try:
+                entry = pwd.getpwnam("postgres")
+            except KeyError:
+                self._cleanup()
+                raise RuntimeError("running as root, and there is no postgres user to run PostgreSQL as") from None
+            os.chown(self._dir, entry.pw_uid, entry.pw_gid)
+            self._user = "postgres"
+        data = os.path.join(self._dir, "data")
+        init = subprocess.run(
+            [str(self._bin / "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
+             "--locale", "C.UTF-8", "--no-sync"],
+            cwd=self._dir,  # the postgres user may not be able to read the repository
+            user=self._user, capture_output=True, text=True,
+        )  # fmt: skip
+        if init.returncode != 0:
+            self._cleanup()
+            raise RuntimeError(f"initdb failed: {init.stderr}")
+        for attempt in range(1, 6):
+            self.port = free_port()
+            try:
+                self._launch(data)
+                return
+            except _PortInUse:
+                # free_port() closes its socket before postgres binds: another
+                # process may take the port in between; another port then.
+                if attempt == 5:
+                    self.stop()
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+
+    def _launch(self, data: str) -> None:
+        log_path = os.path.join(self._dir, "postgres.log")
+        with open(log_path, "wb") as log:
+            self._proc = subprocess.Popen(
+                [str(self._bin / "postgres"), "-D", data, "-p", str(self.port), "-k", self._dir,
+                 "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
+                 "-c", "shared_buffers=32MB"],
+                cwd=self._dir, user=self._user,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + self.START_TIMEOUT_S
+        while not self._ready():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                if self._proc.poll() is None:
+                    self._proc.kill()
+                self._proc.wait()
+                self._proc = None
+                output = Path(log_path).read_text(errors="replace")[-4000:]
+                if re.search(r"address already in use", output, re.IGNORECASE):
+                    raise _PortInUse(f"port {self.port} is taken")
+                raise RuntimeError(f"postgres did not start on port {self.port}: {output.strip()}")
+            time.sleep(0.05)
+
+    def _ready(self) -> bool:
+        """pg_isready: 0 once the server accepts connections (not while it starts up)."""
+        probe = subprocess.run(
+            [str(self._bin / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+             "-d", "postgres", "-t", "1"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        return probe.returncode == 0
+
+    def create_database(self) -> str:
+        """A new, empty database on this server: its URL."""
+        name = f"w_{os.urandom(6).hex()}"
+        made = subprocess.run(
+            [str(self._bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        )  # fmt: skip
+        if made.returncode != 0:
+            raise RuntimeError(f"createdb {name} failed: {made.stderr}")
+        return f"postgres://postgres@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            # Immediate shutdown: the data is removed next, so no shutdown checkpoint is owed.
+            self._proc.send_signal(signal.SIGQUIT)
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class _PortInUse(RuntimeError):
+    pass
+
+
 class ServerPool:
     """One server per (store, flag set, environment), started on first use and stopped by close()."""
 
     def __init__(self) -> None:
         self._servers: dict[tuple[str, str], ServerProcess] = {}
         self._redis: Optional[RedisServer] = None
+        self._postgres: Optional[PostgresServer] = None
         self._sqlite_dir: Optional[tempfile.TemporaryDirectory[str]] = None
 
     def get(self, store: str, case: Case) -> ServerProcess:
@@ -573,6 +721,11 @@ class ServerPool:
             if self._sqlite_dir is None:
                 self._sqlite_dir = tempfile.TemporaryDirectory(prefix="windlass-conformance-")
             return f"sqlite:{self._sqlite_dir.name}/server-{index}.db"
+        if store == "postgres":
+            if self._postgres is None:
+                self._postgres = PostgresServer()
+            # A fresh database per server, so servers of one store never share state.
+            return self._postgres.create_database()
         if self._redis is None:
             self._redis = RedisServer()
         # One database per server, so servers of one store never share state.
@@ -584,6 +737,8 @@ class ServerPool:
         self._servers.clear()
         if self._redis is not None:
             self._redis.stop()
+        if self._postgres is not None:
+            self._postgres.stop()
         if self._sqlite_dir is not None:
             self._sqlite_dir.cleanup()
 

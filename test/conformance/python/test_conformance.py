@@ -1,6 +1,6 @@
 """The Python runner of the conformance suite: every case of ../cases against
 the compiled command, per store (CONFORMANCE_STORES, default memory, sqlite,
-redis), over gRPC with grpcio and the generated windlass.memory.v1 stub.
+redis, postgres), over gRPC with grpcio and the generated windlass.memory.v1 stub.
 
 Run from the repository root after `npm run build` and
 `bash scripts/setup-clients.sh`:
