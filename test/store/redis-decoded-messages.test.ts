@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DecodedMessages } from "../../src/store/redis-store.js";
+import { DecodedMessages } from "../../src/store/redis/codec.js";
 
 const entry = (seq: number, content: string) =>
   `${seq} ${content.length} ${JSON.stringify({ role: "user", content, createTime: 1 })}`;

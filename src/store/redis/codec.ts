@@ -1,0 +1,243 @@
+/**
+ * How the Redis store writes its records and reads Redis's replies: message
+ * list entries, thread hashes, append results and stream events (the layout
+ * is in scripts.ts), with the cache of decoded entries. Pure: no connection.
+ */
+import { strategyKey } from "../../core/strategy.js";
+import type {
+  ChatMessage,
+  EventBody,
+  Labels,
+  MemoryEvent,
+  StoredMessage,
+  Strategy,
+  ThreadState,
+} from "../../core/types.js";
+import type { ResumeTokens } from "../resume-token.js";
+import type { AppendResult } from "../store.js";
+import { strategyFromJson } from "../strategy-json.js";
+
+/** A stream id this store writes: "0-<n>", n the event's number in its namespace. */
+const STREAM_ID = /^0-(0|[1-9]\d{0,14})$/;
+
+// --- Encoding ----------------------------------------------------------------
+
+export function strategyArgs(s: Strategy | undefined): string[] {
+  if (s === undefined) return ["", "", "", "", ""];
+  return [
+    JSON.stringify(s),
+    strategyKey(s),
+    s.kind,
+    String(s.maxStored),
+    s.excludeSystem ? "1" : "0",
+  ];
+}
+
+/** The message's JSON, `role` first: the scripts recognise a tool result by its first bytes. */
+export function encodeMessage(m: ChatMessage, now: number): string {
+  const out: Record<string, unknown> = { role: m.role, content: m.content };
+  if (m.name !== undefined) out.name = m.name;
+  if (m.toolCalls !== undefined) out.toolCalls = m.toolCalls;
+  if (m.toolCallId !== undefined) out.toolCallId = m.toolCallId;
+  if (m.metadata !== undefined) out.metadata = m.metadata;
+  // Entries written before token counts existed have none: counted on read.
+  if (m.tokens !== undefined) out.tokens = m.tokens;
+  if (m.tokenEncoding !== undefined) out.tokenEncoding = m.tokenEncoding;
+  out.createTime = now;
+  return JSON.stringify(out);
+}
+
+/**
+ * A list entry `"<seq> <bytes> <json>"` (or `"<seq> <json>"`, written before
+ * quotas) back into a message (the store wrote it: no schema check).
+ */
+export function decodeMessage(entry: string): StoredMessage {
+  const space = entry.indexOf(" ");
+  const seq = Number(entry.slice(0, space));
+  const brace = entry.indexOf("{", space);
+  if (space <= 0 || !Number.isSafeInteger(seq) || brace < 0) {
+    throw new Error("redis store: a stored message is not in the store's format");
+  }
+  const body = JSON.parse(entry.slice(brace)) as Omit<StoredMessage, "seq">;
+  return { ...body, seq };
+}
+
+/** Decoded list entries kept for reuse across reads (see DecodedMessages). */
+export const DECODED_MESSAGES_KEPT = 20_000;
+
+/**
+ * Every Get of a window reads the same recent entries again, and parsing
+ * them was most of a Get's CPU. An entry's text fully determines the message
+ * (seq, time and content are in it), so decoded messages are kept and handed
+ * out again while the entry read is the same text — which also hands the
+ * service the same objects each time, so their wire form is encoded once
+ * (service/pre-encoded.ts). They are found by the thread's incarnation and
+ * the entry's seq (hashing each whole entry, a new string on every read,
+ * cost most of what decoding saved), and the text is compared on a hit, so
+ * an entry that differs (a database restored to an older state, then
+ * written again) is decoded afresh. Bounded by `max` messages; the thread
+ * first seen goes first.
+ */
+export class DecodedMessages {
+  /** Per incarnation, by seq; `count` bounds the total. */
+  readonly #byThread = new Map<string, Map<number, { entry: string; message: StoredMessage }>>();
+  #count = 0;
+  constructor(readonly max: number) {}
+
+  /** Messages kept. */
+  get size(): number {
+    return this.#count;
+  }
+
+  clear(): void {
+    this.#byThread.clear();
+    this.#count = 0;
+  }
+
+  get(incarnation: string, entry: string): StoredMessage {
+    let thread = this.#byThread.get(incarnation);
+    const seq = leadingSeq(entry);
+    const hit = thread?.get(seq);
+    if (hit !== undefined && hit.entry === entry) return hit.message;
+    const message = Object.freeze(decodeMessage(entry));
+    if (hit === undefined) {
+      if (this.#count >= this.max) {
+        this.#dropOldestThread();
+        // Possibly this very thread: it starts again from this message.
+        thread = this.#byThread.get(incarnation);
+      }
+      this.#count += 1;
+    }
+    if (thread === undefined) {
+      thread = new Map();
+      this.#byThread.set(incarnation, thread);
+    }
+    thread.set(seq, { entry, message });
+    return message;
+  }
+
+  /** Drops the thread seen first (its messages go together: a thread's Gets read them together). */
+  #dropOldestThread(): void {
+    const oldest = this.#byThread.entries().next();
+    if (oldest.done === true) return;
+    this.#byThread.delete(oldest.value[0]);
+    this.#count -= oldest.value[1].size;
+  }
+}
+
+/** The seq an entry `"<seq> ..."` starts with, read without making a string; -1 when there is none. */
+function leadingSeq(entry: string): number {
+  let seq = 0;
+  let i = 0;
+  for (; i < entry.length && i < 16; i++) {
+    const c = entry.charCodeAt(i);
+    if (c < 48 || c > 57) break;
+    seq = seq * 10 + (c - 48);
+  }
+  return i === 0 || entry.charCodeAt(i) !== 32 ? -1 : seq;
+}
+
+/** Field/value pairs of a flat array (HGETALL, stream entry fields). */
+function pairs(flat: unknown): Map<string, string> {
+  const list = asArray(flat);
+  const map = new Map<string, string>();
+  for (let i = 0; i + 1 < list.length; i += 2) map.set(asString(list[i]), asString(list[i + 1]));
+  return map;
+}
+
+function field(map: Map<string, string>, name: string): string {
+  const v = map.get(name);
+  if (v === undefined) throw new Error(`redis store: a record has no field ${name}`);
+  return v;
+}
+
+export function decodeThread(flat: unknown): ThreadState {
+  const f = pairs(flat);
+  return {
+    threadId: field(f, "thread_id"),
+    incarnation: field(f, "incarnation"),
+    strategy: strategyFromJson(field(f, "strategy")),
+    lastSeq: Number(field(f, "last_seq")),
+    summarizedThroughSeq: Number(field(f, "summarized_through_seq")),
+    summary: field(f, "summary"),
+    summaryTime: Number(field(f, "summary_time")),
+    createTime: Number(field(f, "create_time")),
+    updateTime: Number(field(f, "update_time")),
+    // Written by the scripts' set_labels from Labels.
+    ...(f.has("labels") ? { labels: JSON.parse(field(f, "labels")) as Labels } : {}),
+    ...(f.has("expire_at")
+      ? { ttlMs: Number(field(f, "ttl_ms")), expireTime: Number(field(f, "expire_at")) }
+      : {}),
+  };
+}
+
+/** An append result as the script records it: `"<first>\n<last>\n<thread as JSON array>"`. */
+export function decodeResult(text: string, replayed: boolean): AppendResult {
+  const a = text.indexOf("\n");
+  const b = text.indexOf("\n", a + 1);
+  return {
+    thread: decodeThread(JSON.parse(text.slice(b + 1)) as unknown),
+    firstSeq: Number(text.slice(0, a)),
+    lastSeq: Number(text.slice(a + 1, b)),
+    replayed,
+  };
+}
+
+export function decodeEvent(entry: unknown, namespace: string, tokens: ResumeTokens): MemoryEvent {
+  const [id, flat] = asArray(entry);
+  const f = pairs(flat);
+  const type = field(f, "type");
+  let body: EventBody;
+  switch (type) {
+    case "messages_added":
+      body = {
+        type,
+        firstSeq: Number(field(f, "first_seq")),
+        lastSeq: Number(field(f, "last_seq")),
+      };
+      break;
+    case "summary_updated":
+      body = {
+        type,
+        summary: field(f, "summary"),
+        summarizedThroughSeq: Number(field(f, "summarized_through_seq")),
+        foldedCount: Number(field(f, "folded_count")),
+      };
+      break;
+    case "thread_cleared":
+      body = f.get("reason") === "expired" ? { type, reason: "expired" } : { type };
+      break;
+    case "summary_failed":
+      body = { type, reason: field(f, "reason"), attempt: Number(field(f, "attempt")) };
+      break;
+    default:
+      throw new Error(`redis store: an event has the unknown type ${type}`);
+  }
+  return {
+    ...body,
+    cursor: tokens.issue(namespace, streamPosition(asString(id))),
+    threadId: field(f, "thread_id"),
+    time: Number(field(f, "time")),
+  };
+}
+
+// --- Cursors -------------------------------------------------------------------
+
+/** The event number of a stream id this store wrote ("0-<n>"). */
+export function streamPosition(id: string): number {
+  const m = STREAM_ID.exec(id);
+  if (m === null) throw new Error(`redis store: the stream id ${id} is not one this store writes`);
+  return Number(m[1]);
+}
+
+// --- Replies -------------------------------------------------------------------
+
+export function asArray(value: unknown): unknown[] {
+  if (!Array.isArray(value)) throw new Error("redis store: unexpected reply (not an array)");
+  return value;
+}
+
+export function asString(value: unknown): string {
+  if (typeof value !== "string") throw new Error("redis store: unexpected reply (not a string)");
+  return value;
+}
