@@ -7,6 +7,7 @@
 /** Domain error codes; each maps to exactly one gRPC status code. */
 export type ErrorCode =
   | "invalid_argument"
+  | "not_found"
   | "failed_precondition"
   | "aborted"
   | "out_of_range"

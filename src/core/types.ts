@@ -121,7 +121,8 @@ export type EventBody =
   | { type: "messages_added"; firstSeq: number; lastSeq: number }
   | { type: "summary_updated"; summary: string; summarizedThroughSeq: number; foldedCount: number }
   | { type: "thread_cleared"; reason?: "expired" }
-  | { type: "summary_failed"; reason: string; attempt: number };
+  | { type: "summary_failed"; reason: string; attempt: number }
+  | { type: "thread_rewound"; toSeq: number; removedCount: number; summaryDropped: boolean };
 
 export type EventType = EventBody["type"];
 

@@ -1,9 +1,9 @@
-import { messageBytes, type NamespaceUsage } from "../store/quota.js";
+import { messageBytes, type NamespaceUsage } from "./quota.js";
 import type { ChatMessage } from "./types.js";
 
 /**
  * What a write changes in its namespace's usage, as the quotas count it
- * (store/quota.ts checkQuotas takes it with the usage before): worked out
+ * (core/quota.ts checkQuotas takes it with the usage before): worked out
  * before anything is written, so a refusal stores nothing.
  */
 

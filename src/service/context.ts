@@ -7,6 +7,8 @@ import type {
   GetResponse,
   ListThreadsRequest,
   ListThreadsResponse,
+  RewindRequest,
+  RewindResponse,
   WatchRequest,
   WatchResponse,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
@@ -31,6 +33,7 @@ export interface MemoryServiceCore {
   get(req: GetRequest, ctx: CallContext): Promise<GetResponse>;
   clear(req: ClearRequest, ctx: CallContext): Promise<ClearResponse>;
   listThreads(req: ListThreadsRequest, ctx: CallContext): Promise<ListThreadsResponse>;
+  rewind(req: RewindRequest, ctx: CallContext): Promise<RewindResponse>;
   /** Ends (returns) only when ctx.signal aborts or the service shuts down (throws unavailable). */
   watch(req: WatchRequest, ctx: CallContext): AsyncIterable<WatchResponse>;
 }

@@ -288,6 +288,7 @@ const EVENT_TYPE_FROM_PB: Partial<Record<number, EventType>> = {
   [EventTypePb.MESSAGES_ADDED]: "messages_added",
   [EventTypePb.THREAD_CLEARED]: "thread_cleared",
   [EventTypePb.SUMMARY_FAILED]: "summary_failed",
+  [EventTypePb.THREAD_REWOUND]: "thread_rewound",
 };
 
 export function eventTypeFromPb(t: EventTypePb, field: string): EventType {
@@ -331,6 +332,18 @@ export function eventToPb(e: MemoryEvent, resumeToken: string): WatchResponse {
       return create(WatchResponseSchema, {
         ...common,
         event: { case: "summaryFailed", value: { reason: e.reason, attempt: e.attempt } },
+      });
+    case "thread_rewound":
+      return create(WatchResponseSchema, {
+        ...common,
+        event: {
+          case: "threadRewound",
+          value: {
+            toSeq: BigInt(e.toSeq),
+            removedCount: e.removedCount,
+            summaryDropped: e.summaryDropped,
+          },
+        },
       });
   }
 }

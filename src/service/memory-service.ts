@@ -14,6 +14,9 @@ import {
   type ListThreadsRequest,
   type ListThreadsResponse,
   ListThreadsResponseSchema,
+  type RewindRequest,
+  type RewindResponse,
+  RewindResponseSchema,
   type WatchRequest,
   type WatchResponse,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
@@ -495,6 +498,49 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     return create(ClearResponseSchema, { clearedThreads: existed ? 1 : 0 });
   }
 
+  /**
+   * Drops the thread's messages after to_seq (the store decides and writes
+   * atomically: core/rewind.ts). A dropped summary leaves the remaining
+   * messages to fold again, so the scheduler is told to look.
+   */
+  async function rewind(req: RewindRequest, ctx: CallContext): Promise<RewindResponse> {
+    assertOpen();
+    const threadId = threadIdFrom(req.threadId);
+    if (Buffer.byteLength(req.requestId, "utf8") > MAX_REQUEST_ID_BYTES) {
+      throw invalidArgument("request_id", `must be at most ${MAX_REQUEST_ID_BYTES} bytes`);
+    }
+    const toSeq = safeNumber(req.toSeq, "to_seq");
+    const expectedLastSeq =
+      req.expectedLastSeq === undefined
+        ? undefined
+        : safeNumber(req.expectedLastSeq, "expected_last_seq");
+    const hash =
+      req.requestId === ""
+        ? ""
+        : createHash("sha256")
+            .update(JSON.stringify(["rewind", toSeq, expectedLastSeq ?? null]))
+            .digest("base64url");
+    const result = await store.rewind({
+      namespace: ctx.namespace,
+      threadId,
+      toSeq,
+      expectedLastSeq,
+      requestId: req.requestId,
+      requestHash: hash,
+      now: now(),
+      ...(ctx.deadline === undefined ? {} : { deadline: ctx.deadline }),
+    });
+    if (!result.replayed && result.summaryDropped) {
+      folds.forget(ctx.namespace, threadId);
+      maybeKick(ctx.namespace, result.thread);
+    }
+    return create(RewindResponseSchema, {
+      thread: threadToPb(result.thread),
+      removedCount: result.removedCount,
+      summaryDropped: result.summaryDropped,
+    });
+  }
+
   async function listThreads(
     req: ListThreadsRequest,
     ctx: CallContext,
@@ -560,6 +606,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     get,
     clear,
     listThreads,
+    rewind,
     watch,
     async close() {
       shutdown.abort(new MemoryError("unavailable", "the server is shutting down"));

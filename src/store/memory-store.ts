@@ -7,6 +7,7 @@ import {
   trimCountOf,
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
+import { checkQuotas, messageBytes, type NamespaceUsage } from "../core/quota.js";
 import { recallSize } from "../core/recall.js";
 import { isExpired, ttlAfterAdd, ttlFields } from "../core/ttl.js";
 import type {
@@ -22,13 +23,14 @@ import { livePage } from "./live-page.js";
 import { ExpiryQueue } from "./memory/expiry-queue.js";
 import { LabelIndex } from "./memory/labels.js";
 import { SortedIds } from "./memory/sorted-ids.js";
-import { checkQuotas, messageBytes, type NamespaceUsage } from "./quota.js";
 import { newStoreId, newTokenSecret, ResumeTokens } from "./resume-token.js";
+import { rewindPending } from "./rewind-pending.js";
 import {
   type AppendCommand,
   type AppendResult,
   CLEAR_BATCH,
   type CommitSummaryCommand,
+  DEFAULT_STORE_LIMITS,
   type FoldFailureCommand,
   type ImportThreadCommand,
   READ_SLACK,
@@ -40,14 +42,6 @@ import {
 } from "./store.js";
 
 /** Defaults shared by the stores (see StoreLimits). */
-export const DEFAULT_STORE_LIMITS: StoreLimits = {
-  eventRetention: 10_000,
-  idempotencyRetentionMs: 24 * 60 * 60 * 1000,
-  idempotencyMaxPerThread: 1000,
-  maxThreadsPerNamespace: 10_000,
-  maxMessagesPerNamespace: 1_000_000,
-  maxBytesPerNamespace: 1024 * 1024 * 1024,
-};
 
 interface IdempotencyRecord {
   hash: string;
@@ -215,6 +209,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
   }
 
   return {
+    rewind: rewindPending,
     async append(cmd: AppendCommand): Promise<AppendResult> {
       const s = ns(cmd.namespace);
       const found = s.threads.get(cmd.threadId);

@@ -6,12 +6,11 @@ import {
   strategyMismatchError,
 } from "../core/append.js";
 import { MemoryError } from "../core/errors.js";
+import { messageBytes, type QuotaName, quotaExceededError } from "../core/quota.js";
 import { strategyKey } from "../core/strategy.js";
 import { isExpired } from "../core/ttl.js";
 import type { Labels, MemoryEvent, ThreadState } from "../core/types.js";
 import { livePage } from "./live-page.js";
-import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
-import { messageBytes, type QuotaName, quotaExceededError } from "./quota.js";
 import {
   asArray,
   asString,
@@ -57,6 +56,7 @@ import {
   ROTATE_INCARNATION,
 } from "./redis/scripts.js";
 import { newStoreId, newTokenSecret, type ResumeTokens } from "./resume-token.js";
+import { rewindPending } from "./rewind-pending.js";
 import type {
   AppendCommand,
   AppendResult,
@@ -69,7 +69,7 @@ import type {
   StoreLimits,
   ThreadSnapshot,
 } from "./store.js";
-import { CLEAR_BATCH, READ_SLACK } from "./store.js";
+import { CLEAR_BATCH, DEFAULT_STORE_LIMITS, READ_SLACK } from "./store.js";
 
 /** Options of {@link createRedisStore}. */
 export interface RedisStoreOptions {
@@ -662,6 +662,7 @@ export async function createRedisStore(
   // --- The Store -----------------------------------------------------------
 
   return {
+    rewind: rewindPending,
     async append(cmd: AppendCommand): Promise<AppendResult> {
       const k = keys(cmd.namespace);
       const id = cmd.threadId;

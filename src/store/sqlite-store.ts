@@ -6,8 +6,8 @@ import { MemoryError } from "../core/errors.js";
 import { recallSize } from "../core/recall.js";
 import { isExpired } from "../core/ttl.js";
 import type { Labels, MemoryEvent, StoredMessage, Strategy, ThreadState } from "../core/types.js";
-import { DEFAULT_STORE_LIMITS } from "./memory-store.js";
 import { historyLostError, ResumeTokens } from "./resume-token.js";
+import { rewindPending } from "./rewind-pending.js";
 import { SqliteLabels } from "./sqlite/labels.js";
 import { MessageCache } from "./sqlite/message-cache.js";
 import {
@@ -39,6 +39,7 @@ import {
   type AppendResult,
   CLEAR_BATCH,
   type CommitSummaryCommand,
+  DEFAULT_STORE_LIMITS,
   type FoldFailureCommand,
   type ImportThreadCommand,
   READ_SLACK,
@@ -594,6 +595,7 @@ export function createSqliteStore(
   }
 
   return {
+    rewind: rewindPending,
     async append(cmd: AppendCommand): Promise<AppendResult> {
       const c = await write<AppendResult>(
         { kind: "append", cmd },

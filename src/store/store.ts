@@ -1,3 +1,4 @@
+import type { QuotaLimits } from "../core/quota.js";
 import type {
   ChatMessage,
   Labels,
@@ -9,14 +10,25 @@ import type {
 
 /**
  * The Store contract: everything the service keeps, for one or many server
- * replicas. Every method is atomic on its own; the semantics below are what
- * test/store/contract.ts checks against every implementation.
+ * replicas, as four narrow interfaces (each with its contract suite under
+ * test/store/contract/, run against every backend). Every method is atomic
+ * on its own.
  *
  * Events: every mutation appends its event (messages_added, summary_updated,
- * thread_cleared, summary_failed) to the namespace's log in the same atomic
- * step, so the log and the state never disagree.
+ * thread_cleared, summary_failed, thread_rewound) to the namespace's log in
+ * the same atomic step, so the log and the state never disagree.
+ *
+ * The decisions behind the methods (idempotency, trimming, TTL, quotas,
+ * fold-commit checks, rewind) are pure functions in src/core/ that every
+ * backend calls; a backend provides storage and atomicity only.
  */
-export interface Store {
+export interface Store extends ThreadStore, FoldStore, EventLog, StoreAdmin {}
+
+/**
+ * Threads and their messages: what Add, Get, Rewind, Clear and ListThreads
+ * read and write.
+ */
+export interface ThreadStore {
   /**
    * Appends messages atomically with consecutive seqs, trims to the strategy's
    * max_stored (see core/append.ts trimCount), records the idempotency key and
@@ -29,6 +41,18 @@ export interface Store {
    * then the namespace quotas (resource_exhausted; see StoreLimits).
    */
   append(cmd: AppendCommand): Promise<AppendResult>;
+
+  /**
+   * Drops the thread's stored messages after cmd.toSeq as core/rewind.ts
+   * decideRewind plans it, in one atomic step: writes the planned thread,
+   * forgets the request ids core/rewind.ts forgetRequest names, advances the
+   * fold lease's token (ending any lease, so a running fold cannot commit),
+   * gives the quota room back and logs thread_rewound. Idempotent on
+   * request_id like append (the same records: one id names one request, an
+   * Add or a Rewind; another payload is invalid_argument). An expired thread
+   * is not found.
+   */
+  rewind(cmd: RewindCommand): Promise<RewindResult>;
 
   /**
    * The thread and its stored messages, oldest first; undefined if it does
@@ -44,6 +68,23 @@ export interface Store {
   /** The thread without its messages; undefined if it does not exist. */
   getThread(namespace: string, threadId: string): Promise<ThreadState | undefined>;
 
+  /** Removes one thread; logs thread_cleared. Returns whether it existed. */
+  clear(namespace: string, threadId: string, now: number): Promise<boolean>;
+
+  /**
+   * Thread ids of the namespace greater than `after`, ascending (byte order),
+   * at most `limit`. Costs O(log n + limit): each store keeps the ids ordered.
+   *
+   * With `labels` (not empty), only threads carrying every one of them
+   * (equality, AND). Each store indexes threads by label, so this costs the
+   * threads carrying one of the labels (the rarest, where the store can
+   * tell), never a scan of the namespace.
+   */
+  listThreads(namespace: string, after: string, limit: number, labels?: Labels): Promise<string[]>;
+}
+
+/** Fold leases and summaries: what the fold scheduler needs across replicas. */
+export interface FoldStore {
   /**
    * Writes a new summary if the thread still has `incarnation`, its
    * summarized_through_seq still equals `fromSeq`, and `leaseToken` is the
@@ -64,33 +105,10 @@ export interface Store {
 
   /** Releases the lease if `token` still holds it. */
   releaseFoldLease(namespace: string, threadId: string, token: number): Promise<void>;
+}
 
-  /** Removes one thread; logs thread_cleared. Returns whether it existed. */
-  clear(namespace: string, threadId: string, now: number): Promise<boolean>;
-
-  /**
-   * Removes every thread of the namespace; one thread_cleared each. Returns
-   * the count. Works in batches of at most CLEAR_BATCH threads, smallest ids
-   * first, each batch atomic on its own, and lets other calls run between
-   * batches, so clearing a large namespace never blocks the process (or
-   * Redis) for long nor holds one huge transaction. So the whole is not one
-   * atomic step: a thread created while it runs may be cleared too or may
-   * survive; every thread that existed when it was called is gone when it
-   * returns (unless written again meanwhile).
-   */
-  clearAll(namespace: string, now: number): Promise<number>;
-
-  /**
-   * Thread ids of the namespace greater than `after`, ascending (byte order),
-   * at most `limit`. Costs O(log n + limit): each store keeps the ids ordered.
-   *
-   * With `labels` (not empty), only threads carrying every one of them
-   * (equality, AND). Each store indexes threads by label, so this costs the
-   * threads carrying one of the labels (the rarest, where the store can
-   * tell), never a scan of the namespace.
-   */
-  listThreads(namespace: string, after: string, limit: number, labels?: Labels): Promise<string[]>;
-
+/** The per-namespace event log: what Watch reads and waits on. */
+export interface EventLog {
   /**
    * Events of the namespace after `cursor` (exclusive), oldest first, at most
    * `limit`. Cursors are resume-token.ts tokens: the namespace's own event
@@ -125,7 +143,10 @@ export interface Store {
    * Watch stream reads from its cursor and is refused with out_of_range.
    */
   subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void;
+}
 
+/** Administration and lifecycle: import, clear all, the TTL sweep, health, close. */
+export interface StoreAdmin {
   /**
    * Writes a whole thread as given (`windlass-memory import`, src/portability)
    * if the namespace has no thread of that id: its strategy, summary,
@@ -138,6 +159,18 @@ export interface Store {
    * ending at last_seq, summarized_through_seq at most last_seq.
    */
   importThread(cmd: ImportThreadCommand): Promise<boolean>;
+
+  /**
+   * Removes every thread of the namespace; one thread_cleared each. Returns
+   * the count. Works in batches of at most CLEAR_BATCH threads, smallest ids
+   * first, each batch atomic on its own, and lets other calls run between
+   * batches, so clearing a large namespace never blocks the process (or
+   * Redis) for long nor holds one huge transaction. So the whole is not one
+   * atomic step: a thread created while it runs may be cleared too or may
+   * survive; every thread that existed when it was called is gone when it
+   * returns (unless written again meanwhile).
+   */
+  clearAll(namespace: string, now: number): Promise<number>;
 
   /**
    * Removes up to `limit` threads whose expire time is at or before `now`,
@@ -172,6 +205,30 @@ export interface StoreHealth {
   serving: boolean;
   /** Why not, when not serving: for logs and GET /readyz; never a secret or a URL. */
   reason?: string;
+}
+
+/** Store.rewind's input. */
+export interface RewindCommand {
+  namespace: string;
+  threadId: string;
+  toSeq: number;
+  expectedLastSeq: number | undefined;
+  /** Empty: no idempotency. */
+  requestId: string;
+  /** Digest of the request's payload (to_seq, expected_last_seq). */
+  requestHash: string;
+  now: number;
+  /** As AppendCommand.deadline. */
+  deadline?: number;
+}
+
+export interface RewindResult {
+  thread: ThreadState;
+  /** Stored messages dropped; 0 when toSeq was already last_seq. */
+  removedCount: number;
+  summaryDropped: boolean;
+  /** True when this was a retry of an earlier request_id. */
+  replayed: boolean;
 }
 
 /** A whole thread to write as it is (Store.importThread). */
@@ -283,23 +340,22 @@ export interface FoldFailureCommand {
   now: number;
 }
 
-/** Limits every store applies. */
-export interface StoreLimits {
+/** Limits every store applies; the namespace quotas are core/quota.ts QuotaLimits. */
+export interface StoreLimits extends QuotaLimits {
   /** Events kept per namespace for Watch resume. */
   eventRetention: number;
   /** How long a request_id is remembered, in ms. */
   idempotencyRetentionMs: number;
   /** How many request_ids are remembered per thread. */
   idempotencyMaxPerThread: number;
-  /**
-   * Namespace quotas (0: unlimited), enforced by append atomically with the
-   * write, across replicas too (src/store/quota.ts): an Add that would grow
-   * the namespace's thread count, stored message count or stored message
-   * bytes (quota.ts messageBytes) past its quota, counted after the Add's own
-   * trim, is refused with resource_exhausted naming the quota, and stores
-   * nothing. Trims, summary commits and clears give the room back.
-   */
-  maxThreadsPerNamespace: number;
-  maxMessagesPerNamespace: number;
-  maxBytesPerNamespace: number;
 }
+
+/** The limits a store applies unless configured otherwise (config.ts sets the flags' values). */
+export const DEFAULT_STORE_LIMITS: StoreLimits = {
+  eventRetention: 10_000,
+  idempotencyRetentionMs: 24 * 60 * 60 * 1000,
+  idempotencyMaxPerThread: 1000,
+  maxThreadsPerNamespace: 10_000,
+  maxMessagesPerNamespace: 1_000_000,
+  maxBytesPerNamespace: 1024 * 1024 * 1024,
+};

@@ -25,6 +25,7 @@ export function tracedStore(store: Store, kind: StoreConfig["kind"]): Store {
     );
   return {
     append: (cmd) => span("append", cmd.namespace, cmd.threadId, () => store.append(cmd)),
+    rewind: (cmd) => span("rewind", cmd.namespace, cmd.threadId, () => store.rewind(cmd)),
     read: (namespace, threadId, view) =>
       span("read", namespace, threadId, () => store.read(namespace, threadId, view)),
     getThread: (namespace, threadId) =>

@@ -137,6 +137,7 @@ function memoryServiceImpl(options: ServerOptions): ServiceImpl<typeof MemorySer
     get: (req, hctx) => unary(options, hctx, (ctx) => core.get(req, ctx)),
     clear: (req, hctx) => unary(options, hctx, (ctx) => core.clear(req, ctx)),
     listThreads: (req, hctx) => unary(options, hctx, (ctx) => core.listThreads(req, ctx)),
+    rewind: (req, hctx) => unary(options, hctx, (ctx) => core.rewind(req, ctx)),
     watch: (req, hctx) => serverStreaming(options, hctx, (ctx) => core.watch(req, ctx)),
   };
 }

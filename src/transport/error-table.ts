@@ -17,6 +17,7 @@ export const errorCodeTable: {
   readonly [C in ErrorCode]: { readonly grpc: status; readonly connect: Code };
 } = {
   invalid_argument: { grpc: status.INVALID_ARGUMENT, connect: Code.InvalidArgument },
+  not_found: { grpc: status.NOT_FOUND, connect: Code.NotFound },
   failed_precondition: { grpc: status.FAILED_PRECONDITION, connect: Code.FailedPrecondition },
   aborted: { grpc: status.ABORTED, connect: Code.Aborted },
   out_of_range: { grpc: status.OUT_OF_RANGE, connect: Code.OutOfRange },

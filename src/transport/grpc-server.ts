@@ -128,6 +128,7 @@ function memoryServiceHandlers(options: ServerOptions) {
     get: unary(options, methods.get, (req, ctx) => core.get(req, ctx)),
     clear: unary(options, methods.clear, (req, ctx) => core.clear(req, ctx)),
     listThreads: unary(options, methods.listThreads, (req, ctx) => core.listThreads(req, ctx)),
+    rewind: unary(options, methods.rewind, (req, ctx) => core.rewind(req, ctx)),
     watch: serverStreaming(options, methods.watch, (req, ctx) => core.watch(req, ctx)),
   } satisfies Record<keyof typeof methods, UntypedHandleCall>;
 }

@@ -285,6 +285,7 @@ describe("gRPC server (grpc-js)", () => {
           "Get",
           "Clear",
           "ListThreads",
+          "Rewind",
           "Watch",
         ]);
         expect(memory?.messageType.map((m) => m.name)).toContain("AddRequest");

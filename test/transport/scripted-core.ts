@@ -4,6 +4,7 @@ import {
   ClearResponseSchema,
   GetResponseSchema,
   ListThreadsResponseSchema,
+  RewindResponseSchema,
   type WatchResponse,
   WatchResponseSchema,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
@@ -75,6 +76,14 @@ export function scriptedCore(script: Partial<MemoryServiceCore> = {}): ScriptedC
       record("listThreads", req, ctx);
       if (script.listThreads) return script.listThreads(req, ctx);
       return create(ListThreadsResponseSchema, { threadIds: ["a", "b"] });
+    },
+    async rewind(req, ctx) {
+      record("rewind", req, ctx);
+      if (script.rewind) return script.rewind(req, ctx);
+      return create(RewindResponseSchema, {
+        thread: { threadId: req.threadId === "" ? "default" : req.threadId, lastSeq: req.toSeq },
+        removedCount: 1,
+      });
     },
     watch(req, ctx) {
       record("watch", req, ctx);

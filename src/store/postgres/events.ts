@@ -1,6 +1,6 @@
 import { MemoryError } from "../../core/errors.js";
+import type { NamespaceUsage } from "../../core/quota.js";
 import type { EventBody, MemoryEvent } from "../../core/types.js";
-import type { NamespaceUsage } from "../quota.js";
 import { historyLostError, type ResumeTokens } from "../resume-token.js";
 import { type EventRow, eventBody, toEvent } from "./codec.js";
 

@@ -1,13 +1,14 @@
 import pg from "pg";
 import { MemoryError } from "../../core/errors.js";
 import type { Labels, MemoryEvent, ThreadState } from "../../core/types.js";
-import { DEFAULT_STORE_LIMITS } from "../memory-store.js";
 import { ResumeTokens } from "../resume-token.js";
+import { rewindPending } from "../rewind-pending.js";
 import {
   type AppendCommand,
   type AppendResult,
   CLEAR_BATCH,
   type CommitSummaryCommand,
+  DEFAULT_STORE_LIMITS,
   type FoldFailureCommand,
   type ImportThreadCommand,
   type ReadView,
@@ -123,6 +124,7 @@ class PostgresStore implements Store {
   #incarnation: Incarnation;
   #tokens: ResumeTokens;
   #closed = false;
+  rewind = rewindPending;
 
   constructor(
     pool: pg.Pool,

@@ -1,5 +1,6 @@
 import { statSync } from "node:fs";
 import Database from "better-sqlite3";
+import { messageBytes, type NamespaceUsage } from "../../core/quota.js";
 import type {
   ChatMessage,
   EventBody,
@@ -8,7 +9,6 @@ import type {
   StoredMessage,
   ThreadState,
 } from "../../core/types.js";
-import { messageBytes, type NamespaceUsage } from "../quota.js";
 import { newStoreId, newTokenSecret } from "../resume-token.js";
 import type { AppendResult } from "../store.js";
 import { strategyFromJson } from "../strategy-json.js";

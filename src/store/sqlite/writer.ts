@@ -2,9 +2,9 @@ import { randomUUID } from "node:crypto";
 import Database from "better-sqlite3";
 import { decideAppend, keepsSummary, newThreadState, trimCountOf } from "../../core/append.js";
 import { type ErrorCode, invalidArgument, MemoryError } from "../../core/errors.js";
+import { checkQuotas, messageBytes, type NamespaceUsage } from "../../core/quota.js";
 import { ttlAfterAdd, ttlFields } from "../../core/ttl.js";
 import type { EventBody, StoredMessage, ThreadState } from "../../core/types.js";
-import { checkQuotas, messageBytes, type NamespaceUsage } from "../quota.js";
 import type {
   AppendCommand,
   AppendResult,

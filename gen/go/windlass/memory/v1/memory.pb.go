@@ -165,6 +165,8 @@ const (
 	EventType_EVENT_TYPE_THREAD_CLEARED EventType = 3
 	// A summary fold failed; it will be retried.
 	EventType_EVENT_TYPE_SUMMARY_FAILED EventType = 4
+	// A thread's newest messages were dropped by Rewind.
+	EventType_EVENT_TYPE_THREAD_REWOUND EventType = 5
 )
 
 // Enum value maps for EventType.
@@ -175,6 +177,7 @@ var (
 		2: "EVENT_TYPE_MESSAGES_ADDED",
 		3: "EVENT_TYPE_THREAD_CLEARED",
 		4: "EVENT_TYPE_SUMMARY_FAILED",
+		5: "EVENT_TYPE_THREAD_REWOUND",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":     0,
@@ -182,6 +185,7 @@ var (
 		"EVENT_TYPE_MESSAGES_ADDED":  2,
 		"EVENT_TYPE_THREAD_CLEARED":  3,
 		"EVENT_TYPE_SUMMARY_FAILED":  4,
+		"EVENT_TYPE_THREAD_REWOUND":  5,
 	}
 )
 
@@ -294,7 +298,8 @@ type ChatMessage struct {
 	// Free-form annotations kept with the message and returned unchanged.
 	Metadata map[string]string `protobuf:"bytes,6,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Output only: the message's sequence number in its thread, 1, 2, 3 …
-	// assigned by the server, never reused or shifted. Ignored on input.
+	// assigned by the server, never shifted; reused only after a Rewind
+	// dropped the messages that had them. Ignored on input.
 	Seq uint64 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Output only: when the server stored the message. Ignored on input.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
@@ -1402,6 +1407,146 @@ func (x *ClearResponse) GetClearedThreads() uint32 {
 	return 0
 }
 
+// RewindRequest drops a thread's newest messages.
+type RewindRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The thread. Empty: "default". Checked like AddRequest.thread_id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// Keep the messages up to and including this seq; drop those after it.
+	// Equal to the thread's last_seq: nothing to drop.
+	ToSeq uint64 `protobuf:"varint,2,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	// When set, rewind only if the thread's last_seq is still this value
+	// (ABORTED otherwise), so a message added meanwhile is never dropped.
+	ExpectedLastSeq *uint64 `protobuf:"varint,3,opt,name=expected_last_seq,json=expectedLastSeq,proto3,oneof" json:"expected_last_seq,omitempty"`
+	// Idempotency key, as AddRequest.request_id (the same ids: one id names
+	// one request on a thread, an Add or a Rewind).
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewindRequest) Reset() {
+	*x = RewindRequest{}
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindRequest) ProtoMessage() {}
+
+func (x *RewindRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindRequest.ProtoReflect.Descriptor instead.
+func (*RewindRequest) Descriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RewindRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *RewindRequest) GetToSeq() uint64 {
+	if x != nil {
+		return x.ToSeq
+	}
+	return 0
+}
+
+func (x *RewindRequest) GetExpectedLastSeq() uint64 {
+	if x != nil && x.ExpectedLastSeq != nil {
+		return *x.ExpectedLastSeq
+	}
+	return 0
+}
+
+func (x *RewindRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// RewindResponse reports what Rewind dropped.
+type RewindResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The thread after the Rewind.
+	Thread *Thread `protobuf:"bytes,1,opt,name=thread,proto3" json:"thread,omitempty"`
+	// How many stored messages were dropped (0 when to_seq was last_seq).
+	RemovedCount uint32 `protobuf:"varint,2,opt,name=removed_count,json=removedCount,proto3" json:"removed_count,omitempty"`
+	// Whether the summary was dropped because it covered a dropped message.
+	SummaryDropped bool `protobuf:"varint,3,opt,name=summary_dropped,json=summaryDropped,proto3" json:"summary_dropped,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RewindResponse) Reset() {
+	*x = RewindResponse{}
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindResponse) ProtoMessage() {}
+
+func (x *RewindResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindResponse.ProtoReflect.Descriptor instead.
+func (*RewindResponse) Descriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RewindResponse) GetThread() *Thread {
+	if x != nil {
+		return x.Thread
+	}
+	return nil
+}
+
+func (x *RewindResponse) GetRemovedCount() uint32 {
+	if x != nil {
+		return x.RemovedCount
+	}
+	return 0
+}
+
+func (x *RewindResponse) GetSummaryDropped() bool {
+	if x != nil {
+		return x.SummaryDropped
+	}
+	return false
+}
+
 // ListThreadsRequest pages through the caller's thread ids.
 type ListThreadsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1419,7 +1564,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1576,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1589,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{13}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListThreadsRequest) GetPageSize() uint32 {
@@ -1481,7 +1626,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1638,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1651,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{14}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListThreadsResponse) GetThreadIds() []string {
@@ -1541,7 +1686,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1698,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1711,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{15}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchRequest) GetThreadIds() []string {
@@ -1616,6 +1761,7 @@ type WatchResponse struct {
 	//	*WatchResponse_ThreadCleared
 	//	*WatchResponse_SummaryFailed
 	//	*WatchResponse_Progress
+	//	*WatchResponse_ThreadRewound
 	Event         isWatchResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1623,7 +1769,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1781,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1794,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{16}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchResponse) GetResumeToken() string {
@@ -1724,6 +1870,15 @@ func (x *WatchResponse) GetProgress() *Progress {
 	return nil
 }
 
+func (x *WatchResponse) GetThreadRewound() *ThreadRewound {
+	if x != nil {
+		if x, ok := x.Event.(*WatchResponse_ThreadRewound); ok {
+			return x.ThreadRewound
+		}
+	}
+	return nil
+}
+
 type isWatchResponse_Event interface {
 	isWatchResponse_Event()
 }
@@ -1753,6 +1908,11 @@ type WatchResponse_Progress struct {
 	Progress *Progress `protobuf:"bytes,8,opt,name=progress,proto3,oneof"`
 }
 
+type WatchResponse_ThreadRewound struct {
+	// The thread's messages after to_seq were dropped (Rewind).
+	ThreadRewound *ThreadRewound `protobuf:"bytes,9,opt,name=thread_rewound,json=threadRewound,proto3,oneof"`
+}
+
 func (*WatchResponse_SummaryUpdated) isWatchResponse_Event() {}
 
 func (*WatchResponse_MessagesAdded) isWatchResponse_Event() {}
@@ -1762,6 +1922,8 @@ func (*WatchResponse_ThreadCleared) isWatchResponse_Event() {}
 func (*WatchResponse_SummaryFailed) isWatchResponse_Event() {}
 
 func (*WatchResponse_Progress) isWatchResponse_Event() {}
+
+func (*WatchResponse_ThreadRewound) isWatchResponse_Event() {}
 
 // SummaryUpdated: the thread's summary now covers more messages.
 type SummaryUpdated struct {
@@ -1778,7 +1940,7 @@ type SummaryUpdated struct {
 
 func (x *SummaryUpdated) Reset() {
 	*x = SummaryUpdated{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1952,7 @@ func (x *SummaryUpdated) String() string {
 func (*SummaryUpdated) ProtoMessage() {}
 
 func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1965,7 @@ func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryUpdated.ProtoReflect.Descriptor instead.
 func (*SummaryUpdated) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{17}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SummaryUpdated) GetSummary() string {
@@ -1840,7 +2002,7 @@ type MessagesAdded struct {
 
 func (x *MessagesAdded) Reset() {
 	*x = MessagesAdded{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2014,7 @@ func (x *MessagesAdded) String() string {
 func (*MessagesAdded) ProtoMessage() {}
 
 func (x *MessagesAdded) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2027,7 @@ func (x *MessagesAdded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesAdded.ProtoReflect.Descriptor instead.
 func (*MessagesAdded) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{18}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MessagesAdded) GetFirstSeq() uint64 {
@@ -1893,7 +2055,7 @@ type ThreadCleared struct {
 
 func (x *ThreadCleared) Reset() {
 	*x = ThreadCleared{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2067,7 @@ func (x *ThreadCleared) String() string {
 func (*ThreadCleared) ProtoMessage() {}
 
 func (x *ThreadCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2080,7 @@ func (x *ThreadCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadCleared.ProtoReflect.Descriptor instead.
 func (*ThreadCleared) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{19}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ThreadCleared) GetReason() string {
@@ -1941,7 +2103,7 @@ type SummaryFailed struct {
 
 func (x *SummaryFailed) Reset() {
 	*x = SummaryFailed{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2115,7 @@ func (x *SummaryFailed) String() string {
 func (*SummaryFailed) ProtoMessage() {}
 
 func (x *SummaryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2128,7 @@ func (x *SummaryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryFailed.ProtoReflect.Descriptor instead.
 func (*SummaryFailed) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{20}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SummaryFailed) GetReason() string {
@@ -1983,6 +2145,71 @@ func (x *SummaryFailed) GetAttempt() uint32 {
 	return 0
 }
 
+// ThreadRewound: Rewind dropped the thread's messages after to_seq; the
+// thread's last_seq is now to_seq and the next Add reuses the seqs after it.
+type ThreadRewound struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The newest seq kept.
+	ToSeq uint64 `protobuf:"varint,1,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	// How many stored messages were dropped.
+	RemovedCount uint32 `protobuf:"varint,2,opt,name=removed_count,json=removedCount,proto3" json:"removed_count,omitempty"`
+	// Whether the summary was dropped with them.
+	SummaryDropped bool `protobuf:"varint,3,opt,name=summary_dropped,json=summaryDropped,proto3" json:"summary_dropped,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ThreadRewound) Reset() {
+	*x = ThreadRewound{}
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThreadRewound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThreadRewound) ProtoMessage() {}
+
+func (x *ThreadRewound) ProtoReflect() protoreflect.Message {
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThreadRewound.ProtoReflect.Descriptor instead.
+func (*ThreadRewound) Descriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ThreadRewound) GetToSeq() uint64 {
+	if x != nil {
+		return x.ToSeq
+	}
+	return 0
+}
+
+func (x *ThreadRewound) GetRemovedCount() uint32 {
+	if x != nil {
+		return x.RemovedCount
+	}
+	return 0
+}
+
+func (x *ThreadRewound) GetSummaryDropped() bool {
+	if x != nil {
+		return x.SummaryDropped
+	}
+	return false
+}
+
 // Progress: nothing was missed up to this event's resume_token.
 type Progress struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1992,7 +2219,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2231,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2244,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{21}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{24}
 }
 
 var File_windlass_memory_v1_memory_proto protoreflect.FileDescriptor
@@ -2138,7 +2365,18 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"8\n" +
 	"\rClearResponse\x12'\n" +
-	"\x0fcleared_threads\x18\x01 \x01(\rR\x0eclearedThreads\"\xd7\x01\n" +
+	"\x0fcleared_threads\x18\x01 \x01(\rR\x0eclearedThreads\"\xa9\x01\n" +
+	"\rRewindRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x15\n" +
+	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12/\n" +
+	"\x11expected_last_seq\x18\x03 \x01(\x04H\x00R\x0fexpectedLastSeq\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestIdB\x14\n" +
+	"\x12_expected_last_seq\"\x92\x01\n" +
+	"\x0eRewindResponse\x122\n" +
+	"\x06thread\x18\x01 \x01(\v2\x1a.windlass.memory.v1.ThreadR\x06thread\x12#\n" +
+	"\rremoved_count\x18\x02 \x01(\rR\fremovedCount\x12'\n" +
+	"\x0fsummary_dropped\x18\x03 \x01(\bR\x0esummaryDropped\"\xd7\x01\n" +
 	"\x12ListThreadsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -2157,7 +2395,7 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\vevent_types\x18\x02 \x03(\x0e2\x1d.windlass.memory.v1.EventTypeR\n" +
 	"eventTypes\x12!\n" +
 	"\fresume_token\x18\x03 \x01(\tR\vresumeToken\x12,\n" +
-	"\x12send_initial_state\x18\x04 \x01(\bR\x10sendInitialState\"\xf7\x03\n" +
+	"\x12send_initial_state\x18\x04 \x01(\bR\x10sendInitialState\"\xc3\x04\n" +
 	"\rWatchResponse\x12!\n" +
 	"\fresume_token\x18\x01 \x01(\tR\vresumeToken\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12.\n" +
@@ -2166,7 +2404,8 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x0emessages_added\x18\x05 \x01(\v2!.windlass.memory.v1.MessagesAddedH\x00R\rmessagesAdded\x12J\n" +
 	"\x0ethread_cleared\x18\x06 \x01(\v2!.windlass.memory.v1.ThreadClearedH\x00R\rthreadCleared\x12J\n" +
 	"\x0esummary_failed\x18\a \x01(\v2!.windlass.memory.v1.SummaryFailedH\x00R\rsummaryFailed\x12:\n" +
-	"\bprogress\x18\b \x01(\v2\x1c.windlass.memory.v1.ProgressH\x00R\bprogressB\a\n" +
+	"\bprogress\x18\b \x01(\v2\x1c.windlass.memory.v1.ProgressH\x00R\bprogress\x12J\n" +
+	"\x0ethread_rewound\x18\t \x01(\v2!.windlass.memory.v1.ThreadRewoundH\x00R\rthreadRewoundB\a\n" +
 	"\x05event\"\x83\x01\n" +
 	"\x0eSummaryUpdated\x12\x18\n" +
 	"\asummary\x18\x01 \x01(\tR\asummary\x124\n" +
@@ -2179,7 +2418,11 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x06reason\x18\x14 \x01(\tR\x06reason\"A\n" +
 	"\rSummaryFailed\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
-	"\aattempt\x18\x02 \x01(\rR\aattempt\"\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\"t\n" +
+	"\rThreadRewound\x12\x15\n" +
+	"\x06to_seq\x18\x01 \x01(\x04R\x05toSeq\x12#\n" +
+	"\rremoved_count\x18\x02 \x01(\rR\fremovedCount\x12'\n" +
+	"\x0fsummary_dropped\x18\x03 \x01(\bR\x0esummaryDropped\"\n" +
 	"\n" +
 	"\bProgress*_\n" +
 	"\x04Role\x12\x14\n" +
@@ -2192,18 +2435,20 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x1dSUMMARY_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18SUMMARY_PLACEMENT_SYSTEM\x10\x01\x12\x1a\n" +
 	"\x16SUMMARY_PLACEMENT_USER\x10\x02\x12\x1a\n" +
-	"\x16SUMMARY_PLACEMENT_NONE\x10\x03*\xa4\x01\n" +
+	"\x16SUMMARY_PLACEMENT_NONE\x10\x03*\xc3\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aEVENT_TYPE_SUMMARY_UPDATED\x10\x01\x12\x1d\n" +
 	"\x19EVENT_TYPE_MESSAGES_ADDED\x10\x02\x12\x1d\n" +
 	"\x19EVENT_TYPE_THREAD_CLEARED\x10\x03\x12\x1d\n" +
-	"\x19EVENT_TYPE_SUMMARY_FAILED\x10\x042\x9d\x03\n" +
+	"\x19EVENT_TYPE_SUMMARY_FAILED\x10\x04\x12\x1d\n" +
+	"\x19EVENT_TYPE_THREAD_REWOUND\x10\x052\xee\x03\n" +
 	"\rMemoryService\x12F\n" +
 	"\x03Add\x12\x1e.windlass.memory.v1.AddRequest\x1a\x1f.windlass.memory.v1.AddResponse\x12F\n" +
 	"\x03Get\x12\x1e.windlass.memory.v1.GetRequest\x1a\x1f.windlass.memory.v1.GetResponse\x12L\n" +
 	"\x05Clear\x12 .windlass.memory.v1.ClearRequest\x1a!.windlass.memory.v1.ClearResponse\x12^\n" +
-	"\vListThreads\x12&.windlass.memory.v1.ListThreadsRequest\x1a'.windlass.memory.v1.ListThreadsResponse\x12N\n" +
+	"\vListThreads\x12&.windlass.memory.v1.ListThreadsRequest\x1a'.windlass.memory.v1.ListThreadsResponse\x12O\n" +
+	"\x06Rewind\x12!.windlass.memory.v1.RewindRequest\x1a\".windlass.memory.v1.RewindResponse\x12N\n" +
 	"\x05Watch\x12 .windlass.memory.v1.WatchRequest\x1a!.windlass.memory.v1.WatchResponse0\x01BKZIgithub.com/windlass-ai/windlass-memory/gen/go/windlass/memory/v1;memoryv1b\x06proto3"
 
 var (
@@ -2219,7 +2464,7 @@ func file_windlass_memory_v1_memory_proto_rawDescGZIP() []byte {
 }
 
 var file_windlass_memory_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(Role)(0),                     // 0: windlass.memory.v1.Role
 	(SummaryPlacement)(0),         // 1: windlass.memory.v1.SummaryPlacement
@@ -2237,68 +2482,75 @@ var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(*GetResponse)(nil),           // 13: windlass.memory.v1.GetResponse
 	(*ClearRequest)(nil),          // 14: windlass.memory.v1.ClearRequest
 	(*ClearResponse)(nil),         // 15: windlass.memory.v1.ClearResponse
-	(*ListThreadsRequest)(nil),    // 16: windlass.memory.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),   // 17: windlass.memory.v1.ListThreadsResponse
-	(*WatchRequest)(nil),          // 18: windlass.memory.v1.WatchRequest
-	(*WatchResponse)(nil),         // 19: windlass.memory.v1.WatchResponse
-	(*SummaryUpdated)(nil),        // 20: windlass.memory.v1.SummaryUpdated
-	(*MessagesAdded)(nil),         // 21: windlass.memory.v1.MessagesAdded
-	(*ThreadCleared)(nil),         // 22: windlass.memory.v1.ThreadCleared
-	(*SummaryFailed)(nil),         // 23: windlass.memory.v1.SummaryFailed
-	(*Progress)(nil),              // 24: windlass.memory.v1.Progress
-	nil,                           // 25: windlass.memory.v1.ChatMessage.MetadataEntry
-	nil,                           // 26: windlass.memory.v1.Thread.LabelsEntry
-	nil,                           // 27: windlass.memory.v1.AddRequest.LabelsEntry
-	nil,                           // 28: windlass.memory.v1.ListThreadsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*RewindRequest)(nil),         // 16: windlass.memory.v1.RewindRequest
+	(*RewindResponse)(nil),        // 17: windlass.memory.v1.RewindResponse
+	(*ListThreadsRequest)(nil),    // 18: windlass.memory.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),   // 19: windlass.memory.v1.ListThreadsResponse
+	(*WatchRequest)(nil),          // 20: windlass.memory.v1.WatchRequest
+	(*WatchResponse)(nil),         // 21: windlass.memory.v1.WatchResponse
+	(*SummaryUpdated)(nil),        // 22: windlass.memory.v1.SummaryUpdated
+	(*MessagesAdded)(nil),         // 23: windlass.memory.v1.MessagesAdded
+	(*ThreadCleared)(nil),         // 24: windlass.memory.v1.ThreadCleared
+	(*SummaryFailed)(nil),         // 25: windlass.memory.v1.SummaryFailed
+	(*ThreadRewound)(nil),         // 26: windlass.memory.v1.ThreadRewound
+	(*Progress)(nil),              // 27: windlass.memory.v1.Progress
+	nil,                           // 28: windlass.memory.v1.ChatMessage.MetadataEntry
+	nil,                           // 29: windlass.memory.v1.Thread.LabelsEntry
+	nil,                           // 30: windlass.memory.v1.AddRequest.LabelsEntry
+	nil,                           // 31: windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
 }
 var file_windlass_memory_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: windlass.memory.v1.ChatMessage.role:type_name -> windlass.memory.v1.Role
 	3,  // 1: windlass.memory.v1.ChatMessage.tool_calls:type_name -> windlass.memory.v1.ToolCall
-	25, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
-	29, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
+	28, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
+	32, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
 	6,  // 4: windlass.memory.v1.Strategy.buffer:type_name -> windlass.memory.v1.BufferStrategy
 	7,  // 5: windlass.memory.v1.Strategy.window:type_name -> windlass.memory.v1.WindowStrategy
 	8,  // 6: windlass.memory.v1.Strategy.summary:type_name -> windlass.memory.v1.SummaryStrategy
 	1,  // 7: windlass.memory.v1.SummaryStrategy.summary_placement:type_name -> windlass.memory.v1.SummaryPlacement
 	5,  // 8: windlass.memory.v1.Thread.strategy:type_name -> windlass.memory.v1.Strategy
-	29, // 9: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
-	29, // 10: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
-	26, // 11: windlass.memory.v1.Thread.labels:type_name -> windlass.memory.v1.Thread.LabelsEntry
-	30, // 12: windlass.memory.v1.Thread.ttl:type_name -> google.protobuf.Duration
-	29, // 13: windlass.memory.v1.Thread.expire_time:type_name -> google.protobuf.Timestamp
+	32, // 9: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
+	32, // 10: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
+	29, // 11: windlass.memory.v1.Thread.labels:type_name -> windlass.memory.v1.Thread.LabelsEntry
+	33, // 12: windlass.memory.v1.Thread.ttl:type_name -> google.protobuf.Duration
+	32, // 13: windlass.memory.v1.Thread.expire_time:type_name -> google.protobuf.Timestamp
 	4,  // 14: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
 	5,  // 15: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
-	27, // 16: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
-	30, // 17: windlass.memory.v1.AddRequest.ttl:type_name -> google.protobuf.Duration
+	30, // 16: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
+	33, // 17: windlass.memory.v1.AddRequest.ttl:type_name -> google.protobuf.Duration
 	9,  // 18: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
 	5,  // 19: windlass.memory.v1.GetRequest.recall:type_name -> windlass.memory.v1.Strategy
 	4,  // 20: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
 	9,  // 21: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
-	28, // 22: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
-	2,  // 23: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
-	29, // 24: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
-	20, // 25: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
-	21, // 26: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
-	22, // 27: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
-	23, // 28: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
-	24, // 29: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
-	10, // 30: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
-	12, // 31: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
-	14, // 32: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
-	16, // 33: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
-	18, // 34: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
-	11, // 35: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
-	13, // 36: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
-	15, // 37: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
-	17, // 38: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
-	19, // 39: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
-	35, // [35:40] is the sub-list for method output_type
-	30, // [30:35] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	9,  // 22: windlass.memory.v1.RewindResponse.thread:type_name -> windlass.memory.v1.Thread
+	31, // 23: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	2,  // 24: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
+	32, // 25: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
+	22, // 26: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
+	23, // 27: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
+	24, // 28: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
+	25, // 29: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
+	27, // 30: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
+	26, // 31: windlass.memory.v1.WatchResponse.thread_rewound:type_name -> windlass.memory.v1.ThreadRewound
+	10, // 32: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
+	12, // 33: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
+	14, // 34: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
+	18, // 35: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
+	16, // 36: windlass.memory.v1.MemoryService.Rewind:input_type -> windlass.memory.v1.RewindRequest
+	20, // 37: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
+	11, // 38: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
+	13, // 39: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
+	15, // 40: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
+	19, // 41: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
+	17, // 42: windlass.memory.v1.MemoryService.Rewind:output_type -> windlass.memory.v1.RewindResponse
+	21, // 43: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
+	38, // [38:44] is the sub-list for method output_type
+	32, // [32:38] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_windlass_memory_v1_memory_proto_init() }
@@ -2316,12 +2568,14 @@ func file_windlass_memory_v1_memory_proto_init() {
 	file_windlass_memory_v1_memory_proto_msgTypes[5].OneofWrappers = []any{}
 	file_windlass_memory_v1_memory_proto_msgTypes[7].OneofWrappers = []any{}
 	file_windlass_memory_v1_memory_proto_msgTypes[9].OneofWrappers = []any{}
-	file_windlass_memory_v1_memory_proto_msgTypes[16].OneofWrappers = []any{
+	file_windlass_memory_v1_memory_proto_msgTypes[13].OneofWrappers = []any{}
+	file_windlass_memory_v1_memory_proto_msgTypes[18].OneofWrappers = []any{
 		(*WatchResponse_SummaryUpdated)(nil),
 		(*WatchResponse_MessagesAdded)(nil),
 		(*WatchResponse_ThreadCleared)(nil),
 		(*WatchResponse_SummaryFailed)(nil),
 		(*WatchResponse_Progress)(nil),
+		(*WatchResponse_ThreadRewound)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2329,7 +2583,7 @@ func file_windlass_memory_v1_memory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_windlass_memory_v1_memory_proto_rawDesc), len(file_windlass_memory_v1_memory_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

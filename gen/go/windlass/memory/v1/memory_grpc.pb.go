@@ -31,6 +31,7 @@ const (
 	MemoryService_Get_FullMethodName         = "/windlass.memory.v1.MemoryService/Get"
 	MemoryService_Clear_FullMethodName       = "/windlass.memory.v1.MemoryService/Clear"
 	MemoryService_ListThreads_FullMethodName = "/windlass.memory.v1.MemoryService/ListThreads"
+	MemoryService_Rewind_FullMethodName      = "/windlass.memory.v1.MemoryService/Rewind"
 	MemoryService_Watch_FullMethodName       = "/windlass.memory.v1.MemoryService/Watch"
 )
 
@@ -67,6 +68,18 @@ type MemoryServiceClient interface {
 	Clear(ctx context.Context, in *ClearRequest, opts ...grpc.CallOption) (*ClearResponse, error)
 	// ListThreads returns the ids of the caller's threads, sorted, in pages.
 	ListThreads(ctx context.Context, in *ListThreadsRequest, opts ...grpc.CallOption) (*ListThreadsResponse, error)
+	// Rewind drops a thread's messages after to_seq, atomically: Rewind to
+	// last_seq - 1 removes the newest message. The thread's last_seq becomes
+	// to_seq, so the next Add gives out the dropped seqs again; Watch sees
+	// ThreadRewound before any message that reuses them. A summary that
+	// covered a dropped message is dropped too and the remaining messages are
+	// folded again; a fold running meanwhile never commits. Retrying with the
+	// same request_id returns the first call's response and drops nothing
+	// more. Errors: NOT_FOUND (no such thread), ABORTED (expected_last_seq
+	// differs), OUT_OF_RANGE (to_seq past last_seq), FAILED_PRECONDITION
+	// (messages after to_seq were already trimmed from the store, or only the
+	// summary still holds older ones, so the rewind would lose them).
+	Rewind(ctx context.Context, in *RewindRequest, opts ...grpc.CallOption) (*RewindResponse, error)
 	// Watch streams events of the caller's namespace in order: messages added,
 	// summaries updated or failed, threads cleared. Every event carries a
 	// resume_token; a new Watch with that token continues exactly after it.
@@ -125,6 +138,16 @@ func (c *memoryServiceClient) ListThreads(ctx context.Context, in *ListThreadsRe
 	return out, nil
 }
 
+func (c *memoryServiceClient) Rewind(ctx context.Context, in *RewindRequest, opts ...grpc.CallOption) (*RewindResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RewindResponse)
+	err := c.cc.Invoke(ctx, MemoryService_Rewind_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *memoryServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &MemoryService_ServiceDesc.Streams[0], MemoryService_Watch_FullMethodName, cOpts...)
@@ -177,6 +200,18 @@ type MemoryServiceServer interface {
 	Clear(context.Context, *ClearRequest) (*ClearResponse, error)
 	// ListThreads returns the ids of the caller's threads, sorted, in pages.
 	ListThreads(context.Context, *ListThreadsRequest) (*ListThreadsResponse, error)
+	// Rewind drops a thread's messages after to_seq, atomically: Rewind to
+	// last_seq - 1 removes the newest message. The thread's last_seq becomes
+	// to_seq, so the next Add gives out the dropped seqs again; Watch sees
+	// ThreadRewound before any message that reuses them. A summary that
+	// covered a dropped message is dropped too and the remaining messages are
+	// folded again; a fold running meanwhile never commits. Retrying with the
+	// same request_id returns the first call's response and drops nothing
+	// more. Errors: NOT_FOUND (no such thread), ABORTED (expected_last_seq
+	// differs), OUT_OF_RANGE (to_seq past last_seq), FAILED_PRECONDITION
+	// (messages after to_seq were already trimmed from the store, or only the
+	// summary still holds older ones, so the rewind would lose them).
+	Rewind(context.Context, *RewindRequest) (*RewindResponse, error)
 	// Watch streams events of the caller's namespace in order: messages added,
 	// summaries updated or failed, threads cleared. Every event carries a
 	// resume_token; a new Watch with that token continues exactly after it.
@@ -206,6 +241,9 @@ func (UnimplementedMemoryServiceServer) Clear(context.Context, *ClearRequest) (*
 }
 func (UnimplementedMemoryServiceServer) ListThreads(context.Context, *ListThreadsRequest) (*ListThreadsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListThreads not implemented")
+}
+func (UnimplementedMemoryServiceServer) Rewind(context.Context, *RewindRequest) (*RewindResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rewind not implemented")
 }
 func (UnimplementedMemoryServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -303,6 +341,24 @@ func _MemoryService_ListThreads_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_Rewind_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RewindRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).Rewind(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_Rewind_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).Rewind(ctx, req.(*RewindRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -336,6 +392,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListThreads",
 			Handler:    _MemoryService_ListThreads_Handler,
+		},
+		{
+			MethodName: "Rewind",
+			Handler:    _MemoryService_Rewind_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

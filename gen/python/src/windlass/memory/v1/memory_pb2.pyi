@@ -33,6 +33,7 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_MESSAGES_ADDED: _ClassVar[EventType]
     EVENT_TYPE_THREAD_CLEARED: _ClassVar[EventType]
     EVENT_TYPE_SUMMARY_FAILED: _ClassVar[EventType]
+    EVENT_TYPE_THREAD_REWOUND: _ClassVar[EventType]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_USER: Role
@@ -47,6 +48,7 @@ EVENT_TYPE_SUMMARY_UPDATED: EventType
 EVENT_TYPE_MESSAGES_ADDED: EventType
 EVENT_TYPE_THREAD_CLEARED: EventType
 EVENT_TYPE_SUMMARY_FAILED: EventType
+EVENT_TYPE_THREAD_REWOUND: EventType
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments")
@@ -251,6 +253,28 @@ class ClearResponse(_message.Message):
     cleared_threads: int
     def __init__(self, cleared_threads: _Optional[int] = ...) -> None: ...
 
+class RewindRequest(_message.Message):
+    __slots__ = ("thread_id", "to_seq", "expected_last_seq", "request_id")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_SEQ_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    to_seq: int
+    expected_last_seq: int
+    request_id: str
+    def __init__(self, thread_id: _Optional[str] = ..., to_seq: _Optional[int] = ..., expected_last_seq: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class RewindResponse(_message.Message):
+    __slots__ = ("thread", "removed_count", "summary_dropped")
+    THREAD_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    thread: Thread
+    removed_count: int
+    summary_dropped: bool
+    def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ..., removed_count: _Optional[int] = ..., summary_dropped: _Optional[bool] = ...) -> None: ...
+
 class ListThreadsRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "labels")
     class LabelsEntry(_message.Message):
@@ -289,7 +313,7 @@ class WatchRequest(_message.Message):
     def __init__(self, thread_ids: _Optional[_Iterable[str]] = ..., event_types: _Optional[_Iterable[_Union[EventType, str]]] = ..., resume_token: _Optional[str] = ..., send_initial_state: _Optional[bool] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("resume_token", "thread_id", "time", "summary_updated", "messages_added", "thread_cleared", "summary_failed", "progress")
+    __slots__ = ("resume_token", "thread_id", "time", "summary_updated", "messages_added", "thread_cleared", "summary_failed", "progress", "thread_rewound")
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -298,6 +322,7 @@ class WatchResponse(_message.Message):
     THREAD_CLEARED_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FAILED_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    THREAD_REWOUND_FIELD_NUMBER: _ClassVar[int]
     resume_token: str
     thread_id: str
     time: _timestamp_pb2.Timestamp
@@ -306,7 +331,8 @@ class WatchResponse(_message.Message):
     thread_cleared: ThreadCleared
     summary_failed: SummaryFailed
     progress: Progress
-    def __init__(self, resume_token: _Optional[str] = ..., thread_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary_updated: _Optional[_Union[SummaryUpdated, _Mapping]] = ..., messages_added: _Optional[_Union[MessagesAdded, _Mapping]] = ..., thread_cleared: _Optional[_Union[ThreadCleared, _Mapping]] = ..., summary_failed: _Optional[_Union[SummaryFailed, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
+    thread_rewound: ThreadRewound
+    def __init__(self, resume_token: _Optional[str] = ..., thread_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary_updated: _Optional[_Union[SummaryUpdated, _Mapping]] = ..., messages_added: _Optional[_Union[MessagesAdded, _Mapping]] = ..., thread_cleared: _Optional[_Union[ThreadCleared, _Mapping]] = ..., summary_failed: _Optional[_Union[SummaryFailed, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., thread_rewound: _Optional[_Union[ThreadRewound, _Mapping]] = ...) -> None: ...
 
 class SummaryUpdated(_message.Message):
     __slots__ = ("summary", "summarized_through_seq", "folded_count")
@@ -339,6 +365,16 @@ class SummaryFailed(_message.Message):
     reason: str
     attempt: int
     def __init__(self, reason: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class ThreadRewound(_message.Message):
+    __slots__ = ("to_seq", "removed_count", "summary_dropped")
+    TO_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    to_seq: int
+    removed_count: int
+    summary_dropped: bool
+    def __init__(self, to_seq: _Optional[int] = ..., removed_count: _Optional[int] = ..., summary_dropped: _Optional[bool] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ()

@@ -59,6 +59,11 @@ class MemoryServiceStub:
                 request_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.ListThreadsRequest.SerializeToString,
                 response_deserializer=windlass_dot_memory_dot_v1_dot_memory__pb2.ListThreadsResponse.FromString,
                 _registered_method=True)
+        self.Rewind = channel.unary_unary(
+                '/windlass.memory.v1.MemoryService/Rewind',
+                request_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.RewindRequest.SerializeToString,
+                response_deserializer=windlass_dot_memory_dot_v1_dot_memory__pb2.RewindResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/windlass.memory.v1.MemoryService/Watch',
                 request_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.WatchRequest.SerializeToString,
@@ -117,6 +122,23 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Rewind(self, request, context):
+        """Rewind drops a thread's messages after to_seq, atomically: Rewind to
+        last_seq - 1 removes the newest message. The thread's last_seq becomes
+        to_seq, so the next Add gives out the dropped seqs again; Watch sees
+        ThreadRewound before any message that reuses them. A summary that
+        covered a dropped message is dropped too and the remaining messages are
+        folded again; a fold running meanwhile never commits. Retrying with the
+        same request_id returns the first call's response and drops nothing
+        more. Errors: NOT_FOUND (no such thread), ABORTED (expected_last_seq
+        differs), OUT_OF_RANGE (to_seq past last_seq), FAILED_PRECONDITION
+        (messages after to_seq were already trimmed from the store, or only the
+        summary still holds older ones, so the rewind would lose them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Watch streams events of the caller's namespace in order: messages added,
         summaries updated or failed, threads cleared. Every event carries a
@@ -152,6 +174,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListThreads,
                     request_deserializer=windlass_dot_memory_dot_v1_dot_memory__pb2.ListThreadsRequest.FromString,
                     response_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.ListThreadsResponse.SerializeToString,
+            ),
+            'Rewind': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rewind,
+                    request_deserializer=windlass_dot_memory_dot_v1_dot_memory__pb2.RewindRequest.FromString,
+                    response_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.RewindResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -272,6 +299,33 @@ class MemoryService:
             '/windlass.memory.v1.MemoryService/ListThreads',
             windlass_dot_memory_dot_v1_dot_memory__pb2.ListThreadsRequest.SerializeToString,
             windlass_dot_memory_dot_v1_dot_memory__pb2.ListThreadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rewind(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/windlass.memory.v1.MemoryService/Rewind',
+            windlass_dot_memory_dot_v1_dot_memory__pb2.RewindRequest.SerializeToString,
+            windlass_dot_memory_dot_v1_dot_memory__pb2.RewindResponse.FromString,
             options,
             channel_credentials,
             insecure,

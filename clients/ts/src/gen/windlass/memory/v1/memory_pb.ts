@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file windlass/memory/v1/memory.proto.
  */
 export const file_windlass_memory_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("Ch93aW5kbGFzcy9tZW1vcnkvdjEvbWVtb3J5LnByb3RvEhJ3aW5kbGFzcy5tZW1vcnkudjEiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAki3AIKC0NoYXRNZXNzYWdlEiYKBHJvbGUYASABKA4yGC53aW5kbGFzcy5tZW1vcnkudjEuUm9sZRIPCgdjb250ZW50GAIgASgJEgwKBG5hbWUYAyABKAkSMAoKdG9vbF9jYWxscxgEIAMoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sQ2FsbBIUCgx0b29sX2NhbGxfaWQYBSABKAkSPwoIbWV0YWRhdGEYBiADKAsyLS53aW5kbGFzcy5tZW1vcnkudjEuQ2hhdE1lc3NhZ2UuTWV0YWRhdGFFbnRyeRILCgNzZXEYByABKAQSLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnRva2VucxgJIAEoDRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi9gEKCFN0cmF0ZWd5EjQKBmJ1ZmZlchgBIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5CdWZmZXJTdHJhdGVneUgAEjQKBndpbmRvdxgCIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5XaW5kb3dTdHJhdGVneUgAEjYKB3N1bW1hcnkYAyABKAsyIy53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVN0cmF0ZWd5SAASFgoOZXhjbHVkZV9zeXN0ZW0YBCABKAgSFwoKbWF4X3N0b3JlZBgFIAEoDUgBiAEBQgYKBGtpbmRCDQoLX21heF9zdG9yZWQiPAoOQnVmZmVyU3RyYXRlZ3kSGQoMbWF4X21lc3NhZ2VzGAEgASgNSACIAQFCDwoNX21heF9tZXNzYWdlcyJwCg5XaW5kb3dTdHJhdGVneRITCgZ3aW5kb3cYASABKA1IAIgBARIXCgptYXhfdG9rZW5zGAIgASgNSAGIAQESFgoOdG9rZW5fZW5jb2RpbmcYAyABKAlCCQoHX3dpbmRvd0INCgtfbWF4X3Rva2VucyLzAQoPU3VtbWFyeVN0cmF0ZWd5EhMKBndpbmRvdxgBIAEoDUgAiAEBEhwKD3N1bW1hcml6ZV9ldmVyeRgCIAEoDUgBiAEBEg0KBW1vZGVsGAMgASgJEhcKCm1heF90b2tlbnMYBCABKA1IAogBARIWCg50b2tlbl9lbmNvZGluZxgFIAEoCRI/ChFzdW1tYXJ5X3BsYWNlbWVudBgGIAEoDjIkLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5UGxhY2VtZW50QgkKB193aW5kb3dCEgoQX3N1bW1hcml6ZV9ldmVyeUINCgtfbWF4X3Rva2VucyKfAwoGVGhyZWFkEhEKCXRocmVhZF9pZBgBIAEoCRIuCghzdHJhdGVneRgCIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5TdHJhdGVneRIQCghsYXN0X3NlcRgDIAEoBBIeChZzdW1tYXJpemVkX3Rocm91Z2hfc2VxGAQgASgEEi8KC2NyZWF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNgoGbGFiZWxzGBQgAygLMiYud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZC5MYWJlbHNFbnRyeRImCgN0dGwYFSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLZXhwaXJlX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikAMKCkFkZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEjEKCG1lc3NhZ2VzGAIgAygLMh8ud2luZGxhc3MubWVtb3J5LnYxLkNoYXRNZXNzYWdlEi4KCHN0cmF0ZWd5GAMgASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlN0cmF0ZWd5EhgKEHJlcGxhY2Vfc3RyYXRlZ3kYBCABKAgSEgoKcmVxdWVzdF9pZBgFIAEoCRIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoBEgAiAEBEhUKDWtlZXBfc3RyYXRlZ3kYByABKAgSOgoGbGFiZWxzGBQgAygLMioud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlcXVlc3QuTGFiZWxzRW50cnkSJgoDdHRsGBUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIl4KC0FkZFJlc3BvbnNlEioKBnRocmVhZBgBIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEQoJZmlyc3Rfc2VxGAIgASgEEhAKCGxhc3Rfc2VxGAMgASgEIrcBCgpHZXRSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRISCgVsaW1pdBgCIAEoDUgAiAEBEg0KBXF1ZXJ5GAMgASgJEhMKC2FsbG93X3N0YWxlGAQgASgIEhcKCm1heF90b2tlbnMYBSABKA1IAYgBARIsCgZyZWNhbGwYBiABKAsyHC53aW5kbGFzcy5tZW1vcnkudjEuU3RyYXRlZ3lCCAoGX2xpbWl0Qg0KC19tYXhfdG9rZW5zIuEBCgtHZXRSZXNwb25zZRIxCghtZXNzYWdlcxgBIAMoCzIfLndpbmRsYXNzLm1lbW9yeS52MS5DaGF0TWVzc2FnZRIPCgdzdW1tYXJ5GAIgASgJEioKBnRocmVhZBgDIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEAoIZGVncmFkZWQYBCABKAgSFwoPZGVncmFkZWRfcmVhc29uGAUgASgJEg4KBnRva2VucxgGIAEoDRISCgptYXhfdG9rZW5zGAcgASgNEhMKC292ZXJfYnVkZ2V0GAggASgIIi4KDENsZWFyUmVxdWVzdBIRCgl0aHJlYWRfaWQYASABKAkSCwoDYWxsGAIgASgIIigKDUNsZWFyUmVzcG9uc2USFwoPY2xlYXJlZF90aHJlYWRzGAEgASgNIq4BChJMaXN0VGhyZWFkc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkSQgoGbGFiZWxzGBQgAygLMjIud2luZGxhc3MubWVtb3J5LnYxLkxpc3RUaHJlYWRzUmVxdWVzdC5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkIKE0xpc3RUaHJlYWRzUmVzcG9uc2USEgoKdGhyZWFkX2lkcxgBIAMoCRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiiAEKDFdhdGNoUmVxdWVzdBISCgp0aHJlYWRfaWRzGAEgAygJEjIKC2V2ZW50X3R5cGVzGAIgAygOMh0ud2luZGxhc3MubWVtb3J5LnYxLkV2ZW50VHlwZRIUCgxyZXN1bWVfdG9rZW4YAyABKAkSGgoSc2VuZF9pbml0aWFsX3N0YXRlGAQgASgIIpMDCg1XYXRjaFJlc3BvbnNlEhQKDHJlc3VtZV90b2tlbhgBIAEoCRIRCgl0aHJlYWRfaWQYAiABKAkSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASPQoPc3VtbWFyeV91cGRhdGVkGAQgASgLMiIud2luZGxhc3MubWVtb3J5LnYxLlN1bW1hcnlVcGRhdGVkSAASOwoObWVzc2FnZXNfYWRkZWQYBSABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuTWVzc2FnZXNBZGRlZEgAEjsKDnRocmVhZF9jbGVhcmVkGAYgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZENsZWFyZWRIABI7Cg5zdW1tYXJ5X2ZhaWxlZBgHIAEoCzIhLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5RmFpbGVkSAASMAoIcHJvZ3Jlc3MYCCABKAsyHC53aW5kbGFzcy5tZW1vcnkudjEuUHJvZ3Jlc3NIAEIHCgVldmVudCJXCg5TdW1tYXJ5VXBkYXRlZBIPCgdzdW1tYXJ5GAEgASgJEh4KFnN1bW1hcml6ZWRfdGhyb3VnaF9zZXEYAiABKAQSFAoMZm9sZGVkX2NvdW50GAMgASgNIjQKDU1lc3NhZ2VzQWRkZWQSEQoJZmlyc3Rfc2VxGAEgASgEEhAKCGxhc3Rfc2VxGAIgASgEIh8KDVRocmVhZENsZWFyZWQSDgoGcmVhc29uGBQgASgJIjAKDVN1bW1hcnlGYWlsZWQSDgoGcmVhc29uGAEgASgJEg8KB2F0dGVtcHQYAiABKA0iCgoIUHJvZ3Jlc3MqXwoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDwoLUk9MRV9TWVNURU0QARINCglST0xFX1VTRVIQAhISCg5ST0xFX0FTU0lTVEFOVBADEg0KCVJPTEVfVE9PTBAEKosBChBTdW1tYXJ5UGxhY2VtZW50EiEKHVNVTU1BUllfUExBQ0VNRU5UX1VOU1BFQ0lGSUVEEAASHAoYU1VNTUFSWV9QTEFDRU1FTlRfU1lTVEVNEAESGgoWU1VNTUFSWV9QTEFDRU1FTlRfVVNFUhACEhoKFlNVTU1BUllfUExBQ0VNRU5UX05PTkUQAyqkAQoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIeChpFVkVOVF9UWVBFX1NVTU1BUllfVVBEQVRFRBABEh0KGUVWRU5UX1RZUEVfTUVTU0FHRVNfQURERUQQAhIdChlFVkVOVF9UWVBFX1RIUkVBRF9DTEVBUkVEEAMSHQoZRVZFTlRfVFlQRV9TVU1NQVJZX0ZBSUxFRBAEMp0DCg1NZW1vcnlTZXJ2aWNlEkYKA0FkZBIeLndpbmRsYXNzLm1lbW9yeS52MS5BZGRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlc3BvbnNlEkYKA0dldBIeLndpbmRsYXNzLm1lbW9yeS52MS5HZXRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkdldFJlc3BvbnNlEkwKBUNsZWFyEiAud2luZGxhc3MubWVtb3J5LnYxLkNsZWFyUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5DbGVhclJlc3BvbnNlEl4KC0xpc3RUaHJlYWRzEiYud2luZGxhc3MubWVtb3J5LnYxLkxpc3RUaHJlYWRzUmVxdWVzdBonLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1Jlc3BvbnNlEk4KBVdhdGNoEiAud2luZGxhc3MubWVtb3J5LnYxLldhdGNoUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5XYXRjaFJlc3BvbnNlMAFCS1pJZ2l0aHViLmNvbS93aW5kbGFzcy1haS93aW5kbGFzcy1tZW1vcnkvZ2VuL2dvL3dpbmRsYXNzL21lbW9yeS92MTttZW1vcnl2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch93aW5kbGFzcy9tZW1vcnkvdjEvbWVtb3J5LnByb3RvEhJ3aW5kbGFzcy5tZW1vcnkudjEiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAki3AIKC0NoYXRNZXNzYWdlEiYKBHJvbGUYASABKA4yGC53aW5kbGFzcy5tZW1vcnkudjEuUm9sZRIPCgdjb250ZW50GAIgASgJEgwKBG5hbWUYAyABKAkSMAoKdG9vbF9jYWxscxgEIAMoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sQ2FsbBIUCgx0b29sX2NhbGxfaWQYBSABKAkSPwoIbWV0YWRhdGEYBiADKAsyLS53aW5kbGFzcy5tZW1vcnkudjEuQ2hhdE1lc3NhZ2UuTWV0YWRhdGFFbnRyeRILCgNzZXEYByABKAQSLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnRva2VucxgJIAEoDRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi9gEKCFN0cmF0ZWd5EjQKBmJ1ZmZlchgBIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5CdWZmZXJTdHJhdGVneUgAEjQKBndpbmRvdxgCIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5XaW5kb3dTdHJhdGVneUgAEjYKB3N1bW1hcnkYAyABKAsyIy53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVN0cmF0ZWd5SAASFgoOZXhjbHVkZV9zeXN0ZW0YBCABKAgSFwoKbWF4X3N0b3JlZBgFIAEoDUgBiAEBQgYKBGtpbmRCDQoLX21heF9zdG9yZWQiPAoOQnVmZmVyU3RyYXRlZ3kSGQoMbWF4X21lc3NhZ2VzGAEgASgNSACIAQFCDwoNX21heF9tZXNzYWdlcyJwCg5XaW5kb3dTdHJhdGVneRITCgZ3aW5kb3cYASABKA1IAIgBARIXCgptYXhfdG9rZW5zGAIgASgNSAGIAQESFgoOdG9rZW5fZW5jb2RpbmcYAyABKAlCCQoHX3dpbmRvd0INCgtfbWF4X3Rva2VucyLzAQoPU3VtbWFyeVN0cmF0ZWd5EhMKBndpbmRvdxgBIAEoDUgAiAEBEhwKD3N1bW1hcml6ZV9ldmVyeRgCIAEoDUgBiAEBEg0KBW1vZGVsGAMgASgJEhcKCm1heF90b2tlbnMYBCABKA1IAogBARIWCg50b2tlbl9lbmNvZGluZxgFIAEoCRI/ChFzdW1tYXJ5X3BsYWNlbWVudBgGIAEoDjIkLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5UGxhY2VtZW50QgkKB193aW5kb3dCEgoQX3N1bW1hcml6ZV9ldmVyeUINCgtfbWF4X3Rva2VucyKfAwoGVGhyZWFkEhEKCXRocmVhZF9pZBgBIAEoCRIuCghzdHJhdGVneRgCIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5TdHJhdGVneRIQCghsYXN0X3NlcRgDIAEoBBIeChZzdW1tYXJpemVkX3Rocm91Z2hfc2VxGAQgASgEEi8KC2NyZWF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNgoGbGFiZWxzGBQgAygLMiYud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZC5MYWJlbHNFbnRyeRImCgN0dGwYFSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLZXhwaXJlX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikAMKCkFkZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEjEKCG1lc3NhZ2VzGAIgAygLMh8ud2luZGxhc3MubWVtb3J5LnYxLkNoYXRNZXNzYWdlEi4KCHN0cmF0ZWd5GAMgASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlN0cmF0ZWd5EhgKEHJlcGxhY2Vfc3RyYXRlZ3kYBCABKAgSEgoKcmVxdWVzdF9pZBgFIAEoCRIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoBEgAiAEBEhUKDWtlZXBfc3RyYXRlZ3kYByABKAgSOgoGbGFiZWxzGBQgAygLMioud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlcXVlc3QuTGFiZWxzRW50cnkSJgoDdHRsGBUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIl4KC0FkZFJlc3BvbnNlEioKBnRocmVhZBgBIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEQoJZmlyc3Rfc2VxGAIgASgEEhAKCGxhc3Rfc2VxGAMgASgEIrcBCgpHZXRSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRISCgVsaW1pdBgCIAEoDUgAiAEBEg0KBXF1ZXJ5GAMgASgJEhMKC2FsbG93X3N0YWxlGAQgASgIEhcKCm1heF90b2tlbnMYBSABKA1IAYgBARIsCgZyZWNhbGwYBiABKAsyHC53aW5kbGFzcy5tZW1vcnkudjEuU3RyYXRlZ3lCCAoGX2xpbWl0Qg0KC19tYXhfdG9rZW5zIuEBCgtHZXRSZXNwb25zZRIxCghtZXNzYWdlcxgBIAMoCzIfLndpbmRsYXNzLm1lbW9yeS52MS5DaGF0TWVzc2FnZRIPCgdzdW1tYXJ5GAIgASgJEioKBnRocmVhZBgDIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEAoIZGVncmFkZWQYBCABKAgSFwoPZGVncmFkZWRfcmVhc29uGAUgASgJEg4KBnRva2VucxgGIAEoDRISCgptYXhfdG9rZW5zGAcgASgNEhMKC292ZXJfYnVkZ2V0GAggASgIIi4KDENsZWFyUmVxdWVzdBIRCgl0aHJlYWRfaWQYASABKAkSCwoDYWxsGAIgASgIIigKDUNsZWFyUmVzcG9uc2USFwoPY2xlYXJlZF90aHJlYWRzGAEgASgNInwKDVJld2luZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEg4KBnRvX3NlcRgCIAEoBBIeChFleHBlY3RlZF9sYXN0X3NlcRgDIAEoBEgAiAEBEhIKCnJlcXVlc3RfaWQYBCABKAlCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxImwKDlJld2luZFJlc3BvbnNlEioKBnRocmVhZBgBIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSFQoNcmVtb3ZlZF9jb3VudBgCIAEoDRIXCg9zdW1tYXJ5X2Ryb3BwZWQYAyABKAgirgEKEkxpc3RUaHJlYWRzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCRJCCgZsYWJlbHMYFCADKAsyMi53aW5kbGFzcy5tZW1vcnkudjEuTGlzdFRocmVhZHNSZXF1ZXN0LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQgoTTGlzdFRocmVhZHNSZXNwb25zZRISCgp0aHJlYWRfaWRzGAEgAygJEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKIAQoMV2F0Y2hSZXF1ZXN0EhIKCnRocmVhZF9pZHMYASADKAkSMgoLZXZlbnRfdHlwZXMYAiADKA4yHS53aW5kbGFzcy5tZW1vcnkudjEuRXZlbnRUeXBlEhQKDHJlc3VtZV90b2tlbhgDIAEoCRIaChJzZW5kX2luaXRpYWxfc3RhdGUYBCABKAgi0AMKDVdhdGNoUmVzcG9uc2USFAoMcmVzdW1lX3Rva2VuGAEgASgJEhEKCXRocmVhZF9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI9Cg9zdW1tYXJ5X3VwZGF0ZWQYBCABKAsyIi53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVVwZGF0ZWRIABI7Cg5tZXNzYWdlc19hZGRlZBgFIAEoCzIhLndpbmRsYXNzLm1lbW9yeS52MS5NZXNzYWdlc0FkZGVkSAASOwoOdGhyZWFkX2NsZWFyZWQYBiABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuVGhyZWFkQ2xlYXJlZEgAEjsKDnN1bW1hcnlfZmFpbGVkGAcgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLlN1bW1hcnlGYWlsZWRIABIwCghwcm9ncmVzcxgIIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Qcm9ncmVzc0gAEjsKDnRocmVhZF9yZXdvdW5kGAkgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZFJld291bmRIAEIHCgVldmVudCJXCg5TdW1tYXJ5VXBkYXRlZBIPCgdzdW1tYXJ5GAEgASgJEh4KFnN1bW1hcml6ZWRfdGhyb3VnaF9zZXEYAiABKAQSFAoMZm9sZGVkX2NvdW50GAMgASgNIjQKDU1lc3NhZ2VzQWRkZWQSEQoJZmlyc3Rfc2VxGAEgASgEEhAKCGxhc3Rfc2VxGAIgASgEIh8KDVRocmVhZENsZWFyZWQSDgoGcmVhc29uGBQgASgJIjAKDVN1bW1hcnlGYWlsZWQSDgoGcmVhc29uGAEgASgJEg8KB2F0dGVtcHQYAiABKA0iTwoNVGhyZWFkUmV3b3VuZBIOCgZ0b19zZXEYASABKAQSFQoNcmVtb3ZlZF9jb3VudBgCIAEoDRIXCg9zdW1tYXJ5X2Ryb3BwZWQYAyABKAgiCgoIUHJvZ3Jlc3MqXwoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDwoLUk9MRV9TWVNURU0QARINCglST0xFX1VTRVIQAhISCg5ST0xFX0FTU0lTVEFOVBADEg0KCVJPTEVfVE9PTBAEKosBChBTdW1tYXJ5UGxhY2VtZW50EiEKHVNVTU1BUllfUExBQ0VNRU5UX1VOU1BFQ0lGSUVEEAASHAoYU1VNTUFSWV9QTEFDRU1FTlRfU1lTVEVNEAESGgoWU1VNTUFSWV9QTEFDRU1FTlRfVVNFUhACEhoKFlNVTU1BUllfUExBQ0VNRU5UX05PTkUQAyrDAQoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIeChpFVkVOVF9UWVBFX1NVTU1BUllfVVBEQVRFRBABEh0KGUVWRU5UX1RZUEVfTUVTU0FHRVNfQURERUQQAhIdChlFVkVOVF9UWVBFX1RIUkVBRF9DTEVBUkVEEAMSHQoZRVZFTlRfVFlQRV9TVU1NQVJZX0ZBSUxFRBAEEh0KGUVWRU5UX1RZUEVfVEhSRUFEX1JFV09VTkQQBTLuAwoNTWVtb3J5U2VydmljZRJGCgNBZGQSHi53aW5kbGFzcy5tZW1vcnkudjEuQWRkUmVxdWVzdBofLndpbmRsYXNzLm1lbW9yeS52MS5BZGRSZXNwb25zZRJGCgNHZXQSHi53aW5kbGFzcy5tZW1vcnkudjEuR2V0UmVxdWVzdBofLndpbmRsYXNzLm1lbW9yeS52MS5HZXRSZXNwb25zZRJMCgVDbGVhchIgLndpbmRsYXNzLm1lbW9yeS52MS5DbGVhclJlcXVlc3QaIS53aW5kbGFzcy5tZW1vcnkudjEuQ2xlYXJSZXNwb25zZRJeCgtMaXN0VGhyZWFkcxImLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1JlcXVlc3QaJy53aW5kbGFzcy5tZW1vcnkudjEuTGlzdFRocmVhZHNSZXNwb25zZRJPCgZSZXdpbmQSIS53aW5kbGFzcy5tZW1vcnkudjEuUmV3aW5kUmVxdWVzdBoiLndpbmRsYXNzLm1lbW9yeS52MS5SZXdpbmRSZXNwb25zZRJOCgVXYXRjaBIgLndpbmRsYXNzLm1lbW9yeS52MS5XYXRjaFJlcXVlc3QaIS53aW5kbGFzcy5tZW1vcnkudjEuV2F0Y2hSZXNwb25zZTABQktaSWdpdGh1Yi5jb20vd2luZGxhc3MtYWkvd2luZGxhc3MtbWVtb3J5L2dlbi9nby93aW5kbGFzcy9tZW1vcnkvdjE7bWVtb3J5djFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ToolCall is one function call requested by an assistant message.
@@ -109,7 +109,8 @@ export type ChatMessage = Message<"windlass.memory.v1.ChatMessage"> & {
 
   /**
    * Output only: the message's sequence number in its thread, 1, 2, 3 …
-   * assigned by the server, never reused or shifted. Ignored on input.
+   * assigned by the server, never shifted; reused only after a Rewind
+   * dropped the messages that had them. Ignored on input.
    *
    * @generated from field: uint64 seq = 7;
    */
@@ -754,6 +755,86 @@ export const ClearResponseSchema: GenMessage<ClearResponse> = /*@__PURE__*/
   messageDesc(file_windlass_memory_v1_memory, 12);
 
 /**
+ * RewindRequest drops a thread's newest messages.
+ *
+ * @generated from message windlass.memory.v1.RewindRequest
+ */
+export type RewindRequest = Message<"windlass.memory.v1.RewindRequest"> & {
+  /**
+   * The thread. Empty: "default". Checked like AddRequest.thread_id.
+   *
+   * @generated from field: string thread_id = 1;
+   */
+  threadId: string;
+
+  /**
+   * Keep the messages up to and including this seq; drop those after it.
+   * Equal to the thread's last_seq: nothing to drop.
+   *
+   * @generated from field: uint64 to_seq = 2;
+   */
+  toSeq: bigint;
+
+  /**
+   * When set, rewind only if the thread's last_seq is still this value
+   * (ABORTED otherwise), so a message added meanwhile is never dropped.
+   *
+   * @generated from field: optional uint64 expected_last_seq = 3;
+   */
+  expectedLastSeq?: bigint | undefined;
+
+  /**
+   * Idempotency key, as AddRequest.request_id (the same ids: one id names
+   * one request on a thread, an Add or a Rewind).
+   *
+   * @generated from field: string request_id = 4;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message windlass.memory.v1.RewindRequest.
+ * Use `create(RewindRequestSchema)` to create a new message.
+ */
+export const RewindRequestSchema: GenMessage<RewindRequest> = /*@__PURE__*/
+  messageDesc(file_windlass_memory_v1_memory, 13);
+
+/**
+ * RewindResponse reports what Rewind dropped.
+ *
+ * @generated from message windlass.memory.v1.RewindResponse
+ */
+export type RewindResponse = Message<"windlass.memory.v1.RewindResponse"> & {
+  /**
+   * The thread after the Rewind.
+   *
+   * @generated from field: windlass.memory.v1.Thread thread = 1;
+   */
+  thread?: Thread | undefined;
+
+  /**
+   * How many stored messages were dropped (0 when to_seq was last_seq).
+   *
+   * @generated from field: uint32 removed_count = 2;
+   */
+  removedCount: number;
+
+  /**
+   * Whether the summary was dropped because it covered a dropped message.
+   *
+   * @generated from field: bool summary_dropped = 3;
+   */
+  summaryDropped: boolean;
+};
+
+/**
+ * Describes the message windlass.memory.v1.RewindResponse.
+ * Use `create(RewindResponseSchema)` to create a new message.
+ */
+export const RewindResponseSchema: GenMessage<RewindResponse> = /*@__PURE__*/
+  messageDesc(file_windlass_memory_v1_memory, 14);
+
+/**
  * ListThreadsRequest pages through the caller's thread ids.
  *
  * @generated from message windlass.memory.v1.ListThreadsRequest
@@ -788,7 +869,7 @@ export type ListThreadsRequest = Message<"windlass.memory.v1.ListThreadsRequest"
  * Use `create(ListThreadsRequestSchema)` to create a new message.
  */
 export const ListThreadsRequestSchema: GenMessage<ListThreadsRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 13);
+  messageDesc(file_windlass_memory_v1_memory, 15);
 
 /**
  * ListThreadsResponse is one page of thread ids.
@@ -816,7 +897,7 @@ export type ListThreadsResponse = Message<"windlass.memory.v1.ListThreadsRespons
  * Use `create(ListThreadsResponseSchema)` to create a new message.
  */
 export const ListThreadsResponseSchema: GenMessage<ListThreadsResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 14);
+  messageDesc(file_windlass_memory_v1_memory, 16);
 
 /**
  * WatchRequest opens an event stream.
@@ -859,7 +940,7 @@ export type WatchRequest = Message<"windlass.memory.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 15);
+  messageDesc(file_windlass_memory_v1_memory, 17);
 
 /**
  * WatchResponse is one event.
@@ -934,6 +1015,14 @@ export type WatchResponse = Message<"windlass.memory.v1.WatchResponse"> & {
      */
     value: Progress;
     case: "progress";
+  } | {
+    /**
+     * The thread's messages after to_seq were dropped (Rewind).
+     *
+     * @generated from field: windlass.memory.v1.ThreadRewound thread_rewound = 9;
+     */
+    value: ThreadRewound;
+    case: "threadRewound";
   } | { case: undefined; value?: undefined };
 };
 
@@ -942,7 +1031,7 @@ export type WatchResponse = Message<"windlass.memory.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 16);
+  messageDesc(file_windlass_memory_v1_memory, 18);
 
 /**
  * SummaryUpdated: the thread's summary now covers more messages.
@@ -977,7 +1066,7 @@ export type SummaryUpdated = Message<"windlass.memory.v1.SummaryUpdated"> & {
  * Use `create(SummaryUpdatedSchema)` to create a new message.
  */
 export const SummaryUpdatedSchema: GenMessage<SummaryUpdated> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 17);
+  messageDesc(file_windlass_memory_v1_memory, 19);
 
 /**
  * MessagesAdded: one Add appended messages first_seq..last_seq.
@@ -1005,7 +1094,7 @@ export type MessagesAdded = Message<"windlass.memory.v1.MessagesAdded"> & {
  * Use `create(MessagesAddedSchema)` to create a new message.
  */
 export const MessagesAddedSchema: GenMessage<MessagesAdded> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 18);
+  messageDesc(file_windlass_memory_v1_memory, 20);
 
 /**
  * ThreadCleared: the thread was cleared.
@@ -1026,7 +1115,7 @@ export type ThreadCleared = Message<"windlass.memory.v1.ThreadCleared"> & {
  * Use `create(ThreadClearedSchema)` to create a new message.
  */
 export const ThreadClearedSchema: GenMessage<ThreadCleared> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 19);
+  messageDesc(file_windlass_memory_v1_memory, 21);
 
 /**
  * SummaryFailed: a fold failed; Get returns degraded until a retry succeeds.
@@ -1054,7 +1143,43 @@ export type SummaryFailed = Message<"windlass.memory.v1.SummaryFailed"> & {
  * Use `create(SummaryFailedSchema)` to create a new message.
  */
 export const SummaryFailedSchema: GenMessage<SummaryFailed> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 20);
+  messageDesc(file_windlass_memory_v1_memory, 22);
+
+/**
+ * ThreadRewound: Rewind dropped the thread's messages after to_seq; the
+ * thread's last_seq is now to_seq and the next Add reuses the seqs after it.
+ *
+ * @generated from message windlass.memory.v1.ThreadRewound
+ */
+export type ThreadRewound = Message<"windlass.memory.v1.ThreadRewound"> & {
+  /**
+   * The newest seq kept.
+   *
+   * @generated from field: uint64 to_seq = 1;
+   */
+  toSeq: bigint;
+
+  /**
+   * How many stored messages were dropped.
+   *
+   * @generated from field: uint32 removed_count = 2;
+   */
+  removedCount: number;
+
+  /**
+   * Whether the summary was dropped with them.
+   *
+   * @generated from field: bool summary_dropped = 3;
+   */
+  summaryDropped: boolean;
+};
+
+/**
+ * Describes the message windlass.memory.v1.ThreadRewound.
+ * Use `create(ThreadRewoundSchema)` to create a new message.
+ */
+export const ThreadRewoundSchema: GenMessage<ThreadRewound> = /*@__PURE__*/
+  messageDesc(file_windlass_memory_v1_memory, 23);
 
 /**
  * Progress: nothing was missed up to this event's resume_token.
@@ -1069,7 +1194,7 @@ export type Progress = Message<"windlass.memory.v1.Progress"> & {
  * Use `create(ProgressSchema)` to create a new message.
  */
 export const ProgressSchema: GenMessage<Progress> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 21);
+  messageDesc(file_windlass_memory_v1_memory, 24);
 
 /**
  * Role is who wrote a message.
@@ -1202,6 +1327,13 @@ export enum EventType {
    * @generated from enum value: EVENT_TYPE_SUMMARY_FAILED = 4;
    */
   SUMMARY_FAILED = 4,
+
+  /**
+   * A thread's newest messages were dropped by Rewind.
+   *
+   * @generated from enum value: EVENT_TYPE_THREAD_REWOUND = 5;
+   */
+  THREAD_REWOUND = 5,
 }
 
 /**
@@ -1274,6 +1406,26 @@ export const MemoryService: GenService<{
     methodKind: "unary";
     input: typeof ListThreadsRequestSchema;
     output: typeof ListThreadsResponseSchema;
+  },
+  /**
+   * Rewind drops a thread's messages after to_seq, atomically: Rewind to
+   * last_seq - 1 removes the newest message. The thread's last_seq becomes
+   * to_seq, so the next Add gives out the dropped seqs again; Watch sees
+   * ThreadRewound before any message that reuses them. A summary that
+   * covered a dropped message is dropped too and the remaining messages are
+   * folded again; a fold running meanwhile never commits. Retrying with the
+   * same request_id returns the first call's response and drops nothing
+   * more. Errors: NOT_FOUND (no such thread), ABORTED (expected_last_seq
+   * differs), OUT_OF_RANGE (to_seq past last_seq), FAILED_PRECONDITION
+   * (messages after to_seq were already trimmed from the store, or only the
+   * summary still holds older ones, so the rewind would lose them).
+   *
+   * @generated from rpc windlass.memory.v1.MemoryService.Rewind
+   */
+  rewind: {
+    methodKind: "unary";
+    input: typeof RewindRequestSchema;
+    output: typeof RewindResponseSchema;
   },
   /**
    * Watch streams events of the caller's namespace in order: messages added,

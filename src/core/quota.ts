@@ -1,6 +1,5 @@
-import { MemoryError } from "../core/errors.js";
-import type { ChatMessage } from "../core/types.js";
-import type { StoreLimits } from "./store.js";
+import { MemoryError } from "./errors.js";
+import type { ChatMessage } from "./types.js";
 
 /** What a namespace holds, as the quotas count it. */
 export interface NamespaceUsage {
@@ -8,6 +7,21 @@ export interface NamespaceUsage {
   messages: number;
   /** Sum of messageBytes over its stored messages. */
   bytes: number;
+}
+
+/**
+ * Namespace quotas (0: unlimited), part of StoreLimits, enforced by every
+ * store's append atomically with the write, across replicas too: an Add
+ * that would grow the namespace's thread count, stored message count or
+ * stored message bytes (messageBytes) past its quota, counted after the
+ * Add's own trim, is refused with resource_exhausted naming the quota, and
+ * stores nothing. Trims, summary commits, rewinds and clears give the room
+ * back.
+ */
+export interface QuotaLimits {
+  maxThreadsPerNamespace: number;
+  maxMessagesPerNamespace: number;
+  maxBytesPerNamespace: number;
 }
 
 /** The quotas, by the name errors and the README use for them. */
@@ -55,7 +69,7 @@ export function quotaExceededError(quota: QuotaName, limit: number): MemoryError
  * even when a lowered quota is already exceeded.
  */
 export function checkQuotas(
-  limits: Pick<StoreLimits, (typeof QUOTAS)[number][2]>,
+  limits: QuotaLimits,
   usage: NamespaceUsage,
   delta: NamespaceUsage,
 ): void {
