@@ -46,6 +46,25 @@ const INITIAL_STATE_PAGE = 500;
  */
 const INITIAL_STATE_SLICE = 100;
 
+/** What a Watch asks for, decoded. */
+interface WatchFilter {
+  threadIds: Set<string>;
+  types: Set<EventType>;
+  startCursor: string | undefined;
+  sendInitialState: boolean;
+}
+
+function decodeFilter(req: WatchRequest): WatchFilter {
+  return {
+    threadIds: new Set(req.threadIds.map((id, i) => threadIdFrom(id, `thread_ids[${i}]`))),
+    types: new Set<EventType>(
+      req.eventTypes.map((t, i) => eventTypeFromPb(t, `event_types[${i}]`)),
+    ),
+    startCursor: req.resumeToken === "" ? undefined : decodeResumeToken(req.resumeToken),
+    sendInitialState: req.sendInitialState,
+  };
+}
+
 /**
  * One Watch stream. It reads the namespace's event log from its own cursor
  * (so resuming and following are the same loop, and a watcher holds no copy
@@ -60,143 +79,192 @@ export async function* watchEvents(
   deps: WatchDeps,
 ): AsyncGenerator<WatchResponse> {
   const leave = deps.admit(ctx.namespace);
-  let unlisten: (() => void) | undefined;
+  const stream = new WatchStream(ctx, deps);
+  try {
+    const filter = decodeFilter(req);
+    stream.listen();
+    yield* stream.start(filter);
+    yield* stream.follow(filter);
+  } finally {
+    stream.close();
+    leave();
+  }
+}
+
+/** The state of one stream between its steps (watchEvents drives it). */
+class WatchStream {
+  readonly #ctx: CallContext;
+  readonly #deps: WatchDeps;
   // Read on every event: a flag, as `aborted` of a composite signal
   // (AbortSignal.any) re-checks its sources on every read.
-  const stop = AbortSignal.any([ctx.signal, deps.shutdown]);
-  let stopped = stop.aborted;
-  let wake: (() => void) | undefined;
-  const onStop = () => {
-    stopped = true;
-    wake?.();
+  readonly #stop: AbortSignal;
+  #stopped: boolean;
+  #wake: (() => void) | undefined;
+  readonly #onStop = () => {
+    this.#stopped = true;
+    this.#wake?.();
   };
-  stop.addEventListener("abort", onStop);
-  deps.watchers?.add(1);
+  #unlisten: (() => void) | undefined;
+  /** Events logged since the stream last read past them. */
+  #behind = 0;
+  /** Set by a wake-up: the log has news. */
+  #dirty = true;
+  #cursor = "";
+  #lastSent: number;
+  // Set when the stream has been idle for a progress interval: the log is
+  // read once more before Progress vouches for it. The hub's wake-ups ride
+  // on the store's subscription, which an outage can break or leave
+  // behind; this read is what makes a lost wake-up cost one interval
+  // instead of a stream that stays open and silent (and it ends the
+  // stream with UNAVAILABLE while the store is unreachable, or
+  // OUT_OF_RANGE when its history was lost, so the client resumes).
+  #progressDue = false;
+  #sent = 0;
 
-  try {
-    const threadIds = new Set(req.threadIds.map((id, i) => threadIdFrom(id, `thread_ids[${i}]`)));
-    const types = new Set<EventType>(
-      req.eventTypes.map((t, i) => eventTypeFromPb(t, `event_types[${i}]`)),
-    );
-    const startCursor = req.resumeToken === "" ? undefined : decodeResumeToken(req.resumeToken);
+  constructor(ctx: CallContext, deps: WatchDeps) {
+    this.#ctx = ctx;
+    this.#deps = deps;
+    this.#stop = AbortSignal.any([ctx.signal, deps.shutdown]);
+    this.#stopped = this.#stop.aborted;
+    this.#stop.addEventListener("abort", this.#onStop);
+    this.#lastSent = deps.now();
+    deps.watchers?.add(1);
+  }
 
-    let behind = 0;
-    let dirty = true;
-    unlisten = deps.hub.listen(ctx.namespace, (events) => {
-      behind += events.length;
-      dirty = true;
-      wake?.();
+  listen(): void {
+    this.#unlisten = this.#deps.hub.listen(this.#ctx.namespace, (events) => {
+      this.#behind += events.length;
+      this.#dirty = true;
+      this.#wake?.();
     });
+  }
 
-    let cursor = startCursor ?? (await deps.store.headCursor(ctx.namespace));
-    if (startCursor !== undefined) {
+  close(): void {
+    this.#deps.watchers?.add(-1);
+    this.#unlisten?.();
+    this.#stop.removeEventListener("abort", this.#onStop);
+  }
+
+  /** Sets the cursor (checking a resume token at once) and sends the initial state if asked. */
+  async *start(filter: WatchFilter): AsyncGenerator<WatchResponse> {
+    const { store } = this.#deps;
+    const namespace = this.#ctx.namespace;
+    this.#cursor = filter.startCursor ?? (await store.headCursor(namespace));
+    if (filter.startCursor !== undefined) {
       // Fail now, not at the first event, when the token is stale or foreign.
-      await deps.store.readEvents(ctx.namespace, cursor, 1);
+      await store.readEvents(namespace, this.#cursor, 1);
     }
-
-    if (req.sendInitialState) {
-      const token = encodeResumeToken(cursor);
-      // Between slices: let other work run, and stop here if the call ended.
-      const pause = async () => {
-        await yieldToEventLoop();
-        throwIfStopped(stopped, ctx, deps.shutdown);
-      };
-      for await (const t of watchedThreads(ctx.namespace, threadIds, deps.store, pause)) {
-        if (t.summary === "") continue;
-        yield eventToPb(
-          {
-            type: "summary_updated",
-            summary: t.summary,
-            summarizedThroughSeq: t.summarizedThroughSeq,
-            foldedCount: 0,
-            cursor,
-            threadId: t.threadId,
-            time: t.summaryTime,
-          },
-          token,
-        );
-      }
-    }
-
-    // Also checked after every event sent: a client that stops reading parks
-    // this generator at a yield while events keep coming, and must learn
-    // RESOURCE_EXHAUSTED when it reads again, not OUT_OF_RANGE from a cursor
-    // the log has trimmed meanwhile.
-    const throwIfTooFarBehind = (): void => {
-      if (behind > deps.watchBuffer) {
-        throw new MemoryError(
-          "resource_exhausted",
-          `watch fell more than ${deps.watchBuffer} events behind; resume from the last resume_token`,
-        );
-      }
+    if (!filter.sendInitialState) return;
+    const cursor = this.#cursor;
+    const token = encodeResumeToken(cursor);
+    // Between slices: let other work run, and stop here if the call ended.
+    const pause = async () => {
+      await yieldToEventLoop();
+      this.#throwIfStopped();
     };
-    let lastSent = deps.now();
-    // Set when the stream has been idle for a progress interval: the log is
-    // read once more before Progress vouches for it. The hub's wake-ups ride
-    // on the store's subscription, which an outage can break or leave
-    // behind; this read is what makes a lost wake-up cost one interval
-    // instead of a stream that stays open and silent (and it ends the
-    // stream with UNAVAILABLE while the store is unreachable, or
-    // OUT_OF_RANGE when its history was lost, so the client resumes).
-    let progressDue = false;
-    let sent = 0;
-    for (;;) {
-      throwIfStopped(stopped, ctx, deps.shutdown);
-      throwIfTooFarBehind();
-      if (dirty || progressDue) {
-        const vouch = progressDue;
-        const announced = dirty;
-        dirty = false;
-        progressDue = false;
-        const sentBefore = sent;
-        let logged = 0;
-        for (;;) {
-          const events = await deps.store.readEvents(ctx.namespace, cursor, READ_BATCH);
-          // Counted as found, before the events go out (the client may be slow to read them).
-          if (vouch && !announced && logged === 0 && events.length > 0) deps.wakeupsMissed?.inc();
-          logged += events.length;
-          for (const e of events) {
-            cursor = e.cursor;
-            behind = Math.max(0, behind - 1);
-            if (threadIds.size > 0 && !threadIds.has(e.threadId)) continue;
-            if (types.size > 0 && !types.has(e.type)) continue;
-            yield sharedEventToPb(e);
-            sent += 1;
-            lastSent = deps.now();
-            throwIfStopped(stopped, ctx, deps.shutdown);
-            throwIfTooFarBehind();
-          }
-          if (events.length < READ_BATCH) break;
-          // A long backlog is read in batches with a turn of the event loop between them.
-          await yieldToEventLoop();
-          throwIfStopped(stopped, ctx, deps.shutdown);
-        }
-        if (vouch && sent === sentBefore) {
-          yield progressToPb(encodeResumeToken(cursor), deps.now());
-          lastSent = deps.now();
-        }
-        continue;
-      }
-      if (deps.now() - lastSent >= deps.progressIntervalMs) {
-        progressDue = true;
-        continue;
-      }
-      const idleFor = deps.now() - lastSent;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, deps.progressIntervalMs - idleFor);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-        if (dirty || stopped) wake();
-      });
-      wake = undefined;
+    for await (const t of watchedThreads(namespace, filter.threadIds, store, pause)) {
+      if (t.summary === "") continue;
+      yield eventToPb(
+        {
+          type: "summary_updated",
+          summary: t.summary,
+          summarizedThroughSeq: t.summarizedThroughSeq,
+          foldedCount: 0,
+          cursor,
+          threadId: t.threadId,
+          time: t.summaryTime,
+        },
+        token,
+      );
     }
-  } finally {
-    deps.watchers?.add(-1);
-    unlisten?.();
-    stop.removeEventListener("abort", onStop);
-    leave();
+  }
+
+  /** Follows the log until the call ends or the stream fails. */
+  async *follow(filter: WatchFilter): AsyncGenerator<WatchResponse> {
+    const { now, progressIntervalMs } = this.#deps;
+    this.#lastSent = now();
+    for (;;) {
+      this.#throwIfStopped();
+      this.#throwIfTooFarBehind();
+      if (this.#dirty || this.#progressDue) {
+        yield* this.#readLog(filter);
+        continue;
+      }
+      if (now() - this.#lastSent >= progressIntervalMs) {
+        this.#progressDue = true;
+        continue;
+      }
+      await this.#idle(progressIntervalMs - (now() - this.#lastSent));
+    }
+  }
+
+  /** Sends what the log holds after the cursor; Progress when vouching found nothing to send. */
+  async *#readLog(filter: WatchFilter): AsyncGenerator<WatchResponse> {
+    const { store, now } = this.#deps;
+    const vouch = this.#progressDue;
+    const announced = this.#dirty;
+    this.#dirty = false;
+    this.#progressDue = false;
+    const sentBefore = this.#sent;
+    let logged = 0;
+    for (;;) {
+      const events = await store.readEvents(this.#ctx.namespace, this.#cursor, READ_BATCH);
+      // Counted as found, before the events go out (the client may be slow to read them).
+      if (vouch && !announced && logged === 0 && events.length > 0) {
+        this.#deps.wakeupsMissed?.inc();
+      }
+      logged += events.length;
+      for (const e of events) {
+        this.#cursor = e.cursor;
+        this.#behind = Math.max(0, this.#behind - 1);
+        if (filter.threadIds.size > 0 && !filter.threadIds.has(e.threadId)) continue;
+        if (filter.types.size > 0 && !filter.types.has(e.type)) continue;
+        yield sharedEventToPb(e);
+        this.#sent += 1;
+        this.#lastSent = now();
+        this.#throwIfStopped();
+        this.#throwIfTooFarBehind();
+      }
+      if (events.length < READ_BATCH) break;
+      // A long backlog is read in batches with a turn of the event loop between them.
+      await yieldToEventLoop();
+      this.#throwIfStopped();
+    }
+    if (vouch && this.#sent === sentBefore) {
+      yield progressToPb(encodeResumeToken(this.#cursor), now());
+      this.#lastSent = now();
+    }
+  }
+
+  /** Waits `ms`, or less when woken (news, or the call ending). */
+  async #idle(ms: number): Promise<void> {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.#wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      if (this.#dirty || this.#stopped) this.#wake();
+    });
+    this.#wake = undefined;
+  }
+
+  // Also checked after every event sent: a client that stops reading parks
+  // this generator at a yield while events keep coming, and must learn
+  // RESOURCE_EXHAUSTED when it reads again, not OUT_OF_RANGE from a cursor
+  // the log has trimmed meanwhile.
+  #throwIfTooFarBehind(): void {
+    const { watchBuffer } = this.#deps;
+    if (this.#behind > watchBuffer) {
+      throw new MemoryError(
+        "resource_exhausted",
+        `watch fell more than ${watchBuffer} events behind; resume from the last resume_token`,
+      );
+    }
+  }
+
+  #throwIfStopped(): void {
+    throwIfStopped(this.#stopped, this.#ctx, this.#deps.shutdown);
   }
 }
 
