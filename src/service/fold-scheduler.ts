@@ -1,10 +1,18 @@
 import { planFold } from "../core/recall.js";
+import type { Strategy } from "../core/types.js";
 import type { Logger } from "../logger.js";
 import type { ServerMetrics } from "../metrics.js";
-import type { Store } from "../store/store.js";
+import type { Store, ThreadSnapshot } from "../store/store.js";
 import type { SummarizerRegistry } from "../summarizer/registry.js";
-import type { SummarizeInput, Summarizer } from "../summarizer/summarizer.js";
 import { inFoldSpan } from "../tracing.js";
+import {
+  failureReason,
+  foldDeadlineMs,
+  retryDelayMs,
+  summarizeWithinDeadline,
+} from "./fold-call.js";
+
+export { foldDeadlineMs, retryDelayMs } from "./fold-call.js";
 
 export interface FoldSchedulerOptions {
   store: Store;
@@ -281,21 +289,7 @@ export class FoldScheduler {
       incarnation = snap.thread.incarnation;
       // Cleared and written again since: the failure was the old thread's.
       if (st.failure !== undefined && st.failure.incarnation !== incarnation) this.clearFailure(st);
-      const size = Math.min(st.requestedSize ?? strategy.window, strategy.window);
-      st.requestedSize = undefined;
-      const strategyBudget = strategy.maxTokens ?? 0;
-      const requested = st.requestedMaxTokens;
-      st.requestedMaxTokens = undefined;
-      const maxTokens =
-        requested === undefined
-          ? undefined
-          : strategyBudget > 0
-            ? Math.min(requested, strategyBudget)
-            : requested;
-      const plan = planFold(strategy, snap.messages, snap.thread.summarizedThroughSeq, size, {
-        maxTokens,
-        summary: snap.thread.summary,
-      });
+      const plan = planRequestedFold(st, strategy, snap);
       // Nothing due (another replica folded it): no failure to report or retry.
       if (plan === undefined) {
         this.clearFailure(st);
@@ -303,10 +297,11 @@ export class FoldScheduler {
       }
       const summarizer = summarizers.get(strategy.model);
       const started = this.opts.now();
-      const summary = await this.summarizeWithinDeadline(
+      const summary = await summarizeWithinDeadline(
         summarizer,
         { previousSummary: snap.thread.summary, messages: plan.messages },
         foldDeadlineMs(this.opts.leaseMs),
+        this.closing.signal,
       );
       const committed = await store.commitSummary({
         namespace: st.namespace,
@@ -335,45 +330,6 @@ export class FoldScheduler {
       return false;
     } finally {
       await store.releaseFoldLease(st.namespace, st.threadId, token).catch(() => {});
-    }
-  }
-
-  /**
-   * The model call of one fold, ended at the deadline or at shutdown, whichever
-   * comes first. The deadline is a timer held here and cleared when the call
-   * ends: an AbortSignal.timeout inside AbortSignal.any can be garbage-collected
-   * before it fires (nodejs/node#57736, on releases without its fix), and then
-   * a stalled model endpoint would hold the fold slot for good. The call is also raced against the deadline, so even a
-   * summariser that ignores its signal gives the slot back on time.
-   */
-  private async summarizeWithinDeadline(
-    summarizer: Summarizer,
-    input: SummarizeInput,
-    deadlineMs: number,
-  ): Promise<string> {
-    const abort = new AbortController();
-    const onClosing = (): void => abort.abort(this.closing.signal.reason);
-    this.closing.signal.addEventListener("abort", onClosing, { once: true });
-    const timer = setTimeout(() => {
-      abort.abort(
-        new DOMException(`the summariser did not answer within ${deadlineMs} ms`, "TimeoutError"),
-      );
-    }, deadlineMs);
-    let onAbort: (() => void) | undefined;
-    const ended = new Promise<never>((_, reject) => {
-      onAbort = () => reject(abort.signal.reason);
-      abort.signal.addEventListener("abort", onAbort, { once: true });
-    });
-    try {
-      this.closing.signal.throwIfAborted();
-      const call = summarizer.summarize(input, abort.signal);
-      // A summariser that ignored the abort may still settle later: nobody waits for it.
-      call.catch(() => {});
-      return await Promise.race([call, ended]);
-    } finally {
-      clearTimeout(timer);
-      this.closing.signal.removeEventListener("abort", onClosing);
-      if (onAbort !== undefined) abort.signal.removeEventListener("abort", onAbort);
     }
   }
 
@@ -415,39 +371,31 @@ export class FoldScheduler {
 }
 
 /**
- * How long a fold's model call may take under a lease of `leaseMs`: a second
- * less, to leave time to commit before the lease can pass to someone else.
+ * The fold due for the smallest size and budget asked for since the last
+ * plan (which it then forgets), never beyond the strategy's own.
  */
-export function foldDeadlineMs(leaseMs: number): number {
-  return Math.max(1, leaseMs - 1000);
-}
-
-/**
- * The wait before retry `attempt` (1 after the first failure): `initialMs`
- * doubling per failure up to `maxMs`, less up to half of it at random
- * (`random` in [0, 1)), so replicas that failed together do not retry in step.
- */
-export function retryDelayMs(
-  attempt: number,
-  initialMs: number,
-  maxMs: number,
-  random: number,
-): number {
-  const base = Math.min(maxMs, initialMs * 2 ** (attempt - 1));
-  return base / 2 + random * (base / 2);
+function planRequestedFold(
+  st: FoldState,
+  strategy: Extract<Strategy, { kind: "summary" }>,
+  snap: ThreadSnapshot,
+): ReturnType<typeof planFold> {
+  const size = Math.min(st.requestedSize ?? strategy.window, strategy.window);
+  st.requestedSize = undefined;
+  const strategyBudget = strategy.maxTokens ?? 0;
+  const requested = st.requestedMaxTokens;
+  st.requestedMaxTokens = undefined;
+  const maxTokens =
+    requested === undefined
+      ? undefined
+      : strategyBudget > 0
+        ? Math.min(requested, strategyBudget)
+        : requested;
+  return planFold(strategy, snap.messages, snap.thread.summarizedThroughSeq, size, {
+    maxTokens,
+    summary: snap.thread.summary,
+  });
 }
 
 function key(namespace: string, threadId: string): string {
   return `${namespace}\u0000${threadId}`;
-}
-
-/** A reason safe to show clients: the error's own message, never a stack. */
-function failureReason(err: unknown): string {
-  if (err instanceof Error) {
-    if (err.name === "TimeoutError" && err.message === "") {
-      return "the summariser did not answer in time";
-    }
-    return err.message.slice(0, 500);
-  }
-  return "the summariser failed";
 }
