@@ -115,15 +115,73 @@ const FORCED_CLOSE_WAIT_MS = 1_000;
 export async function startServers(options: StartServersOptions): Promise<RunningServers> {
   const { logger } = options;
   const calls = new CallRegistry();
-  const connectionLimits = { ...DEFAULT_CONNECTION_LIMITS, ...options.connectionLimits };
+  const shared = sharedOptions(options, calls);
+  // Shutdown wins over the store: once it starts, nothing turns health back to SERVING.
+  const lifecycle = { shutdownStarted: false };
+  const storeHealth = options.storeHealth;
+  const { grpc, connect, metricsServer } = await startListeners(
+    options,
+    shared,
+    httpProbes(lifecycle, storeHealth),
+  );
+  const followStore = (state: StoreHealthState): void => {
+    if (!lifecycle.shutdownStarted) grpc.setServing(state.serving);
+  };
+  const unsubscribe = storeHealth?.subscribe(followStore);
+  if (storeHealth !== undefined) followStore(storeHealth.state);
+  logger.info("servers listening", {
+    host: options.host,
+    grpcPort: grpc.port,
+    httpPort: connect.port,
+    metricsPort: metricsServer?.port,
+    auth: options.auth !== undefined && options.auth.size > 0,
+    tls: options.tls !== undefined,
+  });
+
+  let shuttingDown: Promise<void> | undefined;
+  let markClosed: () => void = () => {};
+  const closed = new Promise<void>((resolve) => {
+    markClosed = resolve;
+  });
+  const shutdown = (graceMs: number): Promise<void> => {
+    lifecycle.shutdownStarted = true;
+    unsubscribe?.();
+    shuttingDown ??= shutdownServers(
+      { grpc, connect, calls, logger, drainDelayMs: options.drainDelayMs ?? 0 },
+      graceMs,
+    )
+      .then(() => metricsServer?.close())
+      .finally(markClosed);
+    return shuttingDown;
+  };
+  const signal = options.shutdownSignal;
+  if (signal !== undefined) {
+    const graceMs = options.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
+    const onAbort = (): void => {
+      void shutdown(graceMs);
+    };
+    if (signal.aborted) onAbort();
+    else signal.addEventListener("abort", onAbort, { once: true });
+  }
+  return {
+    grpcPort: grpc.port,
+    httpPort: connect.port,
+    metricsPort: metricsServer?.port,
+    closed,
+    shutdown,
+  };
+}
+
+/** What the gRPC and the Connect server share: the core, auth, limits, the call registry. */
+function sharedOptions(options: StartServersOptions, calls: CallRegistry) {
   const rate = options.rateLimit;
-  const shared = {
+  return {
     core: options.core,
     host: options.host,
     authenticator: createAuthenticator(options.auth),
     calls,
-    logger,
-    connectionLimits,
+    logger: options.logger,
+    connectionLimits: { ...DEFAULT_CONNECTION_LIMITS, ...options.connectionLimits },
     watchStallTimeoutMs: options.watchStallTimeoutMs ?? DEFAULT_WATCH_STALL_TIMEOUT_MS,
     ...(rate === undefined || rate.ratePerSecond === 0
       ? {}
@@ -136,18 +194,34 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
       ? {}
       : { jsonIgnoreUnknownFields: options.jsonIgnoreUnknownFields }),
   };
-  // Shutdown wins over the store: once it starts, nothing turns health back to SERVING.
-  let shutdownStarted = false;
-  const storeHealth = options.storeHealth;
-  const probes: HttpProbes = {
-    liveness: () => (shutdownStarted ? { ok: false, reason: "shutting down" } : { ok: true }),
+}
+
+/** GET /healthz and /readyz: not live once shutting down, not ready while the store is not serving. */
+function httpProbes(
+  lifecycle: { shutdownStarted: boolean },
+  storeHealth: StartServersOptions["storeHealth"],
+): HttpProbes {
+  return {
+    liveness: () =>
+      lifecycle.shutdownStarted ? { ok: false, reason: "shutting down" } : { ok: true },
     readiness: () => {
-      if (shutdownStarted) return { ok: false, reason: "shutting down" };
+      if (lifecycle.shutdownStarted) return { ok: false, reason: "shutting down" };
       const state = storeHealth?.state;
       if (state === undefined || state.serving) return { ok: true };
       return { ok: false, reason: `store not serving: ${state.reason ?? "no reason given"}` };
     },
   };
+}
+
+/**
+ * Binds the gRPC port, the HTTP port and the metrics port (when it has its
+ * own), closing what was bound when a later one fails.
+ */
+async function startListeners(
+  options: StartServersOptions,
+  shared: ReturnType<typeof sharedOptions>,
+  probes: HttpProbes,
+): Promise<{ grpc: GrpcServer; connect: ConnectServer; metricsServer: MetricsServer | undefined }> {
   const metrics = options.metrics;
   const ownMetricsPort = options.metricsPort !== undefined;
   const endpoint =
@@ -174,7 +248,7 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
           endpoint,
           options.host,
           options.metricsPort,
-          connectionLimits.maxConnections,
+          shared.connectionLimits.maxConnections,
         );
       } catch (err) {
         connect.forceClose();
@@ -185,65 +259,15 @@ export async function startServers(options: StartServersOptions): Promise<Runnin
     grpc.forceClose();
     throw err;
   }
-  if (
-    endpoint !== undefined &&
-    !ownMetricsPort &&
-    options.metricsToken === undefined &&
-    !isLoopbackHost(options.host)
-  ) {
-    logger.warn(
-      "GET /metrics answers 403 on a public address: set WINDLASS_METRICS_TOKEN or --metrics-port",
-      {},
-    );
+  if (endpoint !== undefined && !ownMetricsPort && options.metricsToken === undefined) {
+    if (!isLoopbackHost(options.host)) {
+      options.logger.warn(
+        "GET /metrics answers 403 on a public address: set WINDLASS_METRICS_TOKEN or --metrics-port",
+        {},
+      );
+    }
   }
-  const followStore = (state: StoreHealthState): void => {
-    if (!shutdownStarted) grpc.setServing(state.serving);
-  };
-  const unsubscribe = storeHealth?.subscribe(followStore);
-  if (storeHealth !== undefined) followStore(storeHealth.state);
-  logger.info("servers listening", {
-    host: options.host,
-    grpcPort: grpc.port,
-    httpPort: connect.port,
-    metricsPort: metricsServer?.port,
-    auth: options.auth !== undefined && options.auth.size > 0,
-    tls: options.tls !== undefined,
-  });
-
-  let shuttingDown: Promise<void> | undefined;
-  let markClosed: () => void = () => {};
-  const closed = new Promise<void>((resolve) => {
-    markClosed = resolve;
-  });
-  const shutdown = (graceMs: number): Promise<void> => {
-    shutdownStarted = true;
-    unsubscribe?.();
-    shuttingDown ??= shutdownServers(
-      { grpc, connect, calls, logger, drainDelayMs: options.drainDelayMs ?? 0 },
-      graceMs,
-    )
-      .then(() => metricsServer?.close())
-      .finally(markClosed);
-    return shuttingDown;
-  };
-
-  const signal = options.shutdownSignal;
-  if (signal !== undefined) {
-    const graceMs = options.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
-    const onAbort = (): void => {
-      void shutdown(graceMs);
-    };
-    if (signal.aborted) onAbort();
-    else signal.addEventListener("abort", onAbort, { once: true });
-  }
-
-  return {
-    grpcPort: grpc.port,
-    httpPort: connect.port,
-    metricsPort: metricsServer?.port,
-    closed,
-    shutdown,
-  };
+  return { grpc, connect, metricsServer };
 }
 
 interface Parts {
