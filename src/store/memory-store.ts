@@ -7,6 +7,7 @@ import {
   trimCountOf,
 } from "../core/append.js";
 import { invalidArgument, MemoryError } from "../core/errors.js";
+import { importedState } from "../core/import.js";
 import { checkQuotas, messageBytes, type NamespaceUsage } from "../core/quota.js";
 import { recallSize } from "../core/recall.js";
 import { isExpired, ttlAfterAdd, ttlFields } from "../core/ttl.js";
@@ -581,25 +582,6 @@ class IssuedCursors {
     const known = this.#byCursor.get(cursor);
     return known !== undefined && known.namespace === namespace ? known.position : undefined;
   }
-}
-
-/** The state of a thread written by Store.importThread. */
-export function importedState(cmd: ImportThreadCommand, incarnation: string): ThreadState {
-  return {
-    threadId: cmd.threadId,
-    incarnation,
-    strategy: cmd.strategy,
-    lastSeq: cmd.lastSeq,
-    summarizedThroughSeq: cmd.summarizedThroughSeq,
-    summary: cmd.summary,
-    summaryTime: cmd.summaryTime,
-    createTime: cmd.createTime,
-    updateTime: cmd.updateTime,
-    ...(cmd.labels === undefined ? {} : { labels: { ...cmd.labels } }),
-    ...(cmd.ttlMs === undefined || cmd.expireTime === undefined
-      ? {}
-      : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime }),
-  };
 }
 
 function sumBytes(
