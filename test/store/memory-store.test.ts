@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import { READ_SLACK, type Store } from "../../src/store/store.js";
 import { appendCommands, window20 } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
