@@ -1,4 +1,3 @@
-import { rewindPending } from "../rewind-pending.js";
 import {
   DEFAULT_STORE_LIMITS,
   type EventLog,
@@ -13,6 +12,7 @@ import { EventCursors } from "./events.js";
 import { commitSummary, recordFoldFailure } from "./folds.js";
 import { MemoryState } from "./namespaces.js";
 import { getThread, listThreads, read } from "./reads.js";
+import { rewind } from "./rewind.js";
 import { append, importThread } from "./writes.js";
 
 export { compareBytes } from "./sorted-ids.js";
@@ -23,7 +23,7 @@ export { compareBytes } from "./sorted-ids.js";
  * event loop, which is what makes each one atomic (clearAll: each batch).
  * Its history lives and dies with the process (events.ts EventCursors).
  *
- * Where things happen: writes.ts (Add, import), clears.ts
+ * Where things happen: writes.ts (Add, import), rewind.ts, clears.ts
  * (Clear, clear all, the TTL sweep), folds.ts (summary commits) with
  * leases.ts, reads.ts, events.ts (the log and Watch), requests.ts
  * (request-id records); namespaces.ts holds the state.
@@ -39,7 +39,7 @@ export function createMemoryStore(limits: Partial<StoreLimits> = {}): Store {
 function threadStore(m: MemoryState): ThreadStore {
   return {
     append: async (cmd) => append(m, cmd),
-    rewind: rewindPending,
+    rewind: async (cmd) => rewind(m, cmd),
     read: async (namespace, threadId, view) => read(m, namespace, threadId, view),
     getThread: async (namespace, threadId) => getThread(m, namespace, threadId),
     clear: async (namespace, threadId, now) => clear(m, namespace, threadId, now),

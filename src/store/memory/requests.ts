@@ -1,5 +1,6 @@
 import { requestIdReusedError } from "../../core/append.js";
 import { decideReplay, type RequestRetention, requestsToKeep } from "../../core/idempotency.js";
+import { forgetRequest } from "../../core/rewind.js";
 import type { AppendResult, RewindResult } from "../store.js";
 import { copyThread, type ThreadRecord } from "./thread-record.js";
 
@@ -76,5 +77,14 @@ export function recordRequest(
   for (const [id, r] of rec.requests) {
     if (rec.requests.size <= keep.keepNewest && r.time > keep.dropThrough) break;
     rec.requests.delete(id);
+  }
+}
+
+/** Forgets the Adds a Rewind to `toSeq` undid part of (core/rewind.ts forgetRequest). */
+export function forgetRewound(rec: ThreadRecord, toSeq: number): void {
+  for (const [id, r] of rec.requests) {
+    if (r.first.kind === "append" && forgetRequest(r.first.result.lastSeq, toSeq)) {
+      rec.requests.delete(id);
+    }
   }
 }

@@ -19,6 +19,12 @@ export interface ThreadRecord {
   bytes: number;
 }
 
+/** What dropping messages took out of a thread. */
+export interface Dropped {
+  count: number;
+  bytes: number;
+}
+
 /** A thread storing `messages`, whose messageBytes add up to `bytes`. */
 export function newThreadRecord(
   state: ThreadState,
@@ -38,6 +44,11 @@ export function storedCount(rec: ThreadRecord): number {
 /** The stored messages from the `from`-th oldest on. */
 export function storedFrom(rec: ThreadRecord, from: number): StoredMessage[] {
   return rec.messages.slice(rec.head + from) as StoredMessage[];
+}
+
+/** The seq of the oldest stored message; undefined when none is stored. */
+export function oldestStoredSeq(rec: ThreadRecord): number | undefined {
+  return rec.messages[rec.head]?.seq;
 }
 
 export function sumBytes(
@@ -75,6 +86,23 @@ export function dropOldest(rec: ThreadRecord, n: number): void {
     rec.messages = rec.messages.slice(rec.head);
     rec.head = 0;
   }
+}
+
+/** Drops the stored messages with a seq above `seq` (a Rewind); keeps rec.bytes right. */
+export function dropAfter(rec: ThreadRecord, seq: number): Dropped {
+  const end = rec.head + firstAfter(rec, seq);
+  const dropped = {
+    count: rec.messages.length - end,
+    bytes: sumBytes(rec.messages, end, rec.messages.length),
+  };
+  rec.messages.length = end;
+  if (end === rec.head) {
+    // Nothing stored any more: the dropped front goes too.
+    rec.messages = [];
+    rec.head = 0;
+  }
+  rec.bytes -= dropped.bytes;
+  return dropped;
 }
 
 /** Index (among the stored messages) of the oldest one with a seq above `seq` (binary search: seqs ascend). */
