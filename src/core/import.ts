@@ -1,26 +1,12 @@
-import type { Labels, Strategy, ThreadState } from "./types.js";
+import type { ThreadState } from "./types.js";
 
 /**
  * Import (`windlass-memory import`, Store.importThread): a thread written
  * whole from a snapshot. Every store builds the written thread the same way.
  */
 
-/** What a snapshot gives of a thread (Store.importThread's command carries it). */
-export interface ImportedThread {
-  threadId: string;
-  strategy: Strategy;
-  lastSeq: number;
-  summarizedThroughSeq: number;
-  summary: string;
-  summaryTime: number;
-  createTime: number;
-  updateTime: number;
-  /** Absent or not empty. */
-  labels?: Labels;
-  /** Retention, both or neither. */
-  ttlMs?: number;
-  expireTime?: number;
-}
+/** What a snapshot gives of a thread (Store.importThread's command carries it): all but its incarnation. */
+export type ImportedThread = Omit<ThreadState, "incarnation">;
 
 /**
  * The state of an imported thread under its new `incarnation`: everything
