@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createMemoryStore } from "../../src/store/memory/index.js";
 import { READ_SLACK, type Store } from "../../src/store/store.js";
-import { rewindContract } from "./contract/rewind.js";
+import { rewindCmd, rewindContract } from "./contract/rewind.js";
 import { appendCommands, window20 } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
 
@@ -110,16 +110,7 @@ describe("memory store rewind", () => {
     const seqs = async () => (await store.read("ns", "t"))?.messages.map((m) => m.seq);
     const range = (from: number, to: number) =>
       Array.from({ length: to - from + 1 }, (_, i) => from + i);
-    const rewind = (toSeq: number) =>
-      store.rewind({
-        namespace: "ns",
-        threadId: "t",
-        toSeq,
-        expectedLastSeq: undefined,
-        requestId: "",
-        requestHash: "",
-        now: 2000,
-      });
+    const rewind = (toSeq: number) => store.rewind(rewindCmd(toSeq));
     await store.append(cmd({ strategy, messages: many(120, 1) }));
     expect(await seqs()).toEqual(range(71, 120));
     expect((await rewind(100)).removedCount).toBe(20);

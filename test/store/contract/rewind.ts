@@ -12,7 +12,7 @@ import { appendCommands, summary, user, window20 } from "../fixtures.js";
 const add = appendCommands(window20);
 
 /** A Rewind of thread "t" of namespace "ns" to `toSeq` at time 2000, changed by `over`. */
-function rewindCmd(toSeq: number, over: Partial<RewindCommand> = {}): RewindCommand {
+export function rewindCmd(toSeq: number, over: Partial<RewindCommand> = {}): RewindCommand {
   return {
     namespace: "ns",
     threadId: "t",
