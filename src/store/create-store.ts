@@ -1,5 +1,5 @@
 import type { StoreConfig } from "../config.js";
-import { createMemoryStore } from "./memory-store.js";
+import { createMemoryStore } from "./memory/index.js";
 import { createSqliteStore } from "./sqlite-store.js";
 import type { Store, StoreLimits } from "./store.js";
 

@@ -14,7 +14,7 @@ import type { Strategy } from "../../src/core/types.js";
 import { silentLogger } from "../../src/logger.js";
 import type { CallContext } from "../../src/service/context.js";
 import { createMemoryService, type MemoryService } from "../../src/service/memory-service.js";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import type { Store } from "../../src/store/store.js";
 import { createExtractiveSummarizer } from "../../src/summarizer/extractive.js";
 import { createSummarizerRegistry } from "../../src/summarizer/registry.js";

@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../../src/logger.js";
 import { ServerMetrics } from "../../src/metrics.js";
 import { createMemoryService, type MemoryService } from "../../src/service/memory-service.js";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import type { Store } from "../../src/store/store.js";
 import { createOpenAiSummarizer, SummarizerError } from "../../src/summarizer/openai.js";
 import { createSummarizerRegistry } from "../../src/summarizer/registry.js";

@@ -5,7 +5,7 @@ import { silentLogger } from "../../src/logger.js";
 import { ServerMetrics } from "../../src/metrics.js";
 import type { CallContext } from "../../src/service/context.js";
 import { createMemoryService, type MemoryService } from "../../src/service/memory-service.js";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import type { Store } from "../../src/store/store.js";
 import { createOpenAiSummarizer } from "../../src/summarizer/openai.js";
 import { createSummarizerRegistry } from "../../src/summarizer/registry.js";

@@ -8,7 +8,7 @@ import {
   retryDelayMs,
 } from "../../src/service/fold-scheduler.js";
 import { DEFAULT_SERVICE_LIMITS } from "../../src/service/memory-service.js";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import type { Store } from "../../src/store/store.js";
 import { createExtractiveSummarizer } from "../../src/summarizer/extractive.js";
 import { createOpenAiSummarizer } from "../../src/summarizer/openai.js";

@@ -8,7 +8,7 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { MemoryError } from "../../src/core/errors.js";
 import { ServerMetrics } from "../../src/metrics.js";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import type { Store } from "../../src/store/store.js";
 import { metricSeries } from "../support/metric-series.js";
 import {

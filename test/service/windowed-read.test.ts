@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { ClearRequestSchema, Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import { createRedisStore } from "../../src/store/redis-store.js";
 import { createSqliteStore } from "../../src/store/sqlite-store.js";
 import { READ_SLACK, type Store } from "../../src/store/store.js";

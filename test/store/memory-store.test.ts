@@ -1,10 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import { READ_SLACK, type Store } from "../../src/store/store.js";
+import { rewindCmd, rewindContract } from "./contract/rewind.js";
 import { appendCommands, window20 } from "./fixtures.js";
 import { runStoreContract } from "./store-contract.js";
 
 runStoreContract("memory", async (limits) => createMemoryStore(limits));
+rewindContract("memory", async (limits) => createMemoryStore(limits));
 
 const cmd = appendCommands(window20);
 
@@ -96,5 +98,32 @@ describe("memory store event cursors", () => {
       code: "invalid_argument",
     });
     expect((await store.readEvents("b", startB, 10)).map((e) => e.threadId)).toEqual(["t"]);
+  });
+});
+
+describe("memory store rewind", () => {
+  it("rewinds a trimmed thread to any point still stored, and appends after it", async () => {
+    const store = createMemoryStore({ maxMessagesPerNamespace: 50 });
+    const strategy = { ...window20, maxStored: 50 };
+    const many = (n: number, from: number) =>
+      Array.from({ length: n }, (_, i) => ({ role: "user" as const, content: `m${from + i}` }));
+    const seqs = async () => (await store.read("ns", "t"))?.messages.map((m) => m.seq);
+    const range = (from: number, to: number) =>
+      Array.from({ length: to - from + 1 }, (_, i) => from + i);
+    const rewind = (toSeq: number) => store.rewind(rewindCmd(toSeq));
+    await store.append(cmd({ strategy, messages: many(120, 1) }));
+    expect(await seqs()).toEqual(range(71, 120));
+    expect((await rewind(100)).removedCount).toBe(20);
+    expect(await seqs()).toEqual(range(71, 100));
+    await store.append(cmd({ messages: many(25, 101) }));
+    expect(await seqs()).toEqual(range(76, 125));
+    expect((await rewind(75)).removedCount).toBe(50);
+    expect(await seqs()).toEqual([]);
+    // The whole quota is free again, and the trim goes on from the new seqs.
+    await store.append(cmd({ messages: many(60, 76) }));
+    const after = await store.read("ns", "t");
+    expect(after?.messages.map((m) => m.seq)).toEqual(range(86, 135));
+    expect(after?.messages.every((m) => m.content === `m${m.seq}`)).toBe(true);
+    await store.close();
   });
 });

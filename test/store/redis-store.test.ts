@@ -4,7 +4,7 @@ import { createClient } from "redis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import { createRedisStore } from "../../src/store/redis-store.js";
 import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
 import type { Store, StoreLimits } from "../../src/store/store.js";

@@ -1,7 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { compareCodePoints, SortedIds } from "../../src/store/memory/sorted-ids.js";
-import { compareBytes } from "../../src/store/memory-store.js";
+import { compareBytes, compareCodePoints, SortedIds } from "../../src/store/memory/sorted-ids.js";
 
 const sign = (n: number) => Math.sign(n);
 

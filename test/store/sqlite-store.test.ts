@@ -6,7 +6,7 @@ import Database from "better-sqlite3";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, Strategy } from "../../src/core/types.js";
-import { compareBytes, createMemoryStore } from "../../src/store/memory-store.js";
+import { compareBytes, createMemoryStore } from "../../src/store/memory/index.js";
 import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
 import { labeledListSql } from "../../src/store/sqlite/labels.js";
 import {

@@ -16,7 +16,7 @@ import {
   type MemoryService,
   type ServiceLimits,
 } from "../../src/service/memory-service.js";
-import { createMemoryStore } from "../../src/store/memory-store.js";
+import { createMemoryStore } from "../../src/store/memory/index.js";
 import type { Store } from "../../src/store/store.js";
 import { createExtractiveSummarizer } from "../../src/summarizer/extractive.js";
 import { createOpenAiSummarizer } from "../../src/summarizer/openai.js";

@@ -135,3 +135,11 @@ function lift(unit: number): number {
   if (unit < 0xd800) return unit;
   return unit < 0xe000 ? unit + 0x2000 : unit - 0x800;
 }
+
+/**
+ * Byte order of UTF-8, which is the order ListThreads promises, by encoding:
+ * the reference compareCodePoints is checked against.
+ */
+export function compareBytes(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+}

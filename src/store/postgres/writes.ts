@@ -2,11 +2,11 @@ import { randomUUID } from "node:crypto";
 import { decideAppend, keepsSummary, newThreadState } from "../../core/append.js";
 import { mayCommitSummary } from "../../core/fold-commit.js";
 import { decideReplay, requestsToKeep } from "../../core/idempotency.js";
+import { importedState } from "../../core/import.js";
 import { checkQuotas } from "../../core/quota.js";
 import { isExpired, ttlAfterAdd, ttlFields } from "../../core/ttl.js";
 import type { StoredMessage, ThreadState } from "../../core/types.js";
 import { appendDelta, importDelta, removalDelta } from "../../core/usage.js";
-import { importedState } from "../memory-store.js";
 import type {
   AppendCommand,
   AppendResult,
