@@ -296,3 +296,38 @@ async function answers(port: number): Promise<boolean> {
     await c.end().catch(() => {});
   }
 }
+
+/** One statement on a connection of its own (a test's look at the tables): its rows. */
+export async function queryPostgres<R extends pg.QueryResultRow>(
+  url: string,
+  sql: string,
+  params: unknown[] = [],
+): Promise<R[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<R>(sql, params)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+/**
+ * A second connection holding the namespace's row lock (the lock every
+ * write of the namespace takes first) until `release`.
+ */
+export async function holdNamespace(
+  url: string,
+  namespace: string,
+): Promise<{ release(): Promise<void> }> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  await c.query("BEGIN");
+  await c.query("SELECT * FROM namespaces WHERE namespace = $1 FOR UPDATE", [namespace]);
+  return {
+    release: async () => {
+      await c.query("COMMIT");
+      await c.end();
+    },
+  };
+}
