@@ -41,7 +41,17 @@ export interface PostgresServer {
    * stays for restart.
    */
   kill(): Promise<void>;
-  /** Starts the server again on the same port and data (stopping it first if it runs). */
+  /**
+   * Shuts the server down as `pg_ctl stop -m <mode>` does, keeping the data
+   * for restart: fast (SIGINT) ends every session and checkpoints; immediate
+   * (SIGQUIT) ends them without a checkpoint, so the next start recovers
+   * from the WAL. Resolves once the postmaster has exited.
+   */
+  halt(mode: "fast" | "immediate"): Promise<void>;
+  /**
+   * Starts the server again on the same port and data, after a fast
+   * shutdown if it runs (`pg_ctl restart`).
+   */
   restart(): Promise<void>;
 }
 
@@ -163,6 +173,9 @@ export async function startPostgresServer(): Promise<PostgresServer> {
       await end("SIGKILL");
       for (const b of backends) signal(b, "SIGKILL");
       await gone(backends);
+    },
+    async halt(mode) {
+      await end(mode === "fast" ? "SIGINT" : "SIGQUIT");
     },
     async restart() {
       await end("SIGINT");
