@@ -243,6 +243,39 @@ describe("Postgres store under kill -9", () => {
     }
   }
 
+  /**
+   * Every writer Adds through `client` until stop(): an Add refused with a
+   * code a client retries (UNAVAILABLE, DEADLINE_EXCEEDED) is sent again,
+   * the same, after a client's backoff; any other error, or the server
+   * exiting (it must ride an outage out), fails the case.
+   */
+  function writeUntilStopped(client: MemoryGrpcClient, server: ServerProcess) {
+    let stopped = false;
+    const load = { refused: 0, more, stop };
+    const running = writers.map(async (w) => {
+      while (!stopped) {
+        try {
+          await addOnce(client, w);
+        } catch (err) {
+          if (server.child.exitCode !== null || server.child.signalCode !== null) throw err;
+          const code = (err as ServiceError).code;
+          if (code !== GrpcStatus.UNAVAILABLE && code !== GrpcStatus.DEADLINE_EXCEEDED) throw err;
+          load.refused++;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }
+    });
+    /** Resolves once `n` more Adds were acknowledged; rejects when a writer failed. */
+    function more(n: number): Promise<void> {
+      return Promise.race([ledger.more(n), ...running]);
+    }
+    async function stop(): Promise<void> {
+      stopped = true;
+      await Promise.all(running);
+    }
+    return load;
+  }
+
   it("loses no acknowledged Add when the server is killed mid-write", {
     timeout: 120_000,
   }, async () => {
@@ -291,36 +324,21 @@ describe("Postgres store under kill -9", () => {
     const server = servers.at(-1);
     if (server === undefined) throw new Error("no server");
     const ackedBefore = ledger.count;
-    let stop = false;
-    let refused = 0;
-    const running = writers.map(async (w) => {
-      while (!stop) {
-        try {
-          await addOnce(client, w);
-        } catch (err) {
-          // The server must ride the outage out, never exit.
-          if (server.child.exitCode !== null || server.child.signalCode !== null) throw err;
-          // UNAVAILABLE while PostgreSQL is down: the same Add again, after a client's backoff.
-          refused++;
-          await new Promise((r) => setTimeout(r, 50));
-        }
-      }
-    });
-    await ledger.more(writers.length * 5);
+    const load = writeUntilStopped(client, server);
+    await load.more(writers.length * 5);
     await postgres.kill();
     await postgres.restart();
-    await Promise.race([ledger.more(writers.length * 10), ...running]);
-    stop = true;
-    await Promise.all(running);
+    await load.more(writers.length * 10);
+    await load.stop();
     await settlePending(client);
     const check = await verify(client);
     console.log(
       `postgres kill -9 and restart test: acknowledged=${ledger.count - ackedBefore} ` +
         `(all cases so far: ${ledger.count}) lost=${check.lost.length} ` +
-        `wrong=${check.wrong.length} refused while down=${refused}`,
+        `wrong=${check.wrong.length} refused while down=${load.refused}`,
     );
     expect(check).toEqual({ lost: [], wrong: [] });
-    expect(refused).toBeGreaterThan(0);
+    expect(load.refused).toBeGreaterThan(0);
 
     // The event log went down with the same transactions: messages_added covers each seq once.
     const db = new pg.Client({ connectionString: url });
@@ -369,40 +387,23 @@ describe("Postgres store under kill -9", () => {
     const followers = [new Follower(client, []), new Follower(client, ["solo-0", "shared"])];
     await Promise.all(followers.map((f) => f.live));
     const ackedBefore = ledger.count;
-    let stop = false;
-    let refused = 0;
-    const running = writers.map(async (w) => {
-      while (!stop) {
-        try {
-          await addOnce(client, w);
-        } catch (err) {
-          if (server.child.exitCode !== null || server.child.signalCode !== null) throw err;
-          // Only codes a client retries: the same Add again, after a client's backoff.
-          const code = (err as ServiceError).code;
-          if (code !== GrpcStatus.UNAVAILABLE && code !== GrpcStatus.DEADLINE_EXCEEDED) throw err;
-          refused++;
-          await new Promise((r) => setTimeout(r, 50));
-        }
-      }
-    });
-    const more = (n: number) => Promise.race([ledger.more(n), ...running]);
-    await more(writers.length * 5);
+    const load = writeUntilStopped(client, server);
+    await load.more(writers.length * 5);
     // pg_ctl restart: a fast shutdown (every session ended), then a start.
     await postgres.restart();
-    await more(writers.length * 5);
+    await load.more(writers.length * 5);
     // pg_ctl stop -m immediate, held down until health says so, then a start (crash recovery).
-    const refusedBefore = refused;
+    const refusedBefore = load.refused;
     const polled = health.statuses.length;
     await postgres.halt("immediate");
     const downAfterMs = await health.until("NOT_SERVING", polled, 5_000);
     await new Promise((r) => setTimeout(r, 500));
-    const refusedWhileDown = refused - refusedBefore;
+    const refusedWhileDown = load.refused - refusedBefore;
     const restartedAt = health.statuses.length;
     await postgres.restart();
     const upAfterMs = await health.until("SERVING", restartedAt, 15_000);
-    await more(writers.length * 5);
-    stop = true;
-    await Promise.all(running);
+    await load.more(writers.length * 5);
+    await load.stop();
     await settlePending(client);
     const check = await verify(client);
     const acked = ledger.count - ackedBefore;
@@ -430,7 +431,7 @@ describe("Postgres store under kill -9", () => {
     await health.stop();
     console.log(
       `postgres restart and immediate stop test: acknowledged=${acked} lost=${check.lost.length} ` +
-        `wrong=${check.wrong.length} refused=${refused} (while down: ${refusedWhileDown}); ` +
+        `wrong=${check.wrong.length} refused=${load.refused} (while down: ${refusedWhileDown}); ` +
         `watch events seen=${followers.map((f) => f.seen.length).join("/")} of ` +
         `${expected.map((e) => e.length).join("/")}, streams ended=${followers.map((f) => f.ended.join(",") || "none").join(" / ")}; ` +
         `health NOT_SERVING ${downAfterMs} ms after the stop, SERVING ${upAfterMs} ms after the start`,
