@@ -1,12 +1,16 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ChatMessage, MemoryEvent } from "../../src/core/types.js";
 import { createPostgresStore } from "../../src/store/postgres/index.js";
 import { ResumeTokens } from "../../src/store/resume-token.js";
-import type { Store } from "../../src/store/store.js";
-import { type PostgresServer, startPostgresServer } from "../support/postgres-server.js";
+import type { RewindCommand, Store } from "../../src/store/store.js";
+import {
+  holdNamespace,
+  type PostgresServer,
+  queryPostgres,
+  startPostgresServer,
+} from "../support/postgres-server.js";
 import { freePort } from "../support/redis-server.js";
 import { startTcpProxy } from "../support/tcp-proxy.js";
 import { appendCommands, buffer, summary, user } from "./fixtures.js";
@@ -27,29 +31,7 @@ runStoreContract("postgres", async (limits) =>
 
 const cmd = appendCommands(buffer);
 
-async function query<R extends pg.QueryResultRow>(url: string, sql: string): Promise<R[]> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return (await c.query<R>(sql)).rows;
-  } finally {
-    await c.end();
-  }
-}
-
-/** A second connection holding the namespace's row lock until `release`. */
-async function holdNamespace(url: string, namespace: string) {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  await c.query("BEGIN");
-  await c.query("SELECT * FROM namespaces WHERE namespace = $1 FOR UPDATE", [namespace]);
-  return {
-    release: async () => {
-      await c.query("COMMIT");
-      await c.end();
-    },
-  };
-}
+const query = queryPostgres;
 
 /** Resolves once `cond` holds of the batches a listener pushed to `batches`, checked at each push. */
 function until(
@@ -530,5 +512,365 @@ describe("Postgres store at start-up", () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("the Postgres store (--store) did not open");
     expect(r.stderr).not.toContain("hunter2");
+  });
+});
+
+const rewindCmd = (over: Partial<RewindCommand> = {}): RewindCommand => ({
+  namespace: "ns",
+  threadId: "t",
+  toSeq: 0,
+  expectedLastSeq: undefined,
+  requestId: "",
+  requestHash: "",
+  now: 2000,
+  ...over,
+});
+
+/**
+ * Namespace "ns" as the quotas count it (its namespaces row), as its thread
+ * rows count it, and as its message rows are (content bytes: the tests'
+ * messages have nothing else).
+ */
+async function usage(url: string) {
+  const [row] = await query<Record<string, number>>(
+    url,
+    `SELECT n.threads::int AS threads, n.messages::int AS messages, n.bytes::int AS bytes,
+       (SELECT count(*) FROM threads WHERE namespace = 'ns')::int AS thread_rows,
+       (SELECT coalesce(sum(stored), 0) FROM threads WHERE namespace = 'ns')::int AS stored,
+       (SELECT coalesce(sum(bytes), 0) FROM threads WHERE namespace = 'ns')::int AS stored_bytes,
+       (SELECT count(*) FROM messages WHERE namespace = 'ns')::int AS message_rows,
+       (SELECT coalesce(sum(octet_length(content)), 0) FROM messages
+        WHERE namespace = 'ns')::int AS content_bytes
+     FROM namespaces n WHERE n.namespace = 'ns'`,
+  );
+  if (row === undefined) throw new Error("no namespace row");
+  expect([row.thread_rows, row.stored, row.stored_bytes]).toEqual([
+    row.threads,
+    row.messages,
+    row.bytes,
+  ]);
+  expect([row.message_rows, row.content_bytes]).toEqual([row.messages, row.bytes]);
+  return { threads: row.threads, messages: row.messages, bytes: row.bytes };
+}
+
+const codeOf = (p: Promise<unknown>) =>
+  p.then(
+    () => "resolved",
+    (e: { code?: string }) => e.code,
+  );
+
+describe("Postgres store rewind", () => {
+  it("drops the messages after to_seq, gives their room back and logs thread_rewound", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url);
+    try {
+      await store.append(
+        cmd({ messages: ["a", "b", "c"].map(user), requestId: "r1", requestHash: "h1" }),
+      );
+      const before = await store.append(
+        cmd({
+          messages: [user("dd"), user("eee")],
+          requestId: "r2",
+          requestHash: "h2",
+          labels: { k: "v" },
+        }),
+      );
+      const head = await store.headCursor("ns");
+      const r = await store.rewind(rewindCmd({ toSeq: 3, requestId: "rw", requestHash: "hw" }));
+      expect(r).toEqual({
+        thread: { ...before.thread, lastSeq: 3, updateTime: 2000 },
+        removedCount: 2,
+        summaryDropped: false,
+        replayed: false,
+      });
+      expect((await store.read("ns", "t"))?.messages.map((m) => m.content)).toEqual([
+        "a",
+        "b",
+        "c",
+      ]);
+      expect(await store.getThread("ns", "t")).toEqual(r.thread);
+      expect(await store.listThreads("ns", "", 10, { k: "v" })).toEqual(["t"]);
+      expect(await store.readEvents("ns", head, 10)).toMatchObject([
+        {
+          type: "thread_rewound",
+          threadId: "t",
+          time: 2000,
+          toSeq: 3,
+          removedCount: 2,
+          summaryDropped: false,
+        },
+      ]);
+      expect(await usage(url)).toEqual({ threads: 1, messages: 3, bytes: 3 });
+
+      // The Add that stored seqs 4 and 5 is forgotten: a retry of it adds them again.
+      const retried = cmd({
+        messages: [user("dd"), user("eee")],
+        requestId: "r2",
+        requestHash: "h2",
+        now: 3000,
+      });
+      expect(await store.append(retried)).toMatchObject({
+        firstSeq: 4,
+        lastSeq: 5,
+        replayed: false,
+      });
+      // The one whose messages stayed is still answered with its first result.
+      expect(await store.append(cmd({ requestId: "r1", requestHash: "h1" }))).toMatchObject({
+        firstSeq: 1,
+        lastSeq: 3,
+        replayed: true,
+      });
+      // The Rewind's own id: the same payload gets the first answer, another is refused.
+      expect(
+        await store.rewind(rewindCmd({ toSeq: 3, requestId: "rw", requestHash: "hw", now: 4000 })),
+      ).toEqual({ ...r, replayed: true });
+      expect(
+        await codeOf(store.rewind(rewindCmd({ toSeq: 2, requestId: "rw", requestHash: "x" }))),
+      ).toBe("invalid_argument");
+      // One id names one request: an Add's is not a Rewind's, nor the reverse, whatever the digest.
+      expect(
+        await codeOf(store.rewind(rewindCmd({ toSeq: 3, requestId: "r1", requestHash: "h1" }))),
+      ).toBe("invalid_argument");
+      expect(await codeOf(store.append(cmd({ requestId: "rw", requestHash: "hw" })))).toBe(
+        "invalid_argument",
+      );
+      expect(await usage(url)).toEqual({ threads: 1, messages: 5, bytes: 8 });
+
+      // Back to where it is: nothing changes and nothing is logged.
+      const head2 = await store.headCursor("ns");
+      const thread = await store.getThread("ns", "t");
+      expect(await store.rewind(rewindCmd({ toSeq: 5, now: 5000 }))).toEqual({
+        thread,
+        removedCount: 0,
+        summaryDropped: false,
+        replayed: false,
+      });
+      expect(await store.getThread("ns", "t")).toEqual(thread);
+      expect(await store.readEvents("ns", head2, 10)).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("refuses what core/rewind.ts refuses, changing nothing; keeps the ttl; an expired thread is not found", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url);
+    try {
+      // Reads tell expiry by the clock: these times are now's.
+      const t0 = Date.now();
+      await store.append(cmd({ messages: ["a", "b", "c"].map(user), ttlMs: 60_000, now: t0 }));
+      const head = await store.headCursor("ns");
+      const thread = await store.getThread("ns", "t");
+      const at = (now: number, over: Partial<RewindCommand>) => rewindCmd({ now, ...over });
+      const refusals = await Promise.all([
+        codeOf(store.rewind(at(t0 + 1, { threadId: "nope", toSeq: 0 }))),
+        codeOf(store.rewind(at(t0 + 1, { toSeq: 1, expectedLastSeq: 2 }))),
+        codeOf(store.rewind(at(t0 + 1, { toSeq: 4 }))),
+        codeOf(store.rewind(at(t0 + 60_000, { toSeq: 1 }))),
+      ]);
+      expect(refusals).toEqual(["not_found", "aborted", "out_of_range", "not_found"]);
+      expect(await store.getThread("ns", "t")).toEqual(thread);
+      expect((await store.read("ns", "t"))?.messages).toHaveLength(3);
+      expect(await store.readEvents("ns", head, 10)).toEqual([]);
+      expect(await usage(url)).toEqual({ threads: 1, messages: 3, bytes: 3 });
+      // A Rewind is no Add: the thread's expiry stays where its last Add put it.
+      const r = await store.rewind(at(t0 + 2, { toSeq: 1, expectedLastSeq: 3 }));
+      expect(r.thread).toMatchObject({ lastSeq: 1, ttlMs: 60_000, expireTime: t0 + 60_000 });
+      expect(await store.getThread("ns", "t")).toEqual(r.thread);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("ends the fold lease, so a fold in flight on another store instance never commits", async () => {
+    const url = await server.createDatabase();
+    const [a, b] = [await createPostgresStore(url), await createPostgresStore(url)];
+    try {
+      const added = await a.append(
+        cmd({ strategy: summary, messages: ["m1", "m2", "m3", "m4", "m5", "m6"].map(user) }),
+      );
+      const fold = {
+        namespace: "ns",
+        threadId: "t",
+        incarnation: added.thread.incarnation,
+        foldedCount: 2,
+        now: 1500,
+      };
+      const first = (await a.acquireFoldLease("ns", "t", 60_000)) ?? 0;
+      await a.commitSummary({
+        ...fold,
+        leaseToken: first,
+        fromSeq: 0,
+        throughSeq: 2,
+        summary: "s1",
+      });
+      await a.releaseFoldLease("ns", "t", first);
+      // A's next fold (seqs 3 and 4) holds the lease when B rewinds to seq 3.
+      const second = (await a.acquireFoldLease("ns", "t", 60_000)) ?? 0;
+      expect(await b.rewind(rewindCmd({ toSeq: 3 }))).toMatchObject({
+        removedCount: 3,
+        summaryDropped: false,
+        thread: { lastSeq: 3, summary: "s1", summarizedThroughSeq: 2 },
+      });
+      const late = { ...fold, leaseToken: second, fromSeq: 2, throughSeq: 4, summary: "s2" };
+      expect(await a.commitSummary(late)).toBeUndefined();
+      expect((await b.getThread("ns", "t"))?.summary).toBe("s1");
+      // The lease is free at once, under a token above the one it fenced.
+      expect(await b.acquireFoldLease("ns", "t", 60_000)).toBeGreaterThan(second + 1);
+
+      // Back before the summary's end: the summary goes, its seqs are stored (oldest 1).
+      const head = await a.headCursor("ns");
+      expect(await a.rewind(rewindCmd({ toSeq: 1, now: 3000 }))).toMatchObject({
+        removedCount: 2,
+        summaryDropped: true,
+        thread: {
+          lastSeq: 1,
+          summary: "",
+          summarizedThroughSeq: 0,
+          summaryTime: 0,
+          updateTime: 3000,
+        },
+      });
+      expect(await b.readEvents("ns", head, 10)).toMatchObject([
+        { type: "thread_rewound", toSeq: 1, removedCount: 2, summaryDropped: true },
+      ]);
+      expect(await usage(url)).toEqual({ threads: 1, messages: 1, bytes: 2 });
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  it("orders Rewinds among concurrent Adds of the thread from two instances: answers, log and rows agree", async () => {
+    const url = await server.createDatabase();
+    const [a, b] = [
+      await createPostgresStore(url, {}, { poolSize: 4 }),
+      await createPostgresStore(url, {}, { poolSize: 4 }),
+    ];
+    try {
+      await a.append(cmd({ messages: [user("seed")] }));
+      const head = await a.headCursor("ns");
+      const adds = Array.from({ length: 40 }, (_, i) =>
+        (i % 2 === 0 ? a : b).append(cmd({ messages: [user(`m${i}`)], now: 2000 + i })),
+      );
+      const rewinds = Array.from({ length: 6 }, (_, i) =>
+        (i % 2 === 0 ? b : a).rewind(rewindCmd({ toSeq: 1, now: 3000 + i })),
+      );
+      const [added, rewound] = await Promise.all([Promise.all(adds), Promise.all(rewinds)]);
+      // The log, replayed: each Add right after the thread's last seq, each Rewind back to 1.
+      const events = await a.readEvents("ns", head, 1000);
+      let lastSeq = 1;
+      for (const e of events) {
+        if (e.type === "messages_added") {
+          expect(e.firstSeq).toBe(lastSeq + 1);
+          lastSeq = e.lastSeq;
+        } else if (e.type === "thread_rewound") {
+          expect(e.removedCount).toBe(lastSeq - 1);
+          lastSeq = 1;
+        }
+      }
+      expect(events.filter((e) => e.type === "messages_added")).toHaveLength(40);
+      const logged = events.flatMap((e) => (e.type === "thread_rewound" ? [e.removedCount] : []));
+      const answered = rewound.map((r) => r.removedCount).filter((n) => n > 0);
+      expect([...logged].sort()).toEqual([...answered].sort());
+      // The rows are the log's end state, and each message the one its Add was told.
+      const final = await b.read("ns", "t");
+      expect(final?.thread.lastSeq).toBe(lastSeq);
+      expect(final?.messages.map((m) => m.seq)).toEqual(
+        Array.from({ length: lastSeq }, (_, i) => i + 1),
+      );
+      for (const m of final?.messages.slice(1) ?? []) {
+        expect(added[Number(m.content.slice(1))]?.firstSeq).toBe(m.seq);
+      }
+      expect((await usage(url)).messages).toBe(lastSeq);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  it("answers a Rewind only once it has committed, and refuses one still queued at its deadline", async () => {
+    const url = await server.createDatabase();
+    // One group at a time: the second Rewind waits behind the first.
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      await store.append(cmd({ messages: ["a", "b", "c"].map(user) }));
+      const lock = await holdNamespace(url, "ns");
+      let answered = false;
+      const waiting = store.rewind(rewindCmd({ toSeq: 1 })).finally(() => {
+        answered = true;
+      });
+      const late = store.rewind(rewindCmd({ toSeq: 2, deadline: Date.now() + 300 }));
+      expect(await codeOf(late)).toBe("deadline_exceeded");
+      expect(answered).toBe(false);
+      expect(await query(url, "SELECT seq::int FROM messages ORDER BY seq")).toEqual([
+        { seq: 1 },
+        { seq: 2 },
+        { seq: 3 },
+      ]);
+      await lock.release();
+      expect((await waiting).removedCount).toBe(2);
+      expect((await store.getThread("ns", "t"))?.lastSeq).toBe(1);
+      expect(await usage(url)).toEqual({ threads: 1, messages: 1, bytes: 1 });
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe("Postgres store schema version 1", () => {
+  it("migrates to version 2, telling each recorded Add by the seqs it stored", async () => {
+    const url = await server.createDatabase();
+    let store = await createPostgresStore(url);
+    const seeded = await store.append(cmd({ strategy: summary, messages: [user("s"), user("t")] }));
+    const token = (await store.acquireFoldLease("ns", "t", 60_000)) ?? 0;
+    // The summary's NUL and quote are in every result recorded from here on (JSON text).
+    await store.commitSummary({
+      namespace: "ns",
+      threadId: "t",
+      incarnation: seeded.thread.incarnation,
+      leaseToken: token,
+      fromSeq: 0,
+      throughSeq: 1,
+      summary: 's\u0000"}',
+      foldedCount: 1,
+      now: 1000,
+    });
+    const add = (messages: string[], requestId: string, requestHash: string) =>
+      store.append(cmd({ messages: messages.map(user), requestId, requestHash }));
+    await add(["a", "b"], "r1", "h1");
+    await add([], "r0", "h0");
+    await add(["c", "d"], "r2", "h2");
+    await store.close();
+    // The tables as version 1 made them.
+    await query(
+      url,
+      `ALTER TABLE requests DROP COLUMN last_seq; DELETE FROM windlass_schema;
+       INSERT INTO windlass_schema (version) VALUES (1)`,
+    );
+    store = await createPostgresStore(url);
+    try {
+      expect(
+        await query(
+          url,
+          `SELECT convert_from(request_id, 'UTF8') AS id, last_seq::int FROM requests ORDER BY 1`,
+        ),
+      ).toEqual([
+        { id: "r0", last_seq: 0 },
+        { id: "r1", last_seq: 4 },
+        { id: "r2", last_seq: 6 },
+      ]);
+      expect(await query(url, "SELECT max(version) AS v FROM windlass_schema")).toEqual([{ v: 2 }]);
+      await store.rewind(rewindCmd({ toSeq: 4 }));
+      expect(await add(["c", "d"], "r2", "h2")).toMatchObject({ firstSeq: 5, replayed: false });
+      expect(await add(["a", "b"], "r1", "h1")).toMatchObject({ firstSeq: 3, replayed: true });
+      expect(await add([], "r0", "h0")).toMatchObject({
+        firstSeq: 0,
+        replayed: true,
+        thread: { summary: 's\u0000"}' },
+      });
+    } finally {
+      await store.close();
+    }
   });
 });

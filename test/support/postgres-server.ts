@@ -41,7 +41,17 @@ export interface PostgresServer {
    * stays for restart.
    */
   kill(): Promise<void>;
-  /** Starts the server again on the same port and data (stopping it first if it runs). */
+  /**
+   * Shuts the server down as `pg_ctl stop -m <mode>` does, keeping the data
+   * for restart: fast (SIGINT) ends every session and checkpoints; immediate
+   * (SIGQUIT) ends them without a checkpoint, so the next start recovers
+   * from the WAL. Resolves once the postmaster has exited.
+   */
+  halt(mode: "fast" | "immediate"): Promise<void>;
+  /**
+   * Starts the server again on the same port and data, after a fast
+   * shutdown if it runs (`pg_ctl restart`).
+   */
   restart(): Promise<void>;
 }
 
@@ -163,6 +173,9 @@ export async function startPostgresServer(): Promise<PostgresServer> {
       await end("SIGKILL");
       for (const b of backends) signal(b, "SIGKILL");
       await gone(backends);
+    },
+    async halt(mode) {
+      await end(mode === "fast" ? "SIGINT" : "SIGQUIT");
     },
     async restart() {
       await end("SIGINT");
@@ -295,4 +308,39 @@ async function answers(port: number): Promise<boolean> {
   } finally {
     await c.end().catch(() => {});
   }
+}
+
+/** One statement on a connection of its own (a test's look at the tables): its rows. */
+export async function queryPostgres<R extends pg.QueryResultRow>(
+  url: string,
+  sql: string,
+  params: unknown[] = [],
+): Promise<R[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<R>(sql, params)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+/**
+ * A second connection holding the namespace's row lock (the lock every
+ * write of the namespace takes first) until `release`.
+ */
+export async function holdNamespace(
+  url: string,
+  namespace: string,
+): Promise<{ release(): Promise<void> }> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  await c.query("BEGIN");
+  await c.query("SELECT * FROM namespaces WHERE namespace = $1 FOR UPDATE", [namespace]);
+  return {
+    release: async () => {
+      await c.query("COMMIT");
+      await c.end();
+    },
+  };
 }

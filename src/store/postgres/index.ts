@@ -2,7 +2,6 @@ import pg from "pg";
 import { MemoryError } from "../../core/errors.js";
 import type { Labels, MemoryEvent, ThreadState } from "../../core/types.js";
 import { ResumeTokens } from "../resume-token.js";
-import { rewindPending } from "../rewind-pending.js";
 import {
   type AppendCommand,
   type AppendResult,
@@ -12,6 +11,8 @@ import {
   type FoldFailureCommand,
   type ImportThreadCommand,
   type ReadView,
+  type RewindCommand,
+  type RewindResult,
   type Store,
   type StoreHealth,
   type StoreLimits,
@@ -124,7 +125,6 @@ class PostgresStore implements Store {
   #incarnation: Incarnation;
   #tokens: ResumeTokens;
   #closed = false;
-  rewind = rewindPending;
 
   constructor(
     pool: pg.Pool,
@@ -189,6 +189,10 @@ class PostgresStore implements Store {
 
   append(cmd: AppendCommand): Promise<AppendResult> {
     return this.#write({ kind: "append", cmd }, cmd.deadline);
+  }
+
+  rewind(cmd: RewindCommand): Promise<RewindResult> {
+    return this.#write({ kind: "rewind", cmd }, cmd.deadline);
   }
 
   async read(

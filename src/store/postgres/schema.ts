@@ -2,18 +2,36 @@ import type { Pool, PoolClient } from "pg";
 import { newStoreId, newTokenSecret } from "../resume-token.js";
 
 /** The version the DDL below brings a database to (table windlass_schema). */
-export const POSTGRES_SCHEMA_VERSION = 1;
+export const POSTGRES_SCHEMA_VERSION = 2;
 
 /**
  * The key layout, for one PostgreSQL or a Citus cluster. Every table but
- * `meta` and `windlass_schema` is keyed by namespace first: its
- * distribution column under Citus is `namespace` (colocated tables), not
- * (namespace, thread_id), because every write of a namespace takes its
- * `namespaces` row (the namespace's event counter and quota usage, which
- * must change in the same transaction as the thread) and a resume reads the
- * namespace's events as one range: with namespace as the distribution
- * column each write and each Watch read stays on one shard. `meta` is tiny
- * and read at start-up: a reference table.
+ * `meta` and `windlass_schema` has a primary key that starts with
+ * `namespace`: namespaces (namespace), threads (namespace, thread_id),
+ * messages (namespace, thread_id, seq), requests (namespace, thread_id,
+ * request_id), fold_leases (namespace, thread_id), events (namespace, seq),
+ * thread_labels (namespace, key, value, thread_id).
+ *
+ * Sharding (Citus, or any Postgres that distributes tables by a column):
+ * the distribution column is `namespace`, every one of those tables
+ * distributed by it and colocated with `namespaces`
+ * (`SELECT create_distributed_table('threads', 'namespace',
+ * colocate_with => 'namespaces')`, and so on), not (namespace, thread_id):
+ * every write of a namespace takes its `namespaces` row (the namespace's
+ * event counter and quota usage, which change in the same transaction as
+ * the thread: an Add, a Rewind, a summary commit, a Clear) and a resume
+ * reads the namespace's events as one range, so with namespace as the
+ * distribution column each write transaction and each Watch read stays on
+ * one shard, and every unique key holds the distribution column (as Citus
+ * requires). `meta` and `windlass_schema` are tiny and read at start-up:
+ * reference tables. One namespace is one shard's: a single tenant's load
+ * does not spread; many tenants' does. The only statements that span
+ * shards are the TTL sweep's search for due threads (threads_by_expiry,
+ * across namespaces) and the migrations. This layout is tested on one
+ * PostgreSQL 15, not on Citus; what to check there first is that the NOTIFY
+ * of a commit (events.ts FLUSH, a pg_notify in the statement that updates
+ * the namespace's row) is sent where the LISTEN connection listens (the
+ * coordinator), not on the worker the statement is pushed down to.
  *
  * Ids compare as bytes (COLLATE "C" on UTF-8: the order ListThreads
  * promises), whatever the database's collation. Text a client sends freely
@@ -114,6 +132,21 @@ CREATE TABLE thread_labels (
 CREATE INDEX thread_labels_by_thread ON thread_labels (namespace, thread_id);
 `;
 
+/**
+ * Version 2: a request-id record says which request it is of, and an Add's
+ * names the newest seq it stored (AppendResult.lastSeq; 0 when it added
+ * none), so a Rewind finds the records it forgets (core/rewind.ts
+ * forgetRequest) without reading their results; NULL for a Rewind's own
+ * record. Every record written before is an Add's, its result written as
+ * {"thread":…,"firstSeq":…,"lastSeq":N} (JSON.stringify keeps that order):
+ * N is read off the end, since casting the text to json would refuse the
+ * \u0000 escapes a summary or a label may hold.
+ */
+const DDL_V2 = `
+ALTER TABLE requests ADD COLUMN last_seq bigint;
+UPDATE requests SET last_seq = substring(result FROM '"lastSeq":([0-9]+)}$')::bigint;
+`;
+
 /** MIGRATIONS[v] brings a database from version v to v + 1 (0: empty). */
 const MIGRATIONS: Record<number, (c: PoolClient) => Promise<void>> = {
   0: async (c) => {
@@ -123,6 +156,9 @@ const MIGRATIONS: Record<number, (c: PoolClient) => Promise<void>> = {
       "INSERT INTO meta (key, value) VALUES ('database_id', $1), ('token_secret', $2)",
       [newStoreId(), newTokenSecret()],
     );
+  },
+  1: async (c) => {
+    await c.query(DDL_V2);
   },
 };
 

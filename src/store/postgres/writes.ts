@@ -1,7 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { decideAppend, keepsSummary, newThreadState } from "../../core/append.js";
 import { mayCommitSummary } from "../../core/fold-commit.js";
-import { decideReplay, requestsToKeep } from "../../core/idempotency.js";
 import { importedState } from "../../core/import.js";
 import { checkQuotas } from "../../core/quota.js";
 import { isExpired, ttlAfterAdd, ttlFields } from "../../core/ttl.js";
@@ -13,12 +12,21 @@ import type {
   CommitSummaryCommand,
   FoldFailureCommand,
   ImportThreadCommand,
+  RewindCommand,
   StoreLimits,
 } from "../store.js";
-import { strategyFromJson } from "../strategy-json.js";
 import { INSERT_MESSAGES, messageColumns, type ThreadRow, toThread } from "./codec.js";
 import type { NamespaceLog, Query } from "./events.js";
-import { dropThrough, planTrim, saveThread, setLabels, threadRow } from "./thread-rows.js";
+import { recordedResult, recordRequest } from "./requests.js";
+import { rewind } from "./rewind.js";
+import {
+  droppedUsage,
+  dropThrough,
+  planTrim,
+  saveThread,
+  setLabels,
+  threadRow,
+} from "./thread-rows.js";
 
 /**
  * The store's writes, each run inside a transaction (group-commit.ts) on
@@ -28,6 +36,7 @@ import { dropThrough, planTrim, saveThread, setLabels, threadRow } from "./threa
  */
 export type WriteOp =
   | { kind: "append"; cmd: AppendCommand }
+  | { kind: "rewind"; cmd: RewindCommand }
   | { kind: "commitSummary"; cmd: CommitSummaryCommand }
   | { kind: "recordFoldFailure"; cmd: FoldFailureCommand }
   | { kind: "clear"; namespace: string; threadId: string; now: number }
@@ -50,6 +59,8 @@ export function runWrite(ctx: WriteContext, op: WriteOp): Promise<unknown> {
   switch (op.kind) {
     case "append":
       return append(ctx, op.cmd);
+    case "rewind":
+      return rewind(ctx, op.cmd);
     case "commitSummary":
       return commitSummary(ctx, op.cmd);
     case "recordFoldFailure":
@@ -65,8 +76,8 @@ export function runWrite(ctx: WriteContext, op: WriteOp): Promise<unknown> {
   }
 }
 
-/** What an idempotency record keeps: the first call's result, as JSON text. */
-type RecordedResult = Omit<AppendResult, "replayed">;
+/** What an Add's request-id record keeps: its first result. */
+type RecordedAdd = Omit<AppendResult, "replayed">;
 
 async function append(ctx: WriteContext, cmd: AppendCommand): Promise<AppendResult> {
   const { q, log, lim } = ctx;
@@ -76,16 +87,9 @@ async function append(ctx: WriteContext, cmd: AppendCommand): Promise<AppendResu
     await removeThreads(ctx, cmd.namespace, [row], cmd.now, "expired");
     row = undefined;
   }
-  if (cmd.requestId !== "" && row !== undefined) {
-    const [seen] = await q<{ hash: string; time: number; result: string }>(
-      "SELECT hash, time, result FROM requests WHERE namespace = $1 AND thread_id = $2 AND request_id = $3",
-      [cmd.namespace, cmd.threadId, Buffer.from(cmd.requestId, "utf8")],
-    );
-    if (seen !== undefined && decideReplay(seen, cmd, lim) === "replay") {
-      const first = JSON.parse(seen.result) as RecordedResult;
-      const strategy = strategyFromJson(JSON.stringify(first.thread.strategy));
-      return { ...first, thread: { ...first.thread, strategy }, replayed: true };
-    }
+  if (row !== undefined) {
+    const first = await recordedResult<RecordedAdd>(q, lim, cmd, "add");
+    if (first !== undefined) return { ...first, replayed: true };
   }
   const existing = row === undefined ? undefined : toThread(row);
   const strategy = decideAppend(existing, cmd);
@@ -139,35 +143,11 @@ async function append(ctx: WriteContext, cmd: AppendCommand): Promise<AppendResu
   const firstSeq = added.length > 0 ? lastSeqBefore + 1 : 0;
   const lastSeq = added.length > 0 ? state.lastSeq : 0;
   const result: AppendResult = { thread: state, firstSeq, lastSeq, replayed: false };
-  if (cmd.requestId !== "") await recordRequest(ctx, cmd, result);
+  if (cmd.requestId !== "") await recordRequest(q, lim, cmd, result, lastSeq);
   if (added.length > 0) {
     log.log(cmd.namespace, cmd.threadId, cmd.now, { type: "messages_added", firstSeq, lastSeq });
   }
   return { ...result, thread: { ...state } };
-}
-
-async function recordRequest(ctx: WriteContext, cmd: AppendCommand, result: AppendResult) {
-  const { replayed: _replayed, ...first } = result;
-  await ctx.q(
-    `INSERT INTO requests (namespace, thread_id, request_id, hash, result, time)
-     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (namespace, thread_id, request_id)
-     DO UPDATE SET hash = excluded.hash, result = excluded.result, time = excluded.time`,
-    [
-      cmd.namespace,
-      cmd.threadId,
-      Buffer.from(cmd.requestId, "utf8"),
-      cmd.requestHash,
-      JSON.stringify(first),
-      cmd.now,
-    ],
-  );
-  const keep = requestsToKeep(cmd.now, ctx.lim);
-  await ctx.q(
-    `DELETE FROM requests WHERE namespace = $1 AND thread_id = $2 AND (time <= $3 OR request_id IN
-       (SELECT request_id FROM requests WHERE namespace = $1 AND thread_id = $2
-        ORDER BY time DESC, request_id DESC OFFSET $4))`,
-    [cmd.namespace, cmd.threadId, keep.dropThrough, keep.keepNewest],
-  );
 }
 
 /** Deletes threads with everything hanging off them, gives their room back, logs thread_cleared. */
@@ -259,7 +239,7 @@ async function commitSummary(
     stored: row.stored - trimmed.count,
     bytes: row.bytes - trimmed.bytes,
   });
-  log.use(cmd.namespace, { threads: 0, messages: -trimmed.count, bytes: -trimmed.bytes });
+  log.use(cmd.namespace, droppedUsage(trimmed.count, trimmed.bytes));
   log.log(cmd.namespace, cmd.threadId, cmd.now, {
     type: "summary_updated",
     summary: cmd.summary,
