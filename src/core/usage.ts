@@ -47,3 +47,8 @@ export function importDelta(
 export function removalDelta(stored: { messages: number; bytes: number }): NamespaceUsage {
   return { threads: -1, messages: -stored.messages, bytes: -stored.bytes };
 }
+
+/** What dropping stored messages from a thread that stays gives back (a trim, a fold's trim, a Rewind). */
+export function droppedDelta(count: number, bytes: number): NamespaceUsage {
+  return { threads: 0, messages: -count, bytes: -bytes };
+}

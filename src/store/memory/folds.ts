@@ -1,5 +1,6 @@
 import { mayCommitSummary } from "../../core/fold-commit.js";
 import type { ThreadState } from "../../core/types.js";
+import { droppedDelta } from "../../core/usage.js";
 import type { CommitSummaryCommand, FoldFailureCommand } from "../store.js";
 import { addUsage, type MemoryState, type NamespaceState } from "./namespaces.js";
 import { copyThread, dropCount, dropOldest, sumBytes, type ThreadRecord } from "./thread-record.js";
@@ -45,5 +46,5 @@ function trim(s: NamespaceState, rec: ThreadRecord): void {
   const bytes = sumBytes(rec.messages, rec.head, rec.head + n);
   dropOldest(rec, n);
   rec.bytes -= bytes;
-  addUsage(s.usage, { threads: 0, messages: -n, bytes: -bytes });
+  addUsage(s.usage, droppedDelta(n, bytes));
 }

@@ -1,4 +1,5 @@
 import { decideRewind, type RewindPlan } from "../../core/rewind.js";
+import { droppedDelta } from "../../core/usage.js";
 import type { RewindCommand, RewindResult } from "../store.js";
 import { addUsage, type MemoryState, type NamespaceState } from "./namespaces.js";
 import { forgetRewound, recordRequest, replayOf } from "./requests.js";
@@ -40,7 +41,7 @@ function applyPlan(
   forgetRewound(rec, cmd.toSeq);
   // A fold running meanwhile read messages that are gone: it must not commit.
   m.leases.end(cmd.namespace, cmd.threadId);
-  addUsage(s.usage, { threads: 0, messages: -dropped.count, bytes: -dropped.bytes });
+  addUsage(s.usage, droppedDelta(dropped.count, dropped.bytes));
   const done = { removedCount: dropped.count, summaryDropped: plan.summaryDropped };
   s.log.emit(cmd.threadId, cmd.now, { type: "thread_rewound", toSeq: cmd.toSeq, ...done });
   return done;

@@ -1,11 +1,11 @@
 import { decideRewind, type RewindPlan } from "../../core/rewind.js";
 import { isExpired } from "../../core/ttl.js";
-import { bytesOf } from "../../core/usage.js";
+import { bytesOf, droppedDelta } from "../../core/usage.js";
 import type { RewindCommand, RewindResult } from "../store.js";
 import { type MessageRow, oldestSeq, type ThreadRow, toMessage, toThread } from "./codec.js";
 import { fenceFoldLease } from "./leases.js";
 import { forgetRequestsAfter, recordedResult, recordRequest } from "./requests.js";
-import { droppedUsage, saveThread, threadRow } from "./thread-rows.js";
+import { saveThread, threadRow } from "./thread-rows.js";
 import type { WriteContext } from "./writes.js";
 
 /** What a Rewind's request-id record keeps: its first result. */
@@ -67,7 +67,7 @@ async function applyPlan(
     stored: row.stored - dropped.length,
     bytes: row.bytes - bytes,
   });
-  log.use(cmd.namespace, droppedUsage(dropped.length, bytes));
+  log.use(cmd.namespace, droppedDelta(dropped.length, bytes));
   log.log(cmd.namespace, cmd.threadId, cmd.now, {
     type: "thread_rewound",
     toSeq: cmd.toSeq,

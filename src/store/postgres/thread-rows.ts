@@ -1,5 +1,4 @@
 import { trimCountOf } from "../../core/append.js";
-import type { NamespaceUsage } from "../../core/quota.js";
 import type { Labels, StoredMessage, Strategy, ThreadState } from "../../core/types.js";
 import { bytesOf } from "../../core/usage.js";
 import { type MessageRow, oldestSeq, type ThreadRow, toMessage } from "./codec.js";
@@ -62,14 +61,6 @@ export async function planTrim(
     }
     want = Math.min(before.stored, front.length * 2);
   }
-}
-
-/**
- * What dropping `count` stored messages of `bytes` (a trim, a summary
- * commit, a Rewind) gives back to the namespace's usage; the thread stays.
- */
-export function droppedUsage(count: number, bytes: number): NamespaceUsage {
-  return { threads: 0, messages: -count, bytes: -bytes };
 }
 
 export async function dropThrough(q: Query, namespace: string, threadId: string, seq: number) {

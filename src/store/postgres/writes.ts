@@ -5,7 +5,7 @@ import { importedState } from "../../core/import.js";
 import { checkQuotas } from "../../core/quota.js";
 import { isExpired, ttlAfterAdd, ttlFields } from "../../core/ttl.js";
 import type { StoredMessage, ThreadState } from "../../core/types.js";
-import { appendDelta, importDelta, removalDelta } from "../../core/usage.js";
+import { appendDelta, droppedDelta, importDelta, removalDelta } from "../../core/usage.js";
 import type {
   AppendCommand,
   AppendResult,
@@ -19,14 +19,7 @@ import { INSERT_MESSAGES, messageColumns, type ThreadRow, toThread } from "./cod
 import type { NamespaceLog, Query } from "./events.js";
 import { recordedResult, recordRequest } from "./requests.js";
 import { rewind } from "./rewind.js";
-import {
-  droppedUsage,
-  dropThrough,
-  planTrim,
-  saveThread,
-  setLabels,
-  threadRow,
-} from "./thread-rows.js";
+import { dropThrough, planTrim, saveThread, setLabels, threadRow } from "./thread-rows.js";
 
 /**
  * The store's writes, each run inside a transaction (group-commit.ts) on
@@ -239,7 +232,7 @@ async function commitSummary(
     stored: row.stored - trimmed.count,
     bytes: row.bytes - trimmed.bytes,
   });
-  log.use(cmd.namespace, droppedUsage(trimmed.count, trimmed.bytes));
+  log.use(cmd.namespace, droppedDelta(trimmed.count, trimmed.bytes));
   log.log(cmd.namespace, cmd.threadId, cmd.now, {
     type: "summary_updated",
     summary: cmd.summary,
