@@ -87,6 +87,54 @@ const SYSTEM_PROMPT =
  * {@link SummarizerError}.
  */
 export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarizer {
+  const c = resolveOptions(opts);
+  return {
+    name: c.name,
+    async summarize(input: SummarizeInput, signal: AbortSignal): Promise<string> {
+      signal.throwIfAborted();
+      const body = JSON.stringify({
+        model: opts.model,
+        messages: [
+          { role: "system", content: SYSTEM_PROMPT.replace("MAX", String(c.maxSummaryChars)) },
+          { role: "user", content: userPrompt(input) },
+        ],
+        temperature: 0,
+      });
+      for (let attempts = 1; ; attempts++) {
+        const outcome = await attempt(c, body, signal);
+        if (outcome.ok) return outcome.summary;
+        if (!outcome.retryable || attempts > c.maxRetries) {
+          const tries = attempts === 1 ? "1 attempt" : `${attempts} attempts`;
+          throw new SummarizerError(`${c.label} failed: ${outcome.description} (${tries})`, {
+            kind: outcome.kind,
+            status: outcome.status,
+            attempts,
+            retryable: outcome.retryable,
+          });
+        }
+        const exponential = Math.min(c.maxBackoffMs, c.initialBackoffMs * 2 ** (attempts - 1));
+        // "Equal jitter": at least half the exponential delay, so retries still back off.
+        const backoff = exponential / 2 + Math.random() * (exponential / 2);
+        await sleep(Math.min(c.maxBackoffMs, Math.max(backoff, outcome.retryAfterMs ?? 0)), signal);
+      }
+    },
+  };
+}
+
+/** The options with their defaults, checked; the request's URL and headers. */
+interface ResolvedOptions {
+  name: string;
+  label: string;
+  url: string;
+  headers: Record<string, string>;
+  timeoutMs: number;
+  maxRetries: number;
+  initialBackoffMs: number;
+  maxBackoffMs: number;
+  maxSummaryChars: number;
+}
+
+function resolveOptions(opts: OpenAiSummarizerOptions): ResolvedOptions {
   const name = opts.name ?? "openai";
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const maxRetries = opts.maxRetries ?? 2;
@@ -101,107 +149,94 @@ export function createOpenAiSummarizer(opts: OpenAiSummarizerOptions): Summarize
   requireInteger(name, "initialBackoffMs", initialBackoffMs, 0);
   requireInteger(name, "maxBackoffMs", maxBackoffMs, initialBackoffMs);
   requireInteger(name, "maxSummaryChars", maxSummaryChars, 1);
-
   const headers: Record<string, string> = {
     "content-type": "application/json",
     accept: "application/json",
   };
   if (opts.apiKey) headers.authorization = `Bearer ${opts.apiKey}`;
-  const label = `summarizer "${name}" (model ${opts.model})`;
-
-  async function attempt(body: string, signal: AbortSignal): Promise<AttemptOutcome> {
-    // The attempt's own controller and a timer held here, both cleared when the
-    // attempt ends. Not AbortSignal.any with AbortSignal.timeout: a composite
-    // holds its sources weakly, so on Node releases without the fix for
-    // nodejs/node#57736 garbage collection can take the timeout signal before
-    // it fires, and a stalled endpoint then holds the call forever.
-    signal.throwIfAborted();
-    const attemptAbort = new AbortController();
-    const onAbort = (): void => attemptAbort.abort(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      attemptAbort.abort(new DOMException(`timed out after ${timeoutMs} ms`, "TimeoutError"));
-    }, timeoutMs);
-    try {
-      const response = await fetch(url, {
-        method: "POST",
-        headers: withTraceHeaders(headers),
-        body,
-        signal: attemptAbort.signal,
-      });
-      // Read the body even on errors: it frees the connection for reuse.
-      const text = await response.text();
-      if (!response.ok) {
-        return {
-          ok: false,
-          kind: "http",
-          status: response.status,
-          retryable: isRetryableStatus(response.status),
-          retryAfterMs: parseRetryAfter(response.headers.get("retry-after")),
-          description: `HTTP ${response.status}${statusText(response.status)}`,
-        };
-      }
-      const summary = parseSummary(text);
-      if (summary === undefined) {
-        return {
-          ok: false,
-          kind: "malformed",
-          status: response.status,
-          retryable: true,
-          description: "malformed reply (no summary text in choices[0].message.content)",
-        };
-      }
-      return { ok: true, summary: clip(summary, maxSummaryChars) };
-    } catch (err) {
-      if (signal.aborted) throw signal.reason;
-      if (timedOut) {
-        return {
-          ok: false,
-          kind: "timeout",
-          retryable: true,
-          description: `timed out after ${timeoutMs} ms`,
-        };
-      }
-      return { ok: false, kind: "network", retryable: true, description: networkFailure(err) };
-    } finally {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", onAbort);
-    }
-  }
-
   return {
     name,
-    async summarize(input: SummarizeInput, signal: AbortSignal): Promise<string> {
-      signal.throwIfAborted();
-      const body = JSON.stringify({
-        model: opts.model,
-        messages: [
-          { role: "system", content: SYSTEM_PROMPT.replace("MAX", String(maxSummaryChars)) },
-          { role: "user", content: userPrompt(input) },
-        ],
-        temperature: 0,
-      });
-      for (let attempts = 1; ; attempts++) {
-        const outcome = await attempt(body, signal);
-        if (outcome.ok) return outcome.summary;
-        if (!outcome.retryable || attempts > maxRetries) {
-          const tries = attempts === 1 ? "1 attempt" : `${attempts} attempts`;
-          throw new SummarizerError(`${label} failed: ${outcome.description} (${tries})`, {
-            kind: outcome.kind,
-            status: outcome.status,
-            attempts,
-            retryable: outcome.retryable,
-          });
-        }
-        const exponential = Math.min(maxBackoffMs, initialBackoffMs * 2 ** (attempts - 1));
-        // "Equal jitter": at least half the exponential delay, so retries still back off.
-        const backoff = exponential / 2 + Math.random() * (exponential / 2);
-        await sleep(Math.min(maxBackoffMs, Math.max(backoff, outcome.retryAfterMs ?? 0)), signal);
-      }
-    },
+    label: `summarizer "${name}" (model ${opts.model})`,
+    url,
+    headers,
+    timeoutMs,
+    maxRetries,
+    initialBackoffMs,
+    maxBackoffMs,
+    maxSummaryChars,
   };
+}
+
+/** One request to the endpoint, bounded by timeoutMs; what it came to. */
+async function attempt(
+  c: ResolvedOptions,
+  body: string,
+  signal: AbortSignal,
+): Promise<AttemptOutcome> {
+  // The attempt's own controller and a timer held here, both cleared when the
+  // attempt ends. Not AbortSignal.any with AbortSignal.timeout: a composite
+  // holds its sources weakly, so on Node releases without the fix for
+  // nodejs/node#57736 garbage collection can take the timeout signal before
+  // it fires, and a stalled endpoint then holds the call forever.
+  signal.throwIfAborted();
+  const attemptAbort = new AbortController();
+  const onAbort = (): void => attemptAbort.abort(signal.reason);
+  signal.addEventListener("abort", onAbort, { once: true });
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    attemptAbort.abort(new DOMException(`timed out after ${c.timeoutMs} ms`, "TimeoutError"));
+  }, c.timeoutMs);
+  try {
+    const response = await fetch(c.url, {
+      method: "POST",
+      headers: withTraceHeaders(c.headers),
+      body,
+      signal: attemptAbort.signal,
+    });
+    // Read the body even on errors: it frees the connection for reuse.
+    const text = await response.text();
+    return replyOutcome(response, text, c.maxSummaryChars);
+  } catch (err) {
+    if (signal.aborted) throw signal.reason;
+    if (timedOut) {
+      return {
+        ok: false,
+        kind: "timeout",
+        retryable: true,
+        description: `timed out after ${c.timeoutMs} ms`,
+      };
+    }
+    return { ok: false, kind: "network", retryable: true, description: networkFailure(err) };
+  } finally {
+    clearTimeout(timer);
+    signal.removeEventListener("abort", onAbort);
+  }
+}
+
+/** An answer's outcome: its summary, or why it has none and whether a retry may help. */
+function replyOutcome(response: Response, text: string, maxSummaryChars: number): AttemptOutcome {
+  if (!response.ok) {
+    return {
+      ok: false,
+      kind: "http",
+      status: response.status,
+      retryable: isRetryableStatus(response.status),
+      retryAfterMs: parseRetryAfter(response.headers.get("retry-after")),
+      description: `HTTP ${response.status}${statusText(response.status)}`,
+    };
+  }
+  const summary = parseSummary(text);
+  if (summary === undefined) {
+    return {
+      ok: false,
+      kind: "malformed",
+      status: response.status,
+      retryable: true,
+      description: "malformed reply (no summary text in choices[0].message.content)",
+    };
+  }
+  return { ok: true, summary: clip(summary, maxSummaryChars) };
 }
 
 type AttemptOutcome =
