@@ -3,12 +3,12 @@ import { runInNewContext } from "node:vm";
 import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import type { StoredMessage } from "../../src/core/types.js";
+import { type MessageRow, toMessage } from "../../src/store/sqlite/codec.js";
 import {
   CACHED_TAIL_MAX,
   MessageCache,
   messageSize,
 } from "../../src/store/sqlite/message-cache.js";
-import { type MessageRow, toMessage } from "../../src/store/sqlite/schema.js";
 
 /** Messages with seqs from..to, frozen as the store hands them out. */
 function seqs(from: number, to: number): StoredMessage[] {

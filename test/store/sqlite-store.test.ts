@@ -8,12 +8,12 @@ import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, Strategy } from "../../src/core/types.js";
 import { compareBytes, createMemoryStore } from "../../src/store/memory-store.js";
 import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
-import { labeledListSql } from "../../src/store/sqlite/labels.js";
 import {
   createSqliteStore,
   MESSAGE_QUERIES,
   SQLITE_SCHEMA_VERSION,
-} from "../../src/store/sqlite-store.js";
+} from "../../src/store/sqlite/index.js";
+import { labeledListSql } from "../../src/store/sqlite/labels.js";
 import {
   READ_SLACK,
   type Store,
@@ -399,7 +399,7 @@ describe("SQLite store", () => {
     await s.close();
     const db = new Database(path, { readonly: true });
     try {
-      // The statements of sqlite-store.ts listThreads and firstThreads.
+      // The statements of sqlite/reads.ts listThreads and sqlite/writes/thread-rows.ts first.
       for (const [query, params] of [
         [
           "SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ? ORDER BY thread_id LIMIT ?",
