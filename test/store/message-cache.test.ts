@@ -52,6 +52,39 @@ describe("SQLite message cache (a tail per thread)", () => {
     expect(c.get("b")).toBeUndefined();
   });
 
+  it("cuts a rewound entry back to to_seq, so an Add that reuses the seqs follows on from it", () => {
+    const c = new MessageCache(1 << 30);
+    c.set("a", seqs(1, 10), true, 10);
+    const bytesOfTen = c.bytes;
+    c.rewind("a", 10, 4);
+    expect(seqsOf(c, "a")).toEqual([1, 2, 3, 4]);
+    expect(c.get("a")).toMatchObject({ whole: true, lastSeq: 4 });
+    const one = messageSize(seqs(1, 1)[0] as StoredMessage);
+    expect(bytesOfTen - c.bytes).toBe(6 * one);
+    const reused = seqs(5, 6).map((m) => Object.freeze({ ...m, content: `new${m.seq}` }));
+    c.update("a", 4, reused, 0);
+    expect(c.get("a")?.messages.map((m) => m.content)).toEqual([
+      "m1",
+      "m2",
+      "m3",
+      "m4",
+      "new5",
+      "new6",
+    ]);
+    // A tail that starts after to_seq is left empty, still up to date.
+    c.set("b", seqs(8, 10), false, 10);
+    c.rewind("b", 10, 3);
+    expect(c.get("b")).toMatchObject({ messages: [], whole: false, lastSeq: 3 });
+  });
+
+  it("drops an entry a Rewind does not follow on from", () => {
+    const c = new MessageCache(1 << 30);
+    c.set("a", seqs(1, 10), true, 10);
+    c.rewind("a", 12, 4);
+    expect(c.get("a")).toBeUndefined();
+    expect(c.bytes).toBe(0);
+  });
+
   it("drops the least recently used entries past its budget, and keeps nothing with budget 0", () => {
     const one = messageSize(seqs(1, 1)[0] as StoredMessage);
     const c = new MessageCache(one * 25 + 400);

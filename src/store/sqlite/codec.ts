@@ -7,7 +7,7 @@ import type {
   StoredMessage,
   ThreadState,
 } from "../../core/types.js";
-import type { AppendResult } from "../store.js";
+import type { AppendResult, RewindResult } from "../store.js";
 import { strategyFromJson } from "../strategy-json.js";
 
 /** A row of `threads` (schema.ts), with the columns labels.ts and ttl.ts add. */
@@ -42,8 +42,12 @@ export interface RequestRow {
   time: number;
 }
 
-/** What an idempotency record keeps: the first call's result. */
+/**
+ * What an idempotency record keeps: the first call's result, an Add's or a
+ * Rewind's (one request id names one request of either kind).
+ */
 export type RecordedResult = Omit<AppendResult, "replayed">;
+export type RecordedRewind = Omit<RewindResult, "replayed">;
 
 export interface EventRow {
   seq: number;

@@ -1,7 +1,6 @@
 import type Database from "better-sqlite3";
 import { MemoryError } from "../../core/errors.js";
 import type { Labels, MemoryEvent, ThreadState } from "../../core/types.js";
-import { rewindPending } from "../rewind-pending.js";
 import {
   type AppendCommand,
   type AppendResult,
@@ -11,6 +10,8 @@ import {
   type FoldFailureCommand,
   type ImportThreadCommand,
   type ReadView,
+  type RewindCommand,
+  type RewindResult,
   type Store,
   type StoreHealth,
   type StoreLimits,
@@ -77,8 +78,8 @@ export function cacheBudget(bytes: number): { pageCacheBytes: number; messageCac
  * The SQLite store: durable state for one server process, in one file
  * (better-sqlite3, WAL journal).
  *
- * Durability. `synchronous = FULL` in WAL mode: every write (Add, Clear,
- * summary commit, lease) is committed in a transaction whose WAL
+ * Durability. `synchronous = FULL` in WAL mode: every write (Add, Rewind,
+ * Clear, summary commit, lease) is committed in a transaction whose WAL
  * frames are fsynced before the call returns. So:
  * - process crash (kill -9, OOM kill, a fatal error): every acknowledged write
  *   survives; a write that was not acknowledged is either wholly there or
@@ -101,9 +102,9 @@ export function cacheBudget(bytes: number): { pageCacheBytes: number; messageCac
  * disk fails (full, locked by another process, read-only, an I/O error)
  * each write's outcome is still what the file holds, a full disk being
  * resource_exhausted and the rest unavailable. At most `maxQueuedWrites`
- * writes wait; more are refused with unavailable; an Add still
+ * writes wait; more are refused with unavailable; an Add or a Rewind still
  * queued at its deadline is refused unstored. Each write is a function of
- * its own in writes/ (appends.ts, folds.ts, clears.ts,
+ * its own in writes/ (appends.ts, rewind.ts, folds.ts, clears.ts,
  * imports.ts); the decisions are the core's pure functions. Reads run on
  * this thread on a connection of their own (reads.ts): WAL lets them read
  * the last commit while the worker writes, so no Get waits for an fsync.
@@ -121,7 +122,8 @@ export function cacheBudget(bytes: number): { pageCacheBytes: number; messageCac
  * messages table's primary key (thread, seq). Because this process is the
  * file's only writer, it also keeps the newest messages of recently used
  * threads in memory (MessageCache, bounded in bytes), updated by each commit
- * as its answer comes back from the worker. Neither a Get nor an Add costs more on
+ * as its answer comes back from the worker (a Rewind cuts it back, since the
+ * next Add reuses the dropped seqs). Neither a Get nor an Add costs more on
  * a long thread: trimming reads only the messages it drops.
  *
  * Events and cursors: events.ts.
@@ -206,7 +208,11 @@ class SqliteStore implements Store {
       .value;
   }
 
-  rewind = rewindPending;
+  async rewind(cmd: RewindCommand): Promise<RewindResult> {
+    const op: WriteOp = { kind: "rewind", cmd };
+    return (await this.#worker.write<RewindResult>(op, cmd.namespace, cmd.threadId, cmd.deadline))
+      .value;
+  }
 
   async read(
     namespace: string,
@@ -349,6 +355,10 @@ class SqliteStore implements Store {
         added,
         messages.droppedThrough,
       );
+    }
+    const rewound = c.rewound;
+    if (rewound !== undefined) {
+      this.#cache.rewind(rewound.incarnation, rewound.lastSeqBefore, rewound.toSeq);
     }
     for (const incarnation of c.ended ?? []) this.#cache.delete(incarnation);
     this.#events.publish(namespace, c.events);

@@ -9,9 +9,9 @@ import { ensureTtlSchema } from "./ttl.js";
 export const SQLITE_SCHEMA_VERSION = 3;
 
 /**
- * The queries that let a Get and a trim cost what they return or drop, not
- * the thread's length: each is one search of the messages table's primary key
- * (thread, seq) (test/store/sqlite-store.test.ts checks their plans).
+ * The queries that let a Get, a trim and a Rewind cost what they return or
+ * drop, not the thread's length: each is one search of the messages table's
+ * primary key (thread, seq) (test/store/sqlite-store.test.ts checks their plans).
  */
 export const MESSAGE_QUERIES = {
   /** A thread's messages from a seq on, oldest first: a windowed read, a trim's front. */
@@ -19,6 +19,8 @@ export const MESSAGE_QUERIES = {
     WHERE thread = ? AND seq >= ? ORDER BY seq LIMIT ?`,
   oldestSeq: "SELECT min(seq) FROM messages WHERE thread = ?",
   deleteThrough: "DELETE FROM messages WHERE thread = ? AND seq <= ?",
+  /** What a Rewind drops: the messages after its to_seq. */
+  deleteAfter: "DELETE FROM messages WHERE thread = ? AND seq > ?",
 } as const;
 
 /** The event log's tables (schema 2 on). */

@@ -14,6 +14,7 @@ export class FoldLeases {
   readonly #setCounter: Database.Statement<[number]>;
   readonly #set: Database.Statement<[string, string, number, number]>;
   readonly #release: Database.Statement<[string, string, number]>;
+  readonly #end: Database.Statement<[string, string]>;
 
   constructor(db: Database.Database) {
     this.#held = db.prepare(
@@ -30,6 +31,7 @@ export class FoldLeases {
     this.#release = db.prepare(
       "DELETE FROM fold_leases WHERE namespace = ? AND thread_id = ? AND token = ?",
     );
+    this.#end = db.prepare("DELETE FROM fold_leases WHERE namespace = ? AND thread_id = ?");
   }
 
   /** The thread's lease as it was last taken (possibly run out); undefined: none. */
@@ -52,5 +54,15 @@ export class FoldLeases {
   /** Releases the lease if `token` still holds it. */
   release(namespace: string, threadId: string, token: number): void {
     this.#release.run(namespace, threadId, token);
+  }
+
+  /**
+   * Ends the thread's lease whoever holds it (a Rewind), so a fold running
+   * meanwhile cannot commit (core/fold-commit.ts mayCommitSummary finds no
+   * lease for its token). The next lease's token is above it already: the
+   * counter only grows.
+   */
+  end(namespace: string, threadId: string): void {
+    this.#end.run(namespace, threadId);
   }
 }

@@ -3,6 +3,7 @@ import type {
   CommitSummaryCommand,
   FoldFailureCommand,
   ImportThreadCommand,
+  RewindCommand,
 } from "../../store.js";
 import { appendWithTtl } from "./appends.js";
 import { clearBatch, clearThread, sweepOne } from "./clears.js";
@@ -10,10 +11,12 @@ import type { WriteContext } from "./context.js";
 import { commitSummary, recordFoldFailure } from "./folds.js";
 import { importThread } from "./imports.js";
 import type { Committed } from "./outcomes.js";
+import { rewind } from "./rewind.js";
 
 /** Every write the store makes, as the worker receives it. */
 export type WriteOp =
   | { kind: "append"; cmd: AppendCommand }
+  | { kind: "rewind"; cmd: RewindCommand }
   | { kind: "commitSummary"; cmd: CommitSummaryCommand }
   | { kind: "recordFoldFailure"; cmd: FoldFailureCommand }
   | { kind: "acquireLease"; namespace: string; threadId: string; ttlMs: number }
@@ -38,6 +41,8 @@ export function runWrite(ctx: WriteContext, op: WriteOp): Committed<unknown> {
   switch (op.kind) {
     case "append":
       return appendWithTtl(ctx, op.cmd);
+    case "rewind":
+      return rewind(ctx, op.cmd);
     case "import":
       return importThread(ctx, op.cmd);
     case "sweepOne":

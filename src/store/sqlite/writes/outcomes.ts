@@ -15,6 +15,8 @@ export interface Committed<T> {
   events: LoggedEvent[];
   /** How the thread's messages changed: to bring its cached tail up to date. */
   messages?: MessagesChange;
+  /** A Rewind dropped the thread's messages after a seq: to cut its cached tail. */
+  rewound?: RewoundChange;
   /** Incarnations that ended: to drop from the cache. */
   ended?: string[];
 }
@@ -35,6 +37,14 @@ export interface MessagesChange {
   added: StoredMessage[];
   /** Every message up to this seq was trimmed; 0 when none. */
   droppedThrough: number;
+}
+
+/** What a Rewind did to a thread's messages (see MessageCache.rewind). */
+export interface RewoundChange {
+  incarnation: string;
+  lastSeqBefore: number;
+  /** Every message after this seq was dropped; the next Add reuses those seqs. */
+  toSeq: number;
 }
 
 /** An error as it crosses from the worker: a MemoryError keeps its code and field. */

@@ -1,7 +1,8 @@
 import type Database from "better-sqlite3";
 import { decideReplay, requestsToKeep } from "../../../core/idempotency.js";
+import { forgetRequest } from "../../../core/rewind.js";
 import type { StoreLimits } from "../../store.js";
-import type { RecordedResult, RequestRow } from "../codec.js";
+import type { RecordedResult, RecordedRewind, RequestRow } from "../codec.js";
 
 /** What idempotency needs of a write: its request id, the digest of its payload, its time. */
 export interface Idempotent {
@@ -14,7 +15,7 @@ export interface Idempotent {
 /**
  * A thread incarnation's idempotency records (the `requests` table, gone
  * with the thread by cascade) on the write connection: one per request id,
- * an Add's first result, kept as core/idempotency.ts says.
+ * an Add's or a Rewind's first result, kept as core/idempotency.ts says.
  */
 export class RequestRecords {
   readonly #find: Database.Statement<[number, string], RequestRow>;
@@ -22,6 +23,8 @@ export class RequestRecords {
   readonly #dropThrough: Database.Statement<[number, number]>;
   readonly #count: Database.Statement<[number], number>;
   readonly #dropOldest: Database.Statement<[number, number]>;
+  readonly #addLastSeqs: Database.Statement<[number], { no: number; last_seq: number | null }>;
+  readonly #forget: Database.Statement<[number]>;
 
   constructor(
     db: Database.Database,
@@ -41,6 +44,11 @@ export class RequestRecords {
       `DELETE FROM requests WHERE no IN
          (SELECT no FROM requests WHERE thread = ? ORDER BY time, no LIMIT ?)`,
     );
+    // An Add's record has the seq of its newest message; a Rewind's has none (NULL).
+    this.#addLastSeqs = db.prepare(
+      "SELECT no, json_extract(result, '$.lastSeq') AS last_seq FROM requests WHERE thread = ?",
+    );
+    this.#forget = db.prepare("DELETE FROM requests WHERE no = ?");
   }
 
   /**
@@ -49,7 +57,10 @@ export class RequestRecords {
    * Throws invalid_argument when the id stands for another payload
    * (core/idempotency.ts decideReplay).
    */
-  replayOf<T extends RecordedResult>(key: number | undefined, cmd: Idempotent): T | undefined {
+  replayOf<T extends RecordedResult | RecordedRewind>(
+    key: number | undefined,
+    cmd: Idempotent,
+  ): T | undefined {
     if (cmd.requestId === "" || key === undefined) return undefined;
     const seen = this.#find.get(key, cmd.requestId);
     if (decideReplay(seen, cmd, this.lim) === "new") return undefined;
@@ -58,12 +69,23 @@ export class RequestRecords {
   }
 
   /** Records the first result of `cmd`, then forgets what core/idempotency.ts requestsToKeep drops. */
-  record(key: number, cmd: Idempotent, result: RecordedResult): void {
+  record(key: number, cmd: Idempotent, result: RecordedResult | RecordedRewind): void {
     if (cmd.requestId === "") return;
     this.#record.run(key, cmd.requestId, cmd.requestHash, JSON.stringify(result), cmd.now);
     const keep = requestsToKeep(cmd.now, this.lim);
     this.#dropThrough.run(key, keep.dropThrough);
     const excess = (this.#count.get(key) ?? 0) - keep.keepNewest;
     if (excess > 0) this.#dropOldest.run(key, excess);
+  }
+
+  /**
+   * Forgets the Adds whose messages a Rewind to `toSeq` drops
+   * (core/rewind.ts forgetRequest), so their retries add them again. At most
+   * idempotencyMaxPerThread records are read.
+   */
+  forgetDropped(key: number, toSeq: number): void {
+    for (const { no, last_seq } of this.#addLastSeqs.all(key)) {
+      if (last_seq !== null && forgetRequest(last_seq, toSeq)) this.#forget.run(no);
+    }
   }
 }

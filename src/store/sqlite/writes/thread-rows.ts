@@ -26,7 +26,7 @@ export function givenBack(dropped: { count: number; bytes: number }): NamespaceU
  * Threads, their messages and the namespaces' usage on the write connection:
  * the statements every write shares, prepared once, each run inside the
  * caller's transaction. Stored seqs are contiguous (appends add at the end,
- * trims cut at the front), so counts need no scan.
+ * trims cut at the front, a Rewind at the end), so counts need no scan.
  */
 export class ThreadRows {
   readonly #thread: Database.Statement<[string, string], ThreadRow>;
@@ -48,6 +48,7 @@ export class ThreadRows {
   >;
   readonly #oldestSeq: Database.Statement<[number], number | null>;
   readonly #deleteThrough: Database.Statement<[number, number]>;
+  readonly #deleteAfter: Database.Statement<[number, number]>;
 
   constructor(db: Database.Database) {
     this.#thread = db.prepare("SELECT * FROM threads WHERE namespace = ? AND thread_id = ?");
@@ -87,6 +88,7 @@ export class ThreadRows {
     );
     this.#oldestSeq = db.prepare<[number], number | null>(MESSAGE_QUERIES.oldestSeq).pluck();
     this.#deleteThrough = db.prepare(MESSAGE_QUERIES.deleteThrough);
+    this.#deleteAfter = db.prepare(MESSAGE_QUERIES.deleteAfter);
   }
 
   get(namespace: string, threadId: string): ThreadRow | undefined {
@@ -202,5 +204,12 @@ export class ThreadRows {
     if (through === undefined) return NOTHING_DROPPED;
     this.#deleteThrough.run(key, through.seq);
     return { count: n, bytes: bytesOf(front.slice(0, n)), through: through.seq };
+  }
+
+  /** Deletes the thread's messages after `seq` (a Rewind); how many went and their bytes. */
+  dropAfter(key: number, seq: number): { count: number; bytes: number } {
+    const dropped = this.loadFrom(key, seq + 1);
+    if (dropped.length > 0) this.#deleteAfter.run(key, seq);
+    return { count: dropped.length, bytes: bytesOf(dropped) };
   }
 }
