@@ -1,6 +1,6 @@
 import type { StoreConfig } from "../config.js";
 import { createMemoryStore } from "./memory/index.js";
-import { createSqliteStore } from "./sqlite-store.js";
+import { createSqliteStore } from "./sqlite/index.js";
 import type { Store, StoreLimits } from "./store.js";
 
 /** Opens the store the configuration names. */

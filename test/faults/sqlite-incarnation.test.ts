@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import { tokenParts } from "../../src/store/resume-token.js";
-import { createSqliteStore } from "../../src/store/sqlite-store.js";
+import { createSqliteStore } from "../../src/store/sqlite/index.js";
 import type { Store } from "../../src/store/store.js";
 import { appendCommands, user, window20 } from "../store/fixtures.js";
 

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { createSqliteStore } from "../../src/store/sqlite-store.js";
+import { createSqliteStore } from "../../src/store/sqlite/index.js";
 import type { Store } from "../../src/store/store.js";
 import { appendCommands, buffer, user } from "../store/fixtures.js";
 import { holdWriteLock, type LockHolder } from "../support/sqlite-server.js";

@@ -6,7 +6,7 @@ import Database from "better-sqlite3";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { MemoryEvent } from "../../src/core/types.js";
-import { createSqliteStore } from "../../src/store/sqlite-store.js";
+import { createSqliteStore } from "../../src/store/sqlite/index.js";
 import type { Store } from "../../src/store/store.js";
 import { appendCommands, buffer, user } from "../store/fixtures.js";
 
@@ -63,6 +63,19 @@ function loggedAdds(path: string): number {
   } finally {
     db.close();
   }
+}
+
+/** Adds large messages to threads f0 to f3 until one is refused; the refusal. */
+async function fillUp(store: Store): Promise<unknown> {
+  let refusal: unknown;
+  for (let i = 0; refusal === undefined && i < 2000; i++) {
+    await store
+      .append(cmd({ threadId: `f${i % 4}`, messages: [user(`${i}:${"y".repeat(3000)}`)] }))
+      .catch((err: unknown) => {
+        refusal = err;
+      });
+  }
+  return refusal;
 }
 
 describe("SQLite store at its size limit", () => {
@@ -162,15 +175,7 @@ describe("SQLite store at its size limit", () => {
   }, async () => {
     const { store } = openLimited();
     expect(await store.health(5000)).toEqual({ serving: true });
-    let refusal: unknown;
-    for (let i = 0; refusal === undefined && i < 2000; i++) {
-      await store
-        .append(cmd({ threadId: `f${i % 4}`, messages: [user(`${i}:${"y".repeat(3000)}`)] }))
-        .catch((err: unknown) => {
-          refusal = err;
-        });
-    }
-    expect(refusal).toMatchObject({ code: "resource_exhausted" });
+    expect(await fillUp(store)).toMatchObject({ code: "resource_exhausted" });
     expect((await store.health(5000)).serving).toBe(false);
     // Clearing threads frees pages inside the limit: room again, with no restart.
     expect(await store.clear("ns", "f0", 10)).toBe(true);
@@ -178,5 +183,38 @@ describe("SQLite store at its size limit", () => {
     expect(await store.health(5000)).toEqual({ serving: true });
     const after = await store.append(cmd({ threadId: "after", messages: [user("back")] }));
     expect(after.lastSeq).toBe(1);
+  });
+
+  it("refuses a Rewind that does not fit with resource_exhausted, changing nothing", {
+    timeout: 60_000,
+  }, async () => {
+    const { path, store } = openLimited();
+    await store.append(cmd({ messages: [user("1"), user("2"), user("3")] }));
+    expect(await fillUp(store)).toMatchObject({ code: "resource_exhausted" });
+    const before = await store.read("ns", "t");
+    const head = await store.headCursor("ns");
+    // Its idempotency record (the id in the table and in its unique index) needs
+    // far more pages than its two small messages free.
+    const rewind = {
+      namespace: "ns",
+      threadId: "t",
+      toSeq: 1,
+      expectedLastSeq: undefined,
+      requestId: "r".repeat(24 * 1024),
+      requestHash: "h",
+      now: 5000,
+    };
+    const refused = await store.rewind(rewind).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(MemoryError);
+    expect(refused).toMatchObject({ code: "resource_exhausted" });
+    expect((refused as MemoryError).message).toMatch(/^the SQLite store's disk is full \(/);
+    expect(await store.read("ns", "t")).toEqual(before);
+    expect(await store.readEvents("ns", head, 10)).toEqual([]);
+    // Room again, and the thread written anew: the same Rewind commits.
+    expect(await store.clearAll("ns", 10)).toBe(5);
+    await store.append(cmd({ messages: [user("1"), user("2"), user("3")] }));
+    expect(await store.rewind(rewind)).toMatchObject({ removedCount: 2, replayed: false });
+    await store.close();
+    expect(storedMessages(path).get("t")).toEqual(["1:1"]);
   });
 });

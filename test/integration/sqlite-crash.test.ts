@@ -5,7 +5,7 @@ import Database from "better-sqlite3";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { ResumeTokens } from "../../src/store/resume-token.js";
-import { createSqliteStore } from "../../src/store/sqlite-store.js";
+import { createSqliteStore } from "../../src/store/sqlite/index.js";
 import {
   killHard,
   type ServerProcess,

@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import { afterEach, describe, expect, it } from "vitest";
 import { StrategySchema } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { MemoryError } from "../../src/core/errors.js";
-import { createSqliteStore } from "../../src/store/sqlite-store.js";
+import { createSqliteStore } from "../../src/store/sqlite/index.js";
 import {
   addReq,
   bufferStrategy,

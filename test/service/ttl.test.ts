@@ -6,7 +6,7 @@ import { DurationSchema } from "@bufbuild/protobuf/wkt";
 import { afterEach, describe, expect, it } from "vitest";
 import { WatchRequestSchema } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { MemoryError } from "../../src/core/errors.js";
-import { createSqliteStore } from "../../src/store/sqlite-store.js";
+import { createSqliteStore } from "../../src/store/sqlite/index.js";
 import { addReq, getReq, type Harness, startHarness, users } from "../support/service-harness.js";
 
 const ms = (n: number) =>

@@ -3,12 +3,12 @@ import { runInNewContext } from "node:vm";
 import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import type { StoredMessage } from "../../src/core/types.js";
+import { type MessageRow, toMessage } from "../../src/store/sqlite/codec.js";
 import {
   CACHED_TAIL_MAX,
   MessageCache,
   messageSize,
 } from "../../src/store/sqlite/message-cache.js";
-import { type MessageRow, toMessage } from "../../src/store/sqlite/schema.js";
 
 /** Messages with seqs from..to, frozen as the store hands them out. */
 function seqs(from: number, to: number): StoredMessage[] {
@@ -50,6 +50,39 @@ describe("SQLite message cache (a tail per thread)", () => {
     c.delete("b");
     c.update("b", 10, seqs(11, 11), 0);
     expect(c.get("b")).toBeUndefined();
+  });
+
+  it("cuts a rewound entry back to to_seq, so an Add that reuses the seqs follows on from it", () => {
+    const c = new MessageCache(1 << 30);
+    c.set("a", seqs(1, 10), true, 10);
+    const bytesOfTen = c.bytes;
+    c.rewind("a", 10, 4);
+    expect(seqsOf(c, "a")).toEqual([1, 2, 3, 4]);
+    expect(c.get("a")).toMatchObject({ whole: true, lastSeq: 4 });
+    const one = messageSize(seqs(1, 1)[0] as StoredMessage);
+    expect(bytesOfTen - c.bytes).toBe(6 * one);
+    const reused = seqs(5, 6).map((m) => Object.freeze({ ...m, content: `new${m.seq}` }));
+    c.update("a", 4, reused, 0);
+    expect(c.get("a")?.messages.map((m) => m.content)).toEqual([
+      "m1",
+      "m2",
+      "m3",
+      "m4",
+      "new5",
+      "new6",
+    ]);
+    // A tail that starts after to_seq is left empty, still up to date.
+    c.set("b", seqs(8, 10), false, 10);
+    c.rewind("b", 10, 3);
+    expect(c.get("b")).toMatchObject({ messages: [], whole: false, lastSeq: 3 });
+  });
+
+  it("drops an entry a Rewind does not follow on from", () => {
+    const c = new MessageCache(1 << 30);
+    c.set("a", seqs(1, 10), true, 10);
+    c.rewind("a", 12, 4);
+    expect(c.get("a")).toBeUndefined();
+    expect(c.bytes).toBe(0);
   });
 
   it("drops the least recently used entries past its budget, and keeps nothing with budget 0", () => {

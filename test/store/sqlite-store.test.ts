@@ -8,14 +8,15 @@ import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, Strategy } from "../../src/core/types.js";
 import { compareBytes, createMemoryStore } from "../../src/store/memory/index.js";
 import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
-import { labeledListSql } from "../../src/store/sqlite/labels.js";
 import {
   createSqliteStore,
   MESSAGE_QUERIES,
   SQLITE_SCHEMA_VERSION,
-} from "../../src/store/sqlite-store.js";
+} from "../../src/store/sqlite/index.js";
+import { labeledListSql } from "../../src/store/sqlite/labels.js";
 import {
   READ_SLACK,
+  type RewindCommand,
   type Store,
   type StoreLimits,
   type ThreadSnapshot,
@@ -399,7 +400,7 @@ describe("SQLite store", () => {
     await s.close();
     const db = new Database(path, { readonly: true });
     try {
-      // The statements of sqlite-store.ts listThreads and firstThreads.
+      // The statements of sqlite/reads.ts listThreads and sqlite/writes/thread-rows.ts first.
       for (const [query, params] of [
         [
           "SELECT thread_id FROM threads WHERE namespace = ? AND thread_id > ? ORDER BY thread_id LIMIT ?",
@@ -861,6 +862,247 @@ describe("SQLite store's write worker", () => {
         expect([JSON.stringify(before), JSON.stringify(after)]).toContain(during);
       }
       expect(shape(await cached.read("ns", "t", view))).toEqual(after);
+    }
+  });
+});
+
+describe("SQLite store's Rewind", () => {
+  const open: Store[] = [];
+  afterEach(async () => {
+    for (const s of open.splice(0)) await s.close();
+  });
+  const openStore = (
+    path = freshPath(),
+    limits: Partial<StoreLimits> = {},
+    options: Parameters<typeof createSqliteStore>[2] = {},
+  ): Store => {
+    const s = createSqliteStore(path, limits, options);
+    open.push(s);
+    return s;
+  };
+  const rewindCmd = (over: Partial<RewindCommand> = {}): RewindCommand => ({
+    namespace: "ns",
+    threadId: "t",
+    toSeq: 2,
+    expectedLastSeq: undefined,
+    requestId: "",
+    requestHash: "",
+    now: 5000,
+    ...over,
+  });
+  /** The namespace's usage and the thread's bytes as the file holds them (the store closed). */
+  const usageOf = (path: string) => {
+    const db = new Database(path, { readonly: true });
+    try {
+      return {
+        usage: db.prepare("SELECT threads, messages, bytes FROM namespace_usage").all(),
+        threadBytes: db.prepare("SELECT thread_id, bytes FROM threads ORDER BY thread_id").all(),
+      };
+    } finally {
+      db.close();
+    }
+  };
+  /** A fold's commit of the messages from the start through `throughSeq`. */
+  const fold = (incarnation: string, leaseToken: number, throughSeq: number) => ({
+    namespace: "ns",
+    threadId: "t",
+    incarnation,
+    leaseToken,
+    fromSeq: 0,
+    throughSeq,
+    summary: `through ${throughSeq}`,
+    foldedCount: throughSeq,
+    now: 2000,
+  });
+  const contents = (snap: ThreadSnapshot | undefined) =>
+    snap?.messages.map((m) => `${m.seq}:${m.content}`);
+
+  it("drops the messages after to_seq with their room, forgets the Adds that stored them, and keeps all of it across a reopen", async () => {
+    const path = freshPath();
+    const a = openStore(path);
+    const head = await a.headCursor("ns");
+    const r1 = await a.append(
+      cmd({ requestId: "r1", requestHash: "h1", messages: [user("one"), user("two")] }),
+    );
+    await a.append(
+      cmd({ requestId: "r2", requestHash: "h2", messages: [user("3"), user("4"), user("5")] }),
+    );
+    const rewound = await a.rewind(rewindCmd({ requestId: "w1", requestHash: "hw" }));
+    expect(rewound).toMatchObject({ removedCount: 3, summaryDropped: false, replayed: false });
+    expect(rewound.thread).toMatchObject({ lastSeq: 2, updateTime: 5000, createTime: 1000 });
+    const events = await a.readEvents("ns", head, 10);
+    expect(events.at(-1)).toMatchObject({
+      type: "thread_rewound",
+      threadId: "t",
+      time: 5000,
+      toSeq: 2,
+      removedCount: 3,
+      summaryDropped: false,
+    });
+    const snapshot = await a.read("ns", "t");
+    expect(contents(snapshot)).toEqual(["1:one", "2:two"]);
+    await a.close();
+    // Room given back: two messages of three bytes each remain.
+    expect(usageOf(path)).toEqual({
+      usage: [{ threads: 1, messages: 2, bytes: 6 }],
+      threadBytes: [{ thread_id: "t", bytes: 6 }],
+    });
+
+    const b = openStore(path);
+    expect(await b.read("ns", "t")).toEqual(snapshot);
+    expect(await b.readEvents("ns", head, 10)).toEqual(events);
+    // The Rewind's own request id is kept: a retry answers with its first result.
+    expect(await b.rewind(rewindCmd({ requestId: "w1", requestHash: "hw", now: 6000 }))).toEqual({
+      ...rewound,
+      replayed: true,
+    });
+    expect(await codeOf(b.rewind(rewindCmd({ requestId: "w1", requestHash: "other" })))).toBe(
+      "invalid_argument",
+    );
+    // r1 stored only what stays: still a retry. r2's messages went: it adds them again.
+    expect(await b.append(cmd({ requestId: "r1", requestHash: "h1" }))).toEqual({
+      ...r1,
+      replayed: true,
+    });
+    const again = await b.append(
+      cmd({ requestId: "r2", requestHash: "h2", messages: [user("3"), user("4"), user("5")] }),
+    );
+    expect([again.replayed, again.firstSeq, again.lastSeq]).toEqual([false, 3, 5]);
+  });
+
+  it("never serves a dropped message from its cache once an Add reuses the seq", async () => {
+    const long: Strategy = { kind: "window", window: 8, excludeSystem: false, maxStored: 5000 };
+    const cached = openStore();
+    const reference = openStore(freshPath(), {}, { cacheSize: 0 });
+    // Windowed reads first: a whole read goes to the file and replaces the entry.
+    const views = [{ limit: undefined }, { limit: 3 }, undefined];
+    const observe = async (s: Store) =>
+      Promise.all(views.map(async (view) => contents(await s.read("ns", "t", view))));
+    // 1,500 messages: more than a cached tail holds, so the entry is not the whole thread.
+    const steps: ((s: Store) => Promise<unknown>)[] = [
+      (s) =>
+        s.append(
+          cmd({ strategy: long, messages: Array.from({ length: 1500 }, (_, i) => user(`a${i}`)) }),
+        ),
+      (s) => s.rewind(rewindCmd({ toSeq: 1400 })),
+      (s) => s.append(cmd({ messages: [user("b1401"), user("b1402")] })),
+      (s) => s.rewind(rewindCmd({ toSeq: 1401 })),
+      (s) => s.append(cmd({ messages: [user("c1402")] })),
+      (s) => s.rewind(rewindCmd({ toSeq: 0 })),
+      (s) => s.append(cmd({ messages: [user("d1"), user("d2")] })),
+    ];
+    for (const [i, step] of steps.entries()) {
+      await step(reference);
+      const expected = await observe(reference);
+      await step(cached);
+      // Read twice: the first is served from the entry the commit left, the
+      // second from what the first read put there.
+      expect(await observe(cached), `step ${i}`).toEqual(expected);
+      expect(await observe(cached), `step ${i}, again`).toEqual(expected);
+    }
+    expect(await observe(cached)).toEqual([
+      ["1:d1", "2:d2"],
+      ["1:d1", "2:d2"],
+      ["1:d1", "2:d2"],
+    ]);
+  });
+
+  it("ends the fold lease, so a fold that ran across it cannot commit its summary", async () => {
+    const s = openStore();
+    const first = await s.append(
+      cmd({ strategy: summary, messages: [user("1"), user("2"), user("3"), user("4")] }),
+    );
+    const token = (await s.acquireFoldLease("ns", "t", 60_000)) ?? 0;
+    await s.rewind(rewindCmd({ toSeq: 3 }));
+    // The fold had read through seq 4, which is gone.
+    expect(await s.commitSummary(fold(first.thread.incarnation, token, 4))).toBeUndefined();
+    expect((await s.getThread("ns", "t"))?.summary).toBe("");
+    expect(await s.acquireFoldLease("ns", "t", 60_000)).toBeGreaterThan(token);
+  });
+
+  it("drops a summary covering dropped seqs, and the drop survives a reopen", async () => {
+    const path = freshPath();
+    const a = openStore(path);
+    const first = await a.append(
+      cmd({ strategy: summary, messages: [user("1"), user("2"), user("3"), user("4")] }),
+    );
+    const token = (await a.acquireFoldLease("ns", "t", 60_000)) ?? 0;
+    await a.commitSummary(fold(first.thread.incarnation, token, 3));
+    const r = await a.rewind(rewindCmd({ toSeq: 2 }));
+    expect(r).toMatchObject({ removedCount: 2, summaryDropped: true });
+    expect(r.thread).toMatchObject({ summary: "", summarizedThroughSeq: 0, summaryTime: 0 });
+    await a.close();
+    const b = openStore(path);
+    expect((await b.read("ns", "t"))?.thread).toEqual(r.thread);
+  });
+
+  it("changes nothing when the core refuses it, when to_seq is last_seq, or past its deadline", async () => {
+    const path = freshPath();
+    const s = openStore(path, {}, {});
+    await s.append(cmd({ messages: [user("1"), user("2"), user("3")] }));
+    await s.append(cmd({ threadId: "ttl", ttlMs: 100, now: 1000 }));
+    const head = await s.headCursor("ns");
+    const before = await s.read("ns", "t");
+    expect(await codeOf(s.rewind(rewindCmd({ threadId: "none" })))).toBe("not_found");
+    // Expired (at 1100) though not swept yet: gone for a Rewind too.
+    expect(await codeOf(s.rewind(rewindCmd({ threadId: "ttl", toSeq: 0 })))).toBe("not_found");
+    expect(await codeOf(s.rewind(rewindCmd({ expectedLastSeq: 2 })))).toBe("aborted");
+    expect(await codeOf(s.rewind(rewindCmd({ toSeq: 4 })))).toBe("out_of_range");
+    expect(await codeOf(s.rewind(rewindCmd({ deadline: Date.now() - 1 })))).toBe(
+      "deadline_exceeded",
+    );
+    const unchanged = await s.rewind(rewindCmd({ toSeq: 3, requestId: "u", requestHash: "hu" }));
+    expect(unchanged).toEqual({
+      thread: before?.thread,
+      removedCount: 0,
+      summaryDropped: false,
+      replayed: false,
+    });
+    expect(await s.read("ns", "t")).toEqual(before);
+    expect(await s.readEvents("ns", head, 10)).toEqual([]);
+    // Its request id was recorded all the same.
+    expect(
+      (await s.rewind(rewindCmd({ toSeq: 3, requestId: "u", requestHash: "hu" }))).replayed,
+    ).toBe(true);
+    await s.close();
+    expect(rowCounts(path)).toMatchObject({ threads: 2, messages: 4, requests: 1, events: 2 });
+  });
+
+  it("commits with the other writes of its group, failing alone", async () => {
+    const s = openStore();
+    for (let i = 0; i < 6; i++) {
+      await s.append(cmd({ threadId: `t${i}`, messages: [user("1"), user("2"), user("3")] }));
+    }
+    const outcomes = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        codeOf(
+          i % 2 === 0
+            ? s.rewind(rewindCmd({ threadId: `t${i}`, toSeq: i === 2 ? 9 : 1 }))
+            : s.append(cmd({ threadId: `t${i}`, messages: [user("4")] })),
+        ),
+      ),
+    );
+    expect(outcomes).toEqual(["ok", "ok", "out_of_range", "ok", "ok", "ok"]);
+    const lastSeqs = await Promise.all(
+      Array.from({ length: 6 }, async (_, i) => (await s.getThread("ns", `t${i}`))?.lastSeq),
+    );
+    expect(lastSeqs).toEqual([1, 4, 3, 4, 1, 4]);
+  });
+
+  it("drops messages by one primary-key range search, never a scan", async () => {
+    const path = freshPath();
+    await openStore(path).close();
+    const db = new Database(path, { readonly: true });
+    try {
+      const plan = db
+        .prepare(`EXPLAIN QUERY PLAN ${MESSAGE_QUERIES.deleteAfter}`)
+        .all(1, 5)
+        .map((row) => String((row as { detail: string }).detail))
+        .join("\n");
+      expect(plan).toMatch(/SEARCH messages USING PRIMARY KEY \(thread=\? AND seq>\?\)/);
+      expect(plan).not.toMatch(/TEMP B-TREE|SCAN/);
+    } finally {
+      db.close();
     }
   });
 });

@@ -121,6 +121,30 @@ export class MessageCache {
     this.evict();
   }
 
+  /**
+   * Brings the entry, if any, up to date with a Rewind that dropped every
+   * message after `toSeq` from a thread whose last seq was `lastSeqBefore`.
+   * The next Add reuses those seqs for other messages, so none of them may
+   * stay. An entry that does not end at `lastSeqBefore` is dropped instead.
+   */
+  rewind(incarnation: string, lastSeqBefore: number, toSeq: number): void {
+    const entry = this.entries.get(incarnation);
+    if (entry === undefined) return;
+    if (entry.lastSeq !== lastSeqBefore) {
+      this.delete(incarnation);
+      return;
+    }
+    let kept = entry.messages.length;
+    while (kept > 0 && (entry.messages[kept - 1]?.seq ?? 0) > toSeq) kept--;
+    // Cut in place, in O(messages dropped): callers only ever get copies of the array.
+    for (const m of entry.messages.splice(kept)) {
+      const size = messageSize(m);
+      entry.size -= size;
+      this.size -= size;
+    }
+    entry.lastSeq = toSeq;
+  }
+
   delete(incarnation: string): void {
     const entry = this.entries.get(incarnation);
     if (entry === undefined) return;

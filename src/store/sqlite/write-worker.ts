@@ -1,8 +1,11 @@
 import { parentPort, workerData } from "node:worker_threads";
 import type { StoreLimits } from "../store.js";
-import { openWriteConnection } from "./schema.js";
+import { openWriteConnection } from "./connection.js";
 import { WriteGate } from "./write-gate.js";
-import { createWriter, type QueuedWrite, toWireError, writeBlockedBy } from "./writer.js";
+import { createWriteContext } from "./writes/context.js";
+import { GroupCommit } from "./writes/group-commit.js";
+import type { QueuedWrite } from "./writes/ops.js";
+import { toWireError, writeBlockedBy } from "./writes/outcomes.js";
 
 /**
  * The SQLite store's write worker: it owns the write connection, so no fsync
@@ -51,7 +54,7 @@ try {
 db.pragma(`busy_timeout = ${LOCK_WAIT_SLICE_MS}`);
 if (data.maxPageCount !== undefined) db.pragma(`max_page_count = ${data.maxPageCount}`);
 const gate = new WriteGate(data.gate, data.gateCapacity);
-const writer = createWriter(db, data.limits, gate, data.busyTimeoutMs);
+const writer = new GroupCommit(db, createWriteContext(db, data.limits), gate, data.busyTimeoutMs);
 const queue: QueuedWrite[] = [];
 let scheduled = false;
 let closing = false;
