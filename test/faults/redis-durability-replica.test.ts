@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
-import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis-store.js";
+import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis/index.js";
 import type { Store } from "../../src/store/store.js";
 import { addCommand, NAMESPACE, STRATEGY } from "../support/acknowledged-writers.js";
 import { ask, QUICK_REPLICATION, waitForLinkOf } from "../support/redis-replication.js";

@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
 import { createMemoryStore } from "../../src/store/memory/index.js";
-import { createRedisStore } from "../../src/store/redis-store.js";
+import { createRedisStore } from "../../src/store/redis/index.js";
 import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
 import type { Store, StoreLimits } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";

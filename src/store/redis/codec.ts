@@ -1,7 +1,7 @@
 /**
  * How the Redis store writes its records and reads Redis's replies: message
  * list entries, thread hashes, append results and stream events (the layout
- * is in scripts.ts), with the cache of decoded entries. Pure: no connection.
+ * is in keys.ts), with the cache of decoded entries. Pure: no connection.
  */
 import { strategyKey } from "../../core/strategy.js";
 import type {

@@ -1,0 +1,169 @@
+import { ENTRIES, NUMBERS } from "./entries.js";
+import { LOG_EVENT } from "./event-log.js";
+import { script } from "./fragment.js";
+import { LABELS, TTL } from "./labels.js";
+import { TRIM } from "./trim.js";
+import { USAGE } from "./usage.js";
+
+/**
+ * Store.append. KEYS: thread, messages, requests, request times, threads, events, usage.
+ * ARGV: thread_id, now, request_id, request_hash, expected_last_seq ("" none),
+ * replace ("1"/"0"), new incarnation, event retention, idempotency retention
+ * ms, idempotency max per thread, then the request's strategy (json, key,
+ * kind, max_stored, exclude_system; json "" when the request has none) and the
+ * default strategy (same five), the quotas (max threads, messages, bytes; 0
+ * none), the labels' JSON ("" keeps the thread's), the ttl in ms ("": the
+ * thread's own, or the default for a new thread), the default ttl, then per
+ * message "<bytes> <json>" (bytes: quota.ts messageBytes). Returns
+ * {"expired"} (nothing written) when the thread has expired: the store
+ * removes it with EXPIRE_THREAD and calls again.
+ * Returns {"ok", result} | {"replayed", result} | {"request_id_reused"} |
+ * {"last_seq_mismatch", last_seq} | {"strategy_mismatch", thread strategy key} |
+ * {"quota", quota name, limit}.
+ */
+export const APPEND = script(
+  "append",
+  [NUMBERS, ENTRIES, TRIM, USAGE, LOG_EVENT, LABELS, TTL],
+  `
+local now = tonumber(ARGV[2])
+local request_id = ARGV[3]
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if exists and expired(KEYS[1], now) then return {'expired'} end
+local ttl_before = exists and redis.call('HGET', KEYS[1], 'ttl_ms')
+if request_id ~= '' and exists then
+  local record = redis.call('HGET', KEYS[3], request_id)
+  if record then
+    local a = string.find(record, '\\n', 1, true)
+    local b = string.find(record, '\\n', a + 1, true)
+    if now - tonumber(string.sub(record, 1, a - 1)) < tonumber(ARGV[9]) then
+      if string.sub(record, a + 1, b - 1) ~= ARGV[4] then return {'request_id_reused'} end
+      return {'replayed', string.sub(record, b + 1)}
+    end
+  end
+end
+
+-- core/append.ts decideAppend, on strategy keys.
+local last_seq = 0
+local current = {}
+if exists then
+  current = redis.call('HMGET', KEYS[1], 'last_seq', 'strategy_key', 'kind', 'exclude_system',
+    'max_stored', 'summarized_through_seq', 'counted')
+  last_seq = tonumber(current[1])
+end
+if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= last_seq then
+  return {'last_seq_mismatch', str(last_seq)}
+end
+local target = nil
+if not exists then
+  if ARGV[11] == '' then target = 16 else target = 11 end
+elseif ARGV[11] ~= '' and ARGV[12] ~= current[2] then
+  if ARGV[6] ~= '1' then return {'strategy_mismatch', current[2]} end
+  target = 11
+end
+
+-- The thread after the Add, its trim included, is worked out before anything
+-- is written, so an Add refused by a quota writes nothing.
+local kind, max_stored, exclude_system = current[3], tonumber(current[5]), current[4]
+if target then
+  kind, max_stored, exclude_system = ARGV[target + 2], tonumber(ARGV[target + 3]), ARGV[target + 4]
+end
+-- core/append.ts keepsSummary, from the thread's strategy to the one it has now
+-- (checked on every append, as the memory store does).
+local keeps = exists and current[3] == 'summary' and kind == 'summary' and current[4] == exclude_system
+local through = 0
+if keeps then through = tonumber(current[6]) end
+local count = #ARGV - 26
+local entries = {}
+local added_bytes = 0
+for i = 1, count do
+  entries[i] = str(last_seq + i) .. ' ' .. ARGV[26 + i]
+  added_bytes = added_bytes + entry_bytes(entries[i])
+end
+local len_old = 0
+if exists then len_old = redis.call('LLEN', KEYS[2]) end
+local dropped, dropped_bytes = trim_plan(KEYS[2], len_old, entries, kind, max_stored, through)
+-- A thread written before quotas is counted from its first Add on: it joins
+-- the usage with everything it holds (at most its max_stored messages).
+local adopt = exists and current[7] ~= '1'
+local new_threads, held, held_bytes = 1, 0, 0
+if exists and not adopt then new_threads = 0 end
+if adopt then
+  held = len_old
+  for _, entry in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+    held_bytes = held_bytes + entry_bytes(entry)
+  end
+end
+local delta = {new_threads, held + count - dropped, held_bytes + added_bytes - dropped_bytes}
+do
+  local used = redis.call('HMGET', KEYS[7], 'threads', 'messages', 'bytes')
+  local names = {'max_threads_per_namespace', 'max_messages_per_namespace', 'max_bytes_per_namespace'}
+  for i = 1, 3 do
+    local limit = tonumber(ARGV[20 + i])
+    if limit > 0 and delta[i] > 0 and (tonumber(used[i]) or 0) + delta[i] > limit then
+      return {'quota', names[i], ARGV[20 + i]}
+    end
+  end
+end
+
+if not exists then
+  redis.call('HSET', KEYS[1], 'thread_id', ARGV[1], 'incarnation', ARGV[7], 'last_seq', '0',
+    'summarized_through_seq', '0', 'summary', '', 'summary_time', '0',
+    'create_time', ARGV[2], 'update_time', ARGV[2], 'counted', '1', 'bytes', '0')
+  redis.call('ZADD', KEYS[5], 0, ARGV[1])
+end
+if exists and not keeps then
+  redis.call('HSET', KEYS[1], 'summary', '', 'summary_time', '0', 'summarized_through_seq', '0')
+end
+if target then
+  redis.call('HSET', KEYS[1], 'strategy', ARGV[target], 'strategy_key', ARGV[target + 1],
+    'kind', ARGV[target + 2], 'max_stored', ARGV[target + 3], 'exclude_system', ARGV[target + 4])
+end
+
+local first_seq = 0
+if count > 0 then
+  for i = 1, count, 256 do
+    redis.call('RPUSH', KEYS[2], unpack(entries, i, math.min(i + 255, count)))
+  end
+  first_seq = last_seq + 1
+  last_seq = last_seq + count
+  redis.call('HSET', KEYS[1], 'last_seq', str(last_seq), 'update_time', ARGV[2])
+end
+if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
+-- bytes starts at 0 so that use() below leaves the thread's own count set,
+-- even when this Add changed no byte (HINCRBY is skipped for 0).
+if adopt then redis.call('HSET', KEYS[1], 'counted', '1', 'bytes', '0') end
+use(KEYS[7], KEYS[1], delta[1], delta[2], delta[3])
+set_labels(KEYS[1], ARGV[1], ARGV[24])
+do
+  local ttl = ARGV[25]
+  if ttl == '' and exists then ttl = ttl_before or '0' end
+  if ttl == '' then ttl = ARGV[26] end
+  -- A thread without a ttl that keeps none costs no write here (the common Add).
+  if tonumber(ttl) > 0 or ttl_before then set_ttl(KEYS[1], ARGV[1], tonumber(ttl), now) end
+end
+
+local added_last = 0
+if count > 0 then added_last = last_seq end
+local result = str(first_seq) .. '\\n' .. str(added_last) .. '\\n'
+  .. cjson.encode(redis.call('HGETALL', KEYS[1]))
+if request_id ~= '' then
+  redis.call('HSET', KEYS[3], request_id, ARGV[2] .. '\\n' .. ARGV[4] .. '\\n' .. result)
+  redis.call('ZADD', KEYS[4], now, request_id)
+  -- Forget the oldest ids while there are too many or they expired.
+  local expired = redis.call('ZCOUNT', KEYS[4], '-inf', str(now - tonumber(ARGV[9])))
+  local drop = math.max(expired, redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[10]))
+  if drop > 0 then
+    local ids = redis.call('ZRANGE', KEYS[4], 0, drop - 1)
+    redis.call('ZREMRANGEBYRANK', KEYS[4], 0, drop - 1)
+    for i = 1, #ids, 256 do
+      redis.call('HDEL', KEYS[3], unpack(ids, i, math.min(i + 255, #ids)))
+    end
+  end
+end
+if count > 0 then
+  log_event(KEYS[6], ARGV[8], ARGV[1], ARGV[2], 'messages_added',
+    'first_seq', str(first_seq), 'last_seq', str(last_seq))
+end
+return {'ok', result}
+`,
+);

@@ -1,0 +1,27 @@
+import { APPEND } from "./append.js";
+import { CLEAR, CLEAR_CHUNK, EXPIRE_DUE, EXPIRE_THREAD } from "./clears.js";
+import { HEAD, READ_EVENTS, ROTATE_INCARNATION } from "./events.js";
+import { ACQUIRE_LEASE, COMMIT_SUMMARY, RECORD_FOLD_FAILURE, RELEASE_LEASE } from "./folds.js";
+import type { LuaScript } from "./fragment.js";
+import { IMPORT_THREAD } from "./import.js";
+import { LIST_LABELED } from "./list-labeled.js";
+import { READ } from "./read.js";
+
+/** Every script, loaded at start-up (SCRIPT LOAD) so the first EVALSHA finds it. */
+export const ALL_SCRIPTS: readonly LuaScript[] = [
+  EXPIRE_THREAD,
+  EXPIRE_DUE,
+  LIST_LABELED,
+  IMPORT_THREAD,
+  APPEND,
+  READ,
+  COMMIT_SUMMARY,
+  RECORD_FOLD_FAILURE,
+  ACQUIRE_LEASE,
+  RELEASE_LEASE,
+  CLEAR,
+  CLEAR_CHUNK,
+  READ_EVENTS,
+  HEAD,
+  ROTATE_INCARNATION,
+];
