@@ -5,6 +5,7 @@ import {
   strategyMismatchError,
 } from "../../core/append.js";
 import { MemoryError } from "../../core/errors.js";
+import { requestsToKeep } from "../../core/idempotency.js";
 import { messageBytes, type QuotaName, quotaExceededError } from "../../core/quota.js";
 import { strategyKey } from "../../core/strategy.js";
 import type { AppendCommand, AppendResult, ImportThreadCommand } from "../store.js";
@@ -85,6 +86,7 @@ function appendOnce(ctx: RedisContext, cmd: AppendCommand, via: RedisConnection)
   const k = ctx.keys.namespace(cmd.namespace);
   const id = cmd.threadId;
   const lim = ctx.lim;
+  const keep = requestsToKeep(cmd.now, lim);
   return ctx.io.run(
     APPEND,
     [
@@ -106,7 +108,8 @@ function appendOnce(ctx: RedisContext, cmd: AppendCommand, via: RedisConnection)
       randomUUID(),
       String(lim.eventRetention),
       String(lim.idempotencyRetentionMs),
-      String(lim.idempotencyMaxPerThread),
+      String(keep.keepNewest),
+      String(keep.dropThrough),
       ...strategyArgs(cmd.strategy),
       ...strategyArgs(cmd.defaultStrategy),
       String(lim.maxThreadsPerNamespace),

@@ -1,15 +1,25 @@
 import { ENTRIES, NUMBERS } from "./entries.js";
 import { LOG_EVENT } from "./event-log.js";
 import { script } from "./fragment.js";
+import { REQUESTS } from "./idempotency.js";
 import { LABELS, TTL } from "./labels.js";
+import { QUOTA } from "./quota.js";
 import { TRIM } from "./trim.js";
 import { USAGE } from "./usage.js";
 
 /**
- * Store.append. KEYS: thread, messages, requests, request times, threads, events, usage.
+ * Store.append, one script: core/append.ts decideAppend's checks (on
+ * strategy keys), the idempotent replay (lua/idempotency.ts), the trim
+ * (lua/trim.ts) and the quotas (lua/quota.ts) are decided inside, against
+ * the thread as it is then, so check and write never interleave; each of
+ * those fragments names the core function it mirrors and the case table
+ * that proves it.
+ *
+ * KEYS: thread, messages, requests, request times, threads, events, usage.
  * ARGV: thread_id, now, request_id, request_hash, expected_last_seq ("" none),
  * replace ("1"/"0"), new incarnation, event retention, idempotency retention
- * ms, idempotency max per thread, then the request's strategy (json, key,
+ * ms, then core/idempotency.ts requestsToKeep's keepNewest and dropThrough
+ * (decided outside), then the request's strategy (json, key,
  * kind, max_stored, exclude_system; json "" when the request has none) and the
  * default strategy (same five), the quotas (max threads, messages, bytes; 0
  * none), the labels' JSON ("" keeps the thread's), the ttl in ms ("": the
@@ -23,23 +33,20 @@ import { USAGE } from "./usage.js";
  */
 export const APPEND = script(
   "append",
-  [NUMBERS, ENTRIES, TRIM, USAGE, LOG_EVENT, LABELS, TTL],
+  [NUMBERS, ENTRIES, TRIM, USAGE, QUOTA, REQUESTS, LOG_EVENT, LABELS, TTL],
   `
 local now = tonumber(ARGV[2])
 local request_id = ARGV[3]
+-- The first ARGV of each strategy (json, key, kind, max_stored, exclude_system), of the messages.
+local REQUEST, DEFAULT, FIRST_MESSAGE = 12, 17, 28
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if exists and expired(KEYS[1], now) then return {'expired'} end
 local ttl_before = exists and redis.call('HGET', KEYS[1], 'ttl_ms')
 if request_id ~= '' and exists then
   local record = redis.call('HGET', KEYS[3], request_id)
-  if record then
-    local a = string.find(record, '\\n', 1, true)
-    local b = string.find(record, '\\n', a + 1, true)
-    if now - tonumber(string.sub(record, 1, a - 1)) < tonumber(ARGV[9]) then
-      if string.sub(record, a + 1, b - 1) ~= ARGV[4] then return {'request_id_reused'} end
-      return {'replayed', string.sub(record, b + 1)}
-    end
-  end
+  local seen = decide_replay(record, request_id, ARGV[4], now, tonumber(ARGV[9]))
+  if seen == 'reused' then return {'request_id_reused'} end
+  if seen == 'replay' then return {'replayed', recorded_result(record)} end
 end
 
 -- core/append.ts decideAppend, on strategy keys.
@@ -55,10 +62,10 @@ if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= last_seq then
 end
 local target = nil
 if not exists then
-  if ARGV[11] == '' then target = 16 else target = 11 end
-elseif ARGV[11] ~= '' and ARGV[12] ~= current[2] then
+  if ARGV[REQUEST] == '' then target = DEFAULT else target = REQUEST end
+elseif ARGV[REQUEST] ~= '' and ARGV[REQUEST + 1] ~= current[2] then
   if ARGV[6] ~= '1' then return {'strategy_mismatch', current[2]} end
-  target = 11
+  target = REQUEST
 end
 
 -- The thread after the Add, its trim included, is worked out before anything
@@ -72,11 +79,11 @@ end
 local keeps = exists and current[3] == 'summary' and kind == 'summary' and current[4] == exclude_system
 local through = 0
 if keeps then through = tonumber(current[6]) end
-local count = #ARGV - 26
+local count = #ARGV - FIRST_MESSAGE + 1
 local entries = {}
 local added_bytes = 0
 for i = 1, count do
-  entries[i] = str(last_seq + i) .. ' ' .. ARGV[26 + i]
+  entries[i] = str(last_seq + i) .. ' ' .. ARGV[FIRST_MESSAGE + i - 1]
   added_bytes = added_bytes + entry_bytes(entries[i])
 end
 local len_old = 0
@@ -96,13 +103,8 @@ end
 local delta = {new_threads, held + count - dropped, held_bytes + added_bytes - dropped_bytes}
 do
   local used = redis.call('HMGET', KEYS[7], 'threads', 'messages', 'bytes')
-  local names = {'max_threads_per_namespace', 'max_messages_per_namespace', 'max_bytes_per_namespace'}
-  for i = 1, 3 do
-    local limit = tonumber(ARGV[20 + i])
-    if limit > 0 and delta[i] > 0 and (tonumber(used[i]) or 0) + delta[i] > limit then
-      return {'quota', names[i], ARGV[20 + i]}
-    end
-  end
+  local quota, limit = quota_refusal({ARGV[22], ARGV[23], ARGV[24]}, used, delta)
+  if quota then return {'quota', quota, limit} end
 end
 
 if not exists then
@@ -133,11 +135,11 @@ if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
 -- even when this Add changed no byte (HINCRBY is skipped for 0).
 if adopt then redis.call('HSET', KEYS[1], 'counted', '1', 'bytes', '0') end
 use(KEYS[7], KEYS[1], delta[1], delta[2], delta[3])
-set_labels(KEYS[1], ARGV[1], ARGV[24])
+set_labels(KEYS[1], ARGV[1], ARGV[25])
 do
-  local ttl = ARGV[25]
+  local ttl = ARGV[26]
   if ttl == '' and exists then ttl = ttl_before or '0' end
-  if ttl == '' then ttl = ARGV[26] end
+  if ttl == '' then ttl = ARGV[27] end
   -- A thread without a ttl that keeps none costs no write here (the common Add).
   if tonumber(ttl) > 0 or ttl_before then set_ttl(KEYS[1], ARGV[1], tonumber(ttl), now) end
 end
@@ -147,18 +149,7 @@ if count > 0 then added_last = last_seq end
 local result = str(first_seq) .. '\\n' .. str(added_last) .. '\\n'
   .. cjson.encode(redis.call('HGETALL', KEYS[1]))
 if request_id ~= '' then
-  redis.call('HSET', KEYS[3], request_id, ARGV[2] .. '\\n' .. ARGV[4] .. '\\n' .. result)
-  redis.call('ZADD', KEYS[4], now, request_id)
-  -- Forget the oldest ids while there are too many or they expired.
-  local expired = redis.call('ZCOUNT', KEYS[4], '-inf', str(now - tonumber(ARGV[9])))
-  local drop = math.max(expired, redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[10]))
-  if drop > 0 then
-    local ids = redis.call('ZRANGE', KEYS[4], 0, drop - 1)
-    redis.call('ZREMRANGEBYRANK', KEYS[4], 0, drop - 1)
-    for i = 1, #ids, 256 do
-      redis.call('HDEL', KEYS[3], unpack(ids, i, math.min(i + 255, #ids)))
-    end
-  end
+  record_request(KEYS[3], KEYS[4], request_id, ARGV[4], now, result, tonumber(ARGV[11]), tonumber(ARGV[10]))
 end
 if count > 0 then
   log_event(KEYS[6], ARGV[8], ARGV[1], ARGV[2], 'messages_added',

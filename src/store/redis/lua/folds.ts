@@ -1,8 +1,33 @@
 import { NUMBERS } from "./entries.js";
 import { LOG_EVENT } from "./event-log.js";
-import { script } from "./fragment.js";
+import { fragment, script } from "./fragment.js";
 import { TRIM } from "./trim.js";
 import { USAGE } from "./usage.js";
+
+/**
+ * Fold leases and summary commits, fenced across replicas.
+ *
+ * may_commit_summary mirrors core/fold-commit.ts mayCommitSummary (case
+ * table test/core/cases/fold-commit.ts); ACQUIRE_LEASE mirrors mayTakeLease
+ * and nextLeaseToken (case table test/core/cases/lease-take.ts), the lease's
+ * expiry being the key's own TTL (Redis drops it at expiresAt, so a lease is
+ * held while its key exists). Both tables run against the core
+ * (test/core/decision-cases.test.ts) and against this Lua in a real
+ * redis-server (test/store/redis-lua-decisions.test.ts).
+ */
+export const FOLD_COMMIT = fragment(
+  "fold_commit",
+  [],
+  `
+-- core/fold-commit.ts mayCommitSummary over the thread hash's incarnation and
+-- summarized_through_seq and the lease key's token (false: absent).
+local function may_commit_summary(thread_incarnation, thread_through, lease_token, incarnation, token, from_seq, through_seq)
+  return thread_incarnation ~= false and thread_incarnation == incarnation
+    and tonumber(thread_through) == from_seq and through_seq > from_seq
+    and lease_token ~= false and tonumber(lease_token) == token
+end
+`,
+);
 
 /**
  * Store.commitSummary. KEYS: thread, messages, lease, events, usage. ARGV:
@@ -12,13 +37,14 @@ import { USAGE } from "./usage.js";
  */
 export const COMMIT_SUMMARY = script(
   "commit_summary",
-  [TRIM, USAGE, LOG_EVENT],
+  [FOLD_COMMIT, TRIM, USAGE, LOG_EVENT],
   `
 local t = redis.call('HMGET', KEYS[1], 'incarnation', 'summarized_through_seq', 'kind', 'max_stored',
   'counted')
-if t[1] ~= ARGV[1] then return false end
-if tonumber(t[2]) ~= tonumber(ARGV[3]) or tonumber(ARGV[4]) <= tonumber(ARGV[3]) then return false end
-if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
+if not may_commit_summary(t[1], t[2], redis.call('GET', KEYS[3]), ARGV[1], tonumber(ARGV[2]),
+    tonumber(ARGV[3]), tonumber(ARGV[4])) then
+  return false
+end
 redis.call('HSET', KEYS[1], 'summary', ARGV[5], 'summary_time', ARGV[7],
   'summarized_through_seq', ARGV[4], 'update_time', ARGV[7])
 local dropped, bytes = trim(KEYS[2], t[3], tonumber(t[4]), tonumber(ARGV[4]))
@@ -52,7 +78,11 @@ export const ACQUIRE_LEASE = script(
   "acquire_lease",
   [NUMBERS],
   `
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+-- core/fold-commit.ts mayTakeLease: held while expiresAt > now. Redis keeps
+-- the key through its expiry millisecond, so EXISTS would hold it 1 ms
+-- longer; PTTL is 0 then (and -2 with no lease).
+if redis.call('PTTL', KEYS[1]) > 0 then return false end
+-- core/fold-commit.ts nextLeaseToken: the counter is never reset.
 local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], str(token), 'PX', ARGV[1])
 return token

@@ -1,6 +1,7 @@
 import { LOG_EVENT } from "./event-log.js";
 import { script } from "./fragment.js";
 import { LABELS } from "./labels.js";
+import { QUOTA } from "./quota.js";
 import { USAGE } from "./usage.js";
 
 /**
@@ -15,19 +16,14 @@ import { USAGE } from "./usage.js";
  */
 export const IMPORT_THREAD = script(
   "import_thread",
-  [USAGE, LABELS, LOG_EVENT],
+  [USAGE, QUOTA, LABELS, LOG_EVENT],
   `
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
 local count = #ARGV - 23
 local delta = {1, count, tonumber(ARGV[19])}
 local used = redis.call('HMGET', KEYS[5], 'threads', 'messages', 'bytes')
-local names = {'max_threads_per_namespace', 'max_messages_per_namespace', 'max_bytes_per_namespace'}
-for i = 1, 3 do
-  local limit = tonumber(ARGV[15 + i])
-  if limit > 0 and delta[i] > 0 and (tonumber(used[i]) or 0) + delta[i] > limit then
-    return {'quota', names[i], ARGV[15 + i]}
-  end
-end
+local quota, limit = quota_refusal({ARGV[16], ARGV[17], ARGV[18]}, used, delta)
+if quota then return {'quota', quota, limit} end
 redis.call('HSET', KEYS[1], 'thread_id', ARGV[1], 'incarnation', ARGV[2], 'strategy', ARGV[3],
   'strategy_key', ARGV[4], 'kind', ARGV[5], 'max_stored', ARGV[6], 'exclude_system', ARGV[7],
   'last_seq', ARGV[8], 'summarized_through_seq', ARGV[9], 'summary', ARGV[10],
