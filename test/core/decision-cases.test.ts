@@ -4,11 +4,13 @@ import { MemoryError } from "../../src/core/errors.js";
 import { mayCommitSummary, mayTakeLease, nextLeaseToken } from "../../src/core/fold-commit.js";
 import { decideReplay } from "../../src/core/idempotency.js";
 import { checkQuotas } from "../../src/core/quota.js";
+import { decideRewind, forgetRequest } from "../../src/core/rewind.js";
 import type { Strategy, ThreadState } from "../../src/core/types.js";
 import { FOLD_COMMIT_CASES } from "./cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "./cases/lease-take.js";
 import { QUOTA_CASES } from "./cases/quota.js";
 import { REPLAY_CASES } from "./cases/replay.js";
+import { FORGET_REQUEST_CASES, REWIND_CASES } from "./cases/rewind.js";
 import { TRIM_COUNT_CASES } from "./cases/trim-count.js";
 
 /**
@@ -80,5 +82,22 @@ describe("decision case tables, core", () => {
   it.each(LEASE_TAKE_CASES.map((c) => [c.name, c] as const))("lease take: %s", (_n, c) => {
     const taken = mayTakeLease(c.held, c.now) ? nextLeaseToken(c.lastToken) : undefined;
     expect(taken).toBe(c.expected);
+  });
+
+  it.each(REWIND_CASES.map((c) => [c.name, c] as const))("decideRewind: %s", (_n, c) => {
+    const thread = c.thread === undefined ? undefined : threadOf(c.thread);
+    const got = outcome(() => decideRewind(thread, c.oldestStoredSeq, { ...c, now: 50 }));
+    if (typeof got === "object" && "thread" in got) {
+      expect({ dropAfterSeq: got.dropAfterSeq, summaryDropped: got.summaryDropped }).toEqual(
+        c.expected,
+      );
+      expect(got.thread.lastSeq).toBe(c.toSeq);
+    } else {
+      expect(got).toEqual(c.expected);
+    }
+  });
+
+  it.each(FORGET_REQUEST_CASES.map((c) => [c.name, c] as const))("forgetRequest: %s", (_n, c) => {
+    expect(forgetRequest(c.recordedLastSeq, c.toSeq)).toBe(c.expected);
   });
 });

@@ -8,11 +8,14 @@ import { ACQUIRE_LEASE, FOLD_COMMIT } from "../../src/store/redis/lua/folds.js";
 import { type LuaFragment, script } from "../../src/store/redis/lua/fragment.js";
 import { REQUESTS } from "../../src/store/redis/lua/idempotency.js";
 import { QUOTA } from "../../src/store/redis/lua/quota.js";
+import { DECIDE_REWIND } from "../../src/store/redis/lua/rewind.js";
 import { TRIM } from "../../src/store/redis/lua/trim.js";
+import { REWIND_REFUSALS } from "../../src/store/redis/rewind.js";
 import { FOLD_COMMIT_CASES } from "../core/cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "../core/cases/lease-take.js";
 import { QUOTA_CASES } from "../core/cases/quota.js";
 import { REPLAY_CASES } from "../core/cases/replay.js";
+import { FORGET_REQUEST_CASES, REWIND_CASES } from "../core/cases/rewind.js";
 import { TRIM_COUNT_CASES } from "../core/cases/trim-count.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 
@@ -177,4 +180,41 @@ return 0`,
       expect(reply).toBe(c.expected ?? null);
     },
   );
+
+  it.each(cases(REWIND_CASES))("decide_rewind (decideRewind): %s", async (_n, c) => {
+    const reply = await evalLua(
+      [DECIDE_REWIND],
+      `local function given(i) if ARGV[i] == '' then return false end return tonumber(ARGV[i]) end
+local decision, dropped = decide_rewind(given(1), tonumber(ARGV[2]), given(3), tonumber(ARGV[4]), given(5))
+if dropped then return {decision, 1} end
+return {decision, 0}`,
+      [],
+      [
+        opt(c.thread?.lastSeq),
+        c.thread?.summarizedThroughSeq ?? 0,
+        opt(c.oldestStoredSeq),
+        c.toSeq,
+        opt(c.expectedLastSeq),
+      ],
+    );
+    const [decision, dropped] = reply as [string, number];
+    const code = REWIND_REFUSALS[decision];
+    const got =
+      decision === "plan"
+        ? { dropAfterSeq: c.toSeq, summaryDropped: dropped === 1 }
+        : decision === "unchanged"
+          ? "unchanged"
+          : { refused: code ?? `unknown decision ${decision}` };
+    expect(got).toEqual(c.expected);
+  });
+
+  it.each(cases(FORGET_REQUEST_CASES))("forget_request (forgetRequest): %s", async (_n, c) => {
+    const reply = await evalLua(
+      [REQUESTS],
+      "if forget_request(tonumber(ARGV[1]), tonumber(ARGV[2])) then return 1 end return 0",
+      [],
+      [c.recordedLastSeq, c.toSeq],
+    );
+    expect(reply).toBe(c.expected ? 1 : 0);
+  });
 });

@@ -1,3 +1,4 @@
+import { MemoryError } from "../../core/errors.js";
 import type { StoreLimits } from "../store.js";
 import type { DecodedMessages } from "./codec.js";
 import type { Commands } from "./commands.js";
@@ -30,5 +31,19 @@ export async function beginWrite(ctx: RedisContext): Promise<AcknowledgedWrite> 
     return await ctx.replicas.begin();
   } catch (err) {
     throw storeError(err, ctx.io.target);
+  }
+}
+
+/**
+ * Refuses a write whose caller has given up (its deadline passed before
+ * the write reached Redis): stored now, it would be one the caller was told
+ * had failed.
+ */
+export function refuseLate(deadline: number | undefined, what: string): void {
+  if (deadline !== undefined && Date.now() >= deadline) {
+    throw new MemoryError(
+      "deadline_exceeded",
+      `the call's deadline passed before the ${what} reached Redis; nothing was stored`,
+    );
   }
 }

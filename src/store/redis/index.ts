@@ -1,5 +1,4 @@
 import type { Labels, MemoryEvent, ThreadState } from "../../core/types.js";
-import { rewindPending } from "../rewind-pending.js";
 import type {
   AppendCommand,
   AppendResult,
@@ -32,6 +31,7 @@ import { DEFAULT_KEY_PREFIX, type KeyLayout, keyLayout } from "./keys.js";
 import { acquireFoldLease, commitSummary, recordFoldFailure, releaseFoldLease } from "./leases.js";
 import { ALL_SCRIPTS } from "./lua/index.js";
 import { getThread, listThreads, readThread } from "./reads.js";
+import { rewind } from "./rewind.js";
 import { StreamReaders } from "./stream-readers.js";
 import { append, importThread } from "./writes.js";
 
@@ -75,8 +75,8 @@ export interface RedisStoreOptions {
  * resume token is told from a current one).
  *
  * Atomicity: every mutation (append with its seqs, trim, idempotency record
- * and event; commit with its incarnation, coverage and fencing checks; clear;
- * lease take and release) is one Lua script run by EVALSHA (lua/), so it is
+ * and event; rewind; commit with its incarnation, coverage and fencing
+ * checks; clear; lease take and release) is one Lua script run by EVALSHA (lua/), so it is
  * atomic on the server and costs one round trip. Scripts are loaded at
  * start-up; after a Redis restart the first NOSCRIPT reply falls back to
  * EVAL, which loads it (commands.ts).
@@ -189,7 +189,7 @@ class RedisStore implements Store {
   }
 
   rewind(cmd: RewindCommand): Promise<RewindResult> {
-    return rewindPending(cmd);
+    return rewind(this.#ctx, cmd);
   }
 
   read(namespace: string, threadId: string, view?: ReadView): Promise<ThreadSnapshot | undefined> {

@@ -4,14 +4,13 @@ import {
   requestIdReusedError,
   strategyMismatchError,
 } from "../../core/append.js";
-import { MemoryError } from "../../core/errors.js";
 import { requestsToKeep } from "../../core/idempotency.js";
 import { messageBytes, type QuotaName, quotaExceededError } from "../../core/quota.js";
 import { strategyKey } from "../../core/strategy.js";
 import type { AppendCommand, AppendResult, ImportThreadCommand } from "../store.js";
 import { asArray, asString, decodeResult, encodeMessage, strategyArgs } from "./codec.js";
 import type { RedisConnection } from "./connection.js";
-import { beginWrite, type RedisContext } from "./context.js";
+import { beginWrite, type RedisContext, refuseLate } from "./context.js";
 import { unexpectedReply } from "./errors.js";
 import { APPEND } from "./lua/append.js";
 import { EXPIRE_THREAD } from "./lua/clears.js";
@@ -28,13 +27,7 @@ export async function append(ctx: RedisContext, cmd: AppendCommand): Promise<App
   const k = ctx.keys.namespace(cmd.namespace);
   const id = cmd.threadId;
   const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
-  // The caller has given up: an Add stored now would be one it was told had failed.
-  if (cmd.deadline !== undefined && Date.now() >= cmd.deadline) {
-    throw new MemoryError(
-      "deadline_exceeded",
-      "the call's deadline passed before the Add reached Redis; nothing was stored",
-    );
-  }
+  refuseLate(cmd.deadline, "Add");
   if ((cmd.ttlMs ?? 0) > 0 || (cmd.defaultTtlMs ?? 0) > 0) {
     await ctx.io.command(["SADD", ctx.keys.ttlNamespaces, cmd.namespace], write.link);
   }

@@ -42,11 +42,9 @@ local REQUEST, DEFAULT, FIRST_MESSAGE = 12, 17, 28
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if exists and expired(KEYS[1], now) then return {'expired'} end
 local ttl_before = exists and redis.call('HGET', KEYS[1], 'ttl_ms')
-if request_id ~= '' and exists then
-  local record = redis.call('HGET', KEYS[3], request_id)
-  local seen = decide_replay(record, request_id, ARGV[4], now, tonumber(ARGV[9]))
-  if seen == 'reused' then return {'request_id_reused'} end
-  if seen == 'replay' then return {'replayed', recorded_result(record)} end
+if exists then
+  local replay = replay_reply(KEYS[3], request_id, ARGV[4], now, tonumber(ARGV[9]), 'add')
+  if replay then return replay end
 end
 
 -- core/append.ts decideAppend, on strategy keys.

@@ -6,6 +6,7 @@ import type { LuaScript } from "./fragment.js";
 import { IMPORT_THREAD } from "./import.js";
 import { LIST_LABELED } from "./list-labeled.js";
 import { READ } from "./read.js";
+import { REWIND } from "./rewind.js";
 
 /** Every script, loaded at start-up (SCRIPT LOAD) so the first EVALSHA finds it. */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
@@ -14,6 +15,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   LIST_LABELED,
   IMPORT_THREAD,
   APPEND,
+  REWIND,
   READ,
   COMMIT_SUMMARY,
   RECORD_FOLD_FAILURE,
