@@ -1,11 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { trimCount } from "../../src/core/append.js";
+import { decideAppend, keepsSummary, trimCount } from "../../src/core/append.js";
 import { MemoryError } from "../../src/core/errors.js";
 import { mayCommitSummary, mayTakeLease, nextLeaseToken } from "../../src/core/fold-commit.js";
 import { decideReplay } from "../../src/core/idempotency.js";
 import { checkQuotas } from "../../src/core/quota.js";
 import { decideRewind, forgetRequest } from "../../src/core/rewind.js";
 import type { Strategy, ThreadState } from "../../src/core/types.js";
+import { APPEND_DECISION_CASES, KEEPS_SUMMARY_CASES } from "./cases/append.js";
 import { FOLD_COMMIT_CASES } from "./cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "./cases/lease-take.js";
 import { QUOTA_CASES } from "./cases/quota.js";
@@ -99,5 +100,31 @@ describe("decision case tables, core", () => {
 
   it.each(FORGET_REQUEST_CASES.map((c) => [c.name, c] as const))("forgetRequest: %s", (_n, c) => {
     expect(forgetRequest(c.recordedLastSeq, c.toSeq)).toBe(c.expected);
+  });
+
+  it.each(APPEND_DECISION_CASES.map((c) => [c.name, c] as const))("decideAppend: %s", (_n, c) => {
+    const thread =
+      c.thread === undefined
+        ? undefined
+        : {
+            ...threadOf({ lastSeq: c.thread.lastSeq, summarizedThroughSeq: 0 }),
+            strategy: c.thread.strategy,
+          };
+    const got = outcome(() => decideAppend(thread, c));
+    const whose =
+      typeof got === "object" && "refused" in got
+        ? got
+        : got === thread?.strategy
+          ? "thread"
+          : got === c.strategy
+            ? "request"
+            : got === c.defaultStrategy
+              ? "default"
+              : "another strategy";
+    expect(whose).toEqual(c.expected);
+  });
+
+  it.each(KEEPS_SUMMARY_CASES.map((c) => [c.name, c] as const))("keepsSummary: %s", (_n, c) => {
+    expect(keepsSummary(c.from, c.to)).toBe(c.expected);
   });
 });

@@ -2,8 +2,10 @@ import { randomUUID } from "node:crypto";
 import { createClient } from "redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { messageBytes } from "../../src/core/quota.js";
+import { strategyKey } from "../../src/core/strategy.js";
 import type { ChatMessage } from "../../src/core/types.js";
 import { encodeMessage } from "../../src/store/redis/codec.js";
+import { DECIDE_APPEND } from "../../src/store/redis/lua/append.js";
 import { ACQUIRE_LEASE, FOLD_COMMIT } from "../../src/store/redis/lua/folds.js";
 import { type LuaFragment, script } from "../../src/store/redis/lua/fragment.js";
 import { REQUESTS } from "../../src/store/redis/lua/idempotency.js";
@@ -11,6 +13,7 @@ import { QUOTA } from "../../src/store/redis/lua/quota.js";
 import { DECIDE_REWIND } from "../../src/store/redis/lua/rewind.js";
 import { TRIM } from "../../src/store/redis/lua/trim.js";
 import { REWIND_REFUSALS } from "../../src/store/redis/rewind.js";
+import { APPEND_DECISION_CASES, KEEPS_SUMMARY_CASES } from "../core/cases/append.js";
 import { FOLD_COMMIT_CASES } from "../core/cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "../core/cases/lease-take.js";
 import { QUOTA_CASES } from "../core/cases/quota.js";
@@ -214,6 +217,40 @@ return {decision, 0}`,
       "if forget_request(tonumber(ARGV[1]), tonumber(ARGV[2])) then return 1 end return 0",
       [],
       [c.recordedLastSeq, c.toSeq],
+    );
+    expect(reply).toBe(c.expected ? 1 : 0);
+  });
+
+  it.each(cases(APPEND_DECISION_CASES))("decide_append (decideAppend): %s", async (_n, c) => {
+    const reply = await evalLua(
+      [DECIDE_APPEND],
+      `local expected = false
+if ARGV[5] ~= '' then expected = tonumber(ARGV[5]) end
+return decide_append(ARGV[1] == '1', ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[6] == '1', expected)`,
+      [],
+      [
+        c.thread === undefined ? "0" : "1",
+        c.thread === undefined ? "" : strategyKey(c.thread.strategy),
+        c.thread?.lastSeq ?? 0,
+        c.strategy === undefined ? "" : strategyKey(c.strategy),
+        opt(c.expectedLastSeq),
+        c.replaceStrategy ? "1" : "0",
+      ],
+    );
+    const refusals: Record<string, string> = {
+      last_seq_mismatch: "aborted",
+      strategy_mismatch: "failed_precondition",
+    };
+    const code = refusals[String(reply)];
+    expect(code === undefined ? reply : { refused: code }).toEqual(c.expected);
+  });
+
+  it.each(cases(KEEPS_SUMMARY_CASES))("keeps_summary (keepsSummary): %s", async (_n, c) => {
+    const reply = await evalLua(
+      [DECIDE_APPEND],
+      "if keeps_summary(ARGV[1], ARGV[2], ARGV[3], ARGV[4]) then return 1 end return 0",
+      [],
+      [c.from.kind, c.from.excludeSystem ? "1" : "0", c.to.kind, c.to.excludeSystem ? "1" : "0"],
     );
     expect(reply).toBe(c.expected ? 1 : 0);
   });

@@ -1,6 +1,6 @@
 import { ENTRIES, NUMBERS } from "./entries.js";
 import { LOG_EVENT } from "./event-log.js";
-import { script } from "./fragment.js";
+import { fragment, script } from "./fragment.js";
 import { REQUESTS } from "./idempotency.js";
 import { LABELS, TTL } from "./labels.js";
 import { QUOTA } from "./quota.js";
@@ -8,8 +8,42 @@ import { TRIM } from "./trim.js";
 import { USAGE } from "./usage.js";
 
 /**
- * Store.append, one script: core/append.ts decideAppend's checks (on
- * strategy keys), the idempotent replay (lua/idempotency.ts), the trim
+ * decide_append mirrors core/append.ts decideAppend and keeps_summary
+ * keepsSummary; the case tables test/core/cases/append.ts prove them, run
+ * against the core (test/core/decision-cases.test.ts) and against this Lua
+ * in a real redis-server (test/store/redis-lua-decisions.test.ts).
+ */
+export const DECIDE_APPEND = fragment(
+  "decide_append",
+  [],
+  `
+-- core/append.ts decideAppend on strategy keys (core/strategy.ts
+-- sameStrategy is their equality): whether the thread exists, its strategy
+-- key and last_seq (0 for none), the request's strategy key ('' none),
+-- replace_strategy and expected_last_seq (false: none). Returns
+-- 'last_seq_mismatch' or 'strategy_mismatch' (refusals), or whose strategy
+-- the thread has after the Add: 'thread', 'request' or 'default'.
+local function decide_append(exists, thread_key, last_seq, request_key, replace, expected)
+  if expected and expected ~= last_seq then return 'last_seq_mismatch' end
+  if not exists then
+    if request_key == '' then return 'default' end
+    return 'request'
+  end
+  if request_key == '' or request_key == thread_key then return 'thread' end
+  if replace then return 'request' end
+  return 'strategy_mismatch'
+end
+
+-- core/append.ts keepsSummary on the two strategies' kind and exclude_system.
+local function keeps_summary(from_kind, from_exclude, to_kind, to_exclude)
+  return from_kind == 'summary' and to_kind == 'summary' and from_exclude == to_exclude
+end
+`,
+);
+
+/**
+ * Store.append, one script: core/append.ts decideAppend's checks
+ * (DECIDE_APPEND above), the idempotent replay (lua/idempotency.ts), the trim
  * (lua/trim.ts) and the quotas (lua/quota.ts) are decided inside, against
  * the thread as it is then, so check and write never interleave; each of
  * those fragments names the core function it mirrors and the case table
@@ -33,7 +67,7 @@ import { USAGE } from "./usage.js";
  */
 export const APPEND = script(
   "append",
-  [NUMBERS, ENTRIES, TRIM, USAGE, QUOTA, REQUESTS, LOG_EVENT, LABELS, TTL],
+  [NUMBERS, ENTRIES, DECIDE_APPEND, TRIM, USAGE, QUOTA, REQUESTS, LOG_EVENT, LABELS, TTL],
   `
 local now = tonumber(ARGV[2])
 local request_id = ARGV[3]
@@ -47,7 +81,6 @@ if exists then
   if replay then return replay end
 end
 
--- core/append.ts decideAppend, on strategy keys.
 local last_seq = 0
 local current = {}
 if exists then
@@ -55,16 +88,14 @@ if exists then
     'max_stored', 'summarized_through_seq', 'counted')
   last_seq = tonumber(current[1])
 end
-if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= last_seq then
-  return {'last_seq_mismatch', str(last_seq)}
-end
+local expected = false
+if ARGV[5] ~= '' then expected = tonumber(ARGV[5]) end
+local decision = decide_append(exists, current[2], last_seq, ARGV[REQUEST + 1], ARGV[6] == '1', expected)
+if decision == 'last_seq_mismatch' then return {'last_seq_mismatch', str(last_seq)} end
+if decision == 'strategy_mismatch' then return {'strategy_mismatch', current[2]} end
+-- The strategy written with the Add (none: the thread keeps its own).
 local target = nil
-if not exists then
-  if ARGV[REQUEST] == '' then target = DEFAULT else target = REQUEST end
-elseif ARGV[REQUEST] ~= '' and ARGV[REQUEST + 1] ~= current[2] then
-  if ARGV[6] ~= '1' then return {'strategy_mismatch', current[2]} end
-  target = REQUEST
-end
+if decision == 'request' then target = REQUEST elseif decision == 'default' then target = DEFAULT end
 
 -- The thread after the Add, its trim included, is worked out before anything
 -- is written, so an Add refused by a quota writes nothing.
@@ -72,9 +103,9 @@ local kind, max_stored, exclude_system = current[3], tonumber(current[5]), curre
 if target then
   kind, max_stored, exclude_system = ARGV[target + 2], tonumber(ARGV[target + 3]), ARGV[target + 4]
 end
--- core/append.ts keepsSummary, from the thread's strategy to the one it has now
--- (checked on every append, as the memory store does).
-local keeps = exists and current[3] == 'summary' and kind == 'summary' and current[4] == exclude_system
+-- From the thread's strategy to the one it has now (checked on every
+-- append, as the memory store does).
+local keeps = exists and keeps_summary(current[3], current[4], kind, exclude_system)
 local through = 0
 if keeps then through = tonumber(current[6]) end
 local count = #ARGV - FIRST_MESSAGE + 1
