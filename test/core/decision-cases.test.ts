@@ -4,12 +4,14 @@ import { MemoryError } from "../../src/core/errors.js";
 import { mayCommitSummary, mayTakeLease, nextLeaseToken } from "../../src/core/fold-commit.js";
 import { decideReplay } from "../../src/core/idempotency.js";
 import { checkQuotas } from "../../src/core/quota.js";
+import { recallSize } from "../../src/core/recall.js";
 import { decideRewind, forgetRequest } from "../../src/core/rewind.js";
 import type { Strategy, ThreadState } from "../../src/core/types.js";
 import { APPEND_DECISION_CASES, KEEPS_SUMMARY_CASES } from "./cases/append.js";
 import { FOLD_COMMIT_CASES } from "./cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "./cases/lease-take.js";
 import { QUOTA_CASES } from "./cases/quota.js";
+import { RECALL_SIZE_CASES } from "./cases/recall-size.js";
 import { REPLAY_CASES } from "./cases/replay.js";
 import { FORGET_REQUEST_CASES, REWIND_CASES } from "./cases/rewind.js";
 import { TRIM_COUNT_CASES } from "./cases/trim-count.js";
@@ -126,5 +128,9 @@ describe("decision case tables, core", () => {
 
   it.each(KEEPS_SUMMARY_CASES.map((c) => [c.name, c] as const))("keepsSummary: %s", (_n, c) => {
     expect(keepsSummary(c.from, c.to)).toBe(c.expected);
+  });
+
+  it.each(RECALL_SIZE_CASES.map((c) => [c.name, c] as const))("recallSize: %s", (_n, c) => {
+    expect(recallSize(c.strategy, c.limit)).toBe(c.expected);
   });
 });

@@ -10,6 +10,7 @@ import { ACQUIRE_LEASE, FOLD_COMMIT } from "../../src/store/redis/lua/folds.js";
 import { type LuaFragment, script } from "../../src/store/redis/lua/fragment.js";
 import { REQUESTS } from "../../src/store/redis/lua/idempotency.js";
 import { QUOTA } from "../../src/store/redis/lua/quota.js";
+import { RECALL_SIZE } from "../../src/store/redis/lua/read.js";
 import { DECIDE_REWIND } from "../../src/store/redis/lua/rewind.js";
 import { TRIM } from "../../src/store/redis/lua/trim.js";
 import { REWIND_REFUSALS } from "../../src/store/redis/rewind.js";
@@ -17,6 +18,7 @@ import { APPEND_DECISION_CASES, KEEPS_SUMMARY_CASES } from "../core/cases/append
 import { FOLD_COMMIT_CASES } from "../core/cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "../core/cases/lease-take.js";
 import { QUOTA_CASES } from "../core/cases/quota.js";
+import { RECALL_SIZE_CASES } from "../core/cases/recall-size.js";
 import { REPLAY_CASES } from "../core/cases/replay.js";
 import { FORGET_REQUEST_CASES, REWIND_CASES } from "../core/cases/rewind.js";
 import { TRIM_COUNT_CASES } from "../core/cases/trim-count.js";
@@ -253,5 +255,16 @@ return decide_append(ARGV[1] == '1', ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[6
       [c.from.kind, c.from.excludeSystem ? "1" : "0", c.to.kind, c.to.excludeSystem ? "1" : "0"],
     );
     expect(reply).toBe(c.expected ? 1 : 0);
+  });
+
+  it.each(cases(RECALL_SIZE_CASES))("recall_size (recallSize): %s", async (_n, c) => {
+    const reply = await evalLua(
+      [RECALL_SIZE],
+      // The strategy as the thread hash keeps it (codec.ts strategyArgs: its JSON).
+      "return recall_size(cjson.decode(ARGV[1]), tonumber(ARGV[2]))",
+      [],
+      [JSON.stringify(c.strategy), opt(c.limit)],
+    );
+    expect(reply).toBe(c.expected);
   });
 });

@@ -12,7 +12,8 @@ import { USAGE } from "./usage.js";
  * messages, bytes; 0 none), the messages' bytes, the first stored seq (0:
  * none), the labels' JSON ("" none), the ttl and expire time ("" none), then
  * the message entries "<seq> <bytes> <json>", oldest first.
- * Returns {"exists"} | {"quota", quota name, limit} | {"ok"}.
+ * Returns {"exists"} | {"quota", quota name, limit} | {"ok"}. The quota
+ * check is lua/quota.ts's.
  */
 export const IMPORT_THREAD = script(
   "import_thread",

@@ -8,6 +8,18 @@ import { LIST_LABELED } from "./list-labeled.js";
 import { READ } from "./read.js";
 import { REWIND } from "./rewind.js";
 
+/*
+ * The Redis store's Lua. Where a script must make one of the core's
+ * decisions inside itself, for atomicity, the module holding it names at
+ * its top the core function it mirrors and the case table (test/core/cases/)
+ * that proves it against both: append.ts (decideAppend, keepsSummary),
+ * trim.ts (trimCount), idempotency.ts (decideReplay, forgetRequest),
+ * quota.ts (checkQuotas), folds.ts (mayCommitSummary, mayTakeLease,
+ * nextLeaseToken), rewind.ts (decideRewind), read.ts (recallSize). Which
+ * request records to keep (requestsToKeep) is decided outside and passed in.
+ * The other modules only store and read.
+ */
+
 /** Every script, loaded at start-up (SCRIPT LOAD) so the first EVALSHA finds it. */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
   EXPIRE_THREAD,

@@ -1,4 +1,24 @@
-import { script } from "./fragment.js";
+import { fragment, script } from "./fragment.js";
+
+/**
+ * recall_size mirrors core/recall.ts recallSize; the case table
+ * test/core/cases/recall-size.ts proves it, run against the core
+ * (test/core/decision-cases.test.ts) and against this Lua in a real
+ * redis-server (test/store/redis-lua-decisions.test.ts).
+ */
+export const RECALL_SIZE = fragment(
+  "recall_size",
+  [],
+  `
+-- core/recall.ts recallSize over the strategy (its JSON, decoded) and the
+-- Get's limit (nil: the strategy's own size).
+local function recall_size(strategy, limit)
+  if limit then return limit end
+  if strategy['kind'] == 'buffer' then return strategy['maxMessages'] end
+  return strategy['window']
+end
+`,
+);
 
 /**
  * Store.read. KEYS: thread, messages. ARGV: "" for every message, or
@@ -12,7 +32,7 @@ import { script } from "./fragment.js";
  */
 export const READ = script(
   "read",
-  [],
+  [RECALL_SIZE],
   `
 local thread = redis.call('HGETALL', KEYS[1])
 if #thread == 0 then return false end
@@ -21,10 +41,7 @@ if ARGV[1] == 'view' then
   local t = {}
   for i = 1, #thread, 2 do t[thread[i]] = thread[i + 1] end
   local strategy = cjson.decode(t['strategy'])
-  local size = tonumber(ARGV[2])
-  if size == nil then
-    if strategy['kind'] == 'buffer' then size = strategy['maxMessages'] else size = strategy['window'] end
-  end
+  local size = recall_size(strategy, tonumber(ARGV[2]))
   local len = redis.call('LLEN', KEYS[2])
   if size > 0 then start = math.max(0, len - size - tonumber(ARGV[3])) end
   if strategy['kind'] == 'summary' then
