@@ -6,6 +6,7 @@ import { decideReplay } from "../../src/core/idempotency.js";
 import { checkQuotas } from "../../src/core/quota.js";
 import { recallSize } from "../../src/core/recall.js";
 import { decideRewind, forgetRequest } from "../../src/core/rewind.js";
+import { isExpired, ttlAfterAdd } from "../../src/core/ttl.js";
 import type { Strategy, ThreadState } from "../../src/core/types.js";
 import { APPEND_DECISION_CASES, KEEPS_SUMMARY_CASES } from "./cases/append.js";
 import { FOLD_COMMIT_CASES } from "./cases/fold-commit.js";
@@ -15,6 +16,7 @@ import { RECALL_SIZE_CASES } from "./cases/recall-size.js";
 import { REPLAY_CASES } from "./cases/replay.js";
 import { FORGET_REQUEST_CASES, REWIND_CASES } from "./cases/rewind.js";
 import { TRIM_COUNT_CASES } from "./cases/trim-count.js";
+import { IS_EXPIRED_CASES, TTL_AFTER_ADD_CASES } from "./cases/ttl.js";
 
 /**
  * The decision case tables (test/core/cases/) against the core functions.
@@ -132,5 +134,13 @@ describe("decision case tables, core", () => {
 
   it.each(RECALL_SIZE_CASES.map((c) => [c.name, c] as const))("recallSize: %s", (_n, c) => {
     expect(recallSize(c.strategy, c.limit)).toBe(c.expected);
+  });
+
+  it.each(TTL_AFTER_ADD_CASES.map((c) => [c.name, c] as const))("ttlAfterAdd: %s", (_n, c) => {
+    expect(ttlAfterAdd(c.requested, c.current, c.created, c.defaultTtlMs)).toBe(c.expected);
+  });
+
+  it.each(IS_EXPIRED_CASES.map((c) => [c.name, c] as const))("isExpired: %s", (_n, c) => {
+    expect(isExpired({ expireTime: c.expireTime }, c.now)).toBe(c.expected);
   });
 });

@@ -9,6 +9,7 @@ import { DECIDE_APPEND } from "../../src/store/redis/lua/append.js";
 import { ACQUIRE_LEASE, FOLD_COMMIT } from "../../src/store/redis/lua/folds.js";
 import { type LuaFragment, script } from "../../src/store/redis/lua/fragment.js";
 import { REQUESTS } from "../../src/store/redis/lua/idempotency.js";
+import { TTL } from "../../src/store/redis/lua/labels.js";
 import { QUOTA } from "../../src/store/redis/lua/quota.js";
 import { RECALL_SIZE } from "../../src/store/redis/lua/read.js";
 import { DECIDE_REWIND } from "../../src/store/redis/lua/rewind.js";
@@ -22,6 +23,7 @@ import { RECALL_SIZE_CASES } from "../core/cases/recall-size.js";
 import { REPLAY_CASES } from "../core/cases/replay.js";
 import { FORGET_REQUEST_CASES, REWIND_CASES } from "../core/cases/rewind.js";
 import { TRIM_COUNT_CASES } from "../core/cases/trim-count.js";
+import { IS_EXPIRED_CASES, TTL_AFTER_ADD_CASES } from "../core/cases/ttl.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 
 /**
@@ -266,5 +268,31 @@ return decide_append(ARGV[1] == '1', ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[6
       [JSON.stringify(c.strategy), opt(c.limit)],
     );
     expect(reply).toBe(c.expected);
+  });
+
+  it.each(cases(TTL_AFTER_ADD_CASES))("ttl_after_add (ttlAfterAdd): %s", async (_n, c) => {
+    const reply = await evalLua(
+      [TTL],
+      // The store passes the Add's ttl ("" none) and default as text, the thread's as HGET gives it.
+      `local current = false
+if ARGV[2] ~= '' then current = ARGV[2] end
+return ttl_after_add(ARGV[1], current, ARGV[3] == '1', ARGV[4])`,
+      [],
+      [opt(c.requested), opt(c.current), c.created ? "1" : "0", String(c.defaultTtlMs ?? 0)],
+    );
+    expect(reply).toBe(c.expected);
+  });
+
+  it.each(cases(IS_EXPIRED_CASES))("is_expired (isExpired): %s", async (_n, c) => {
+    const reply = await evalLua(
+      [TTL],
+      `local at = false
+if ARGV[1] ~= '' then at = ARGV[1] end
+if is_expired(at, tonumber(ARGV[2])) then return 1 end
+return 0`,
+      [],
+      [opt(c.expireTime), c.now],
+    );
+    expect(reply).toBe(c.expected ? 1 : 0);
   });
 });

@@ -166,11 +166,9 @@ if adopt then redis.call('HSET', KEYS[1], 'counted', '1', 'bytes', '0') end
 use(KEYS[7], KEYS[1], delta[1], delta[2], delta[3])
 set_labels(KEYS[1], ARGV[1], ARGV[25])
 do
-  local ttl = ARGV[26]
-  if ttl == '' and exists then ttl = ttl_before or '0' end
-  if ttl == '' then ttl = ARGV[27] end
+  local ttl = ttl_after_add(ARGV[26], ttl_before, not exists, ARGV[27])
   -- A thread without a ttl that keeps none costs no write here (the common Add).
-  if tonumber(ttl) > 0 or ttl_before then set_ttl(KEYS[1], ARGV[1], tonumber(ttl), now) end
+  if ttl > 0 or ttl_before then set_ttl(KEYS[1], ARGV[1], ttl, now) end
 end
 
 local added_last = 0

@@ -35,6 +35,12 @@ end
 `,
 );
 
+/**
+ * Retention. ttl_after_add mirrors core/ttl.ts ttlAfterAdd and is_expired
+ * isExpired; the case tables test/core/cases/ttl.ts prove them, run against
+ * the core (test/core/decision-cases.test.ts) and against this Lua in a real
+ * redis-server (test/store/redis-lua-decisions.test.ts).
+ */
 export const TTL = fragment(
   "ttl",
   [NUMBERS, LABELS],
@@ -53,10 +59,23 @@ local function set_ttl(thread_key, thread_id, ttl, now)
   end
 end
 
+-- core/ttl.ts isExpired over the thread hash's expire_at (false: none).
+local function is_expired(expire_at, now)
+  return expire_at ~= false and tonumber(expire_at) <= now
+end
+
 -- Whether the thread exists and has expired at \`now\`.
 local function expired(thread_key, now)
-  local at = redis.call('HGET', thread_key, 'expire_at')
-  return at ~= false and tonumber(at) <= now
+  return is_expired(redis.call('HGET', thread_key, 'expire_at'), now)
+end
+
+-- core/ttl.ts ttlAfterAdd: the Add's ttl (\`requested\`, '' none), the
+-- thread's (\`current\`, false none), whether the Add creates the thread,
+-- and the server's default; 0: none.
+local function ttl_after_add(requested, current, created, default_ttl)
+  if requested ~= '' then return tonumber(requested) end
+  if not created then return tonumber(current) or 0 end
+  return tonumber(default_ttl) or 0
 end
 `,
 );
