@@ -26,7 +26,7 @@ export async function createStore(
       }
     case "redis": {
       // Loaded on demand: node-redis is only needed by deployments that use it.
-      const { createRedisStore } = await import("./redis-store.js");
+      const { createRedisStore } = await import("./redis/index.js");
       return createRedisStore(config.url, limits, {
         minReplicas: config.minReplicas,
         replicaWaitMs: config.replicaWaitMs,

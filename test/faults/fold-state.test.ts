@@ -6,7 +6,7 @@ import { ClearRequestSchema } from "../../gen/ts/windlass/memory/v1/memory_pb.js
 import { silentLogger } from "../../src/logger.js";
 import { ServerMetrics } from "../../src/metrics.js";
 import { createMemoryService, type MemoryService } from "../../src/service/memory-service.js";
-import { createRedisStore } from "../../src/store/redis-store.js";
+import { createRedisStore } from "../../src/store/redis/index.js";
 import type { Store } from "../../src/store/store.js";
 import { createOpenAiSummarizer } from "../../src/summarizer/openai.js";
 import { createSummarizerRegistry } from "../../src/summarizer/registry.js";

@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { MemoryService } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { silentLogger } from "../../src/logger.js";
 import { StoreHealthMonitor } from "../../src/service/store-health.js";
-import { createRedisStore } from "../../src/store/redis-store.js";
+import { createRedisStore } from "../../src/store/redis/index.js";
 import { CallRegistry } from "../../src/transport/call-registry.js";
 import { createGrpcHealth } from "../../src/transport/grpc-health.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";

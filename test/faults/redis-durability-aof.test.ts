@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
-import { createRedisStore } from "../../src/store/redis-store.js";
+import { createRedisStore } from "../../src/store/redis/index.js";
 import type { Store } from "../../src/store/store.js";
 import { audit, startWriters } from "../support/acknowledged-writers.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";

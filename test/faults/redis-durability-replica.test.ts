@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
-import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis-store.js";
+import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis/index.js";
 import type { Store } from "../../src/store/store.js";
 import { addCommand, NAMESPACE, STRATEGY } from "../support/acknowledged-writers.js";
 import { ask, QUICK_REPLICATION, waitForLinkOf } from "../support/redis-replication.js";
@@ -121,13 +121,24 @@ describe("acknowledged means replicated (minReplicas)", () => {
     expect(await contents(promoted)).toEqual(["before", "while frozen", "also while frozen"]);
   });
 
-  it("holds an import and a Clear to the same rule", async () => {
+  it("holds an import, a Rewind and a Clear to the same rule", async () => {
     const store = await open(primary, {
       keyPrefix: prefix(),
       minReplicas: 1,
       replicaWaitMs: WAIT_MS,
     });
     await store.append(add("r1", "to be cleared", "cleared"));
+    await store.append(add("r1", "kept", "rewound"));
+    await store.append(add("r2", "to be rewound", "rewound"));
+    const rewind = {
+      namespace: NAMESPACE,
+      threadId: "rewound",
+      toSeq: 1,
+      expectedLastSeq: 2,
+      requestId: "rw",
+      requestHash: "rewind-1",
+      now: 300,
+    };
     const imported = {
       namespace: NAMESPACE,
       threadId: "imported",
@@ -143,17 +154,24 @@ describe("acknowledged means replicated (minReplicas)", () => {
     };
     freezeReplica();
     const codes = await Promise.all(
-      [store.importThread(imported), store.clear(NAMESPACE, "cleared", 300)].map((p) =>
+      [
+        store.importThread(imported),
+        store.rewind(rewind),
+        store.clear(NAMESPACE, "cleared", 300),
+      ].map((p) =>
         p.then(
           () => "acknowledged",
           (e: unknown) => (e instanceof MemoryError ? e.code : String(e)),
         ),
       ),
     );
-    expect(codes).toEqual(["unavailable", "unavailable"]);
+    expect(codes).toEqual(["unavailable", "unavailable", "unavailable"]);
     thawReplica();
-    // Both ran on the primary: the import's retry finds it there (and waits again).
+    // All ran on the primary: the import's retry finds it there, the Rewind's
+    // answers its recorded result (each waits again).
     expect(await store.importThread(imported)).toBe(false);
+    expect(await store.rewind(rewind)).toMatchObject({ removedCount: 1, replayed: true });
+    expect(await contents(store, "rewound")).toEqual(["kept"]);
     expect(await store.clear(NAMESPACE, "cleared", 400)).toBe(false);
     expect(await contents(store, "imported")).toEqual(["imported"]);
     expect(await contents(store, "cleared")).toEqual([]);

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
-import { createRedisStore } from "../../src/store/redis-store.js";
+import { createRedisStore } from "../../src/store/redis/index.js";
 import { runStoreContract } from "../store/store-contract.js";
 import { type SentinelDeployment, startSentinelDeployment } from "../support/redis-sentinel.js";
 import { freePort } from "../support/redis-server.js";

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
-import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis-store.js";
+import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis/index.js";
 import type { Store } from "../../src/store/store.js";
 import { type Audit, audit, startWriters } from "../support/acknowledged-writers.js";
 import { type SentinelDeployment, startSentinelDeployment } from "../support/redis-sentinel.js";

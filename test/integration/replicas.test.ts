@@ -27,11 +27,9 @@ interface SharedStore {
   stop(): Promise<void>;
 }
 
-/** `rewinds`: whether the backend's store implements Rewind yet (Redis's answers it as not built). */
-const BACKENDS: { name: string; rewinds: boolean; start(): Promise<SharedStore> }[] = [
+const BACKENDS: { name: string; start(): Promise<SharedStore> }[] = [
   {
     name: "Redis",
-    rewinds: false,
     async start() {
       const redis = await startRedisServer();
       // This redis-server keeps nothing on disk: it comes back empty.
@@ -40,7 +38,6 @@ const BACKENDS: { name: string; rewinds: boolean; start(): Promise<SharedStore> 
   },
   {
     name: "Postgres",
-    rewinds: true,
     async start() {
       const postgres = await startPostgresServer();
       const url = await postgres.createDatabase();
@@ -408,30 +405,28 @@ for (const backend of BACKENDS) {
         expect(llm.requests.filter(ofThread)).toHaveLength(1);
       });
 
-      if (backend.rewinds) {
-        it("shows a Watch on A the Rewind made through B, and A's next Add reuses the seqs", async () => {
-          const t = newThread();
-          await onA.add({ threadId: t, messages: ["m1", "m2", "m3"].map(user) });
-          const watchA = onA.watch({ threadIds: [t] });
-          await nextOfType(watchA, "progress");
-          const rawB = createGrpcClient(`127.0.0.1:${replicaB.grpcPort}`);
-          try {
-            const r = await rawB.rewind({ threadId: t, toSeq: 1n, expectedLastSeq: 3n });
-            expect([r.removedCount, r.thread?.lastSeq]).toEqual([2, 1n]);
-          } finally {
-            rawB.close();
-          }
-          const rewound = await nextOfType(watchA, "threadRewound");
-          expect(rewound.event.value).toMatchObject({ toSeq: 1n, removedCount: 2 });
-          const next = await onA.add({ threadId: t, messages: [user("m2'")] });
-          expect(next.firstSeq).toBe(2n);
-          watchA.cancel();
-          expect((await onB.get({ threadId: t })).messages.map((m) => m.content)).toEqual([
-            "m1",
-            "m2'",
-          ]);
-        });
-      }
+      it("shows a Watch on A the Rewind made through B, and A's next Add reuses the seqs", async () => {
+        const t = newThread();
+        await onA.add({ threadId: t, messages: ["m1", "m2", "m3"].map(user) });
+        const watchA = onA.watch({ threadIds: [t] });
+        await nextOfType(watchA, "progress");
+        const rawB = createGrpcClient(`127.0.0.1:${replicaB.grpcPort}`);
+        try {
+          const r = await rawB.rewind({ threadId: t, toSeq: 1n, expectedLastSeq: 3n });
+          expect([r.removedCount, r.thread?.lastSeq]).toEqual([2, 1n]);
+        } finally {
+          rawB.close();
+        }
+        const rewound = await nextOfType(watchA, "threadRewound");
+        expect(rewound.event.value).toMatchObject({ toSeq: 1n, removedCount: 2 });
+        const next = await onA.add({ threadId: t, messages: [user("m2'")] });
+        expect(next.firstSeq).toBe(2n);
+        watchA.cancel();
+        expect((await onB.get({ threadId: t })).messages.map((m) => m.content)).toEqual([
+          "m1",
+          "m2'",
+        ]);
+      });
 
       it("loses nothing acknowledged when a replica is killed with SIGKILL mid-write", async () => {
         const threads = Array.from({ length: 3 }, newThread);

@@ -18,7 +18,7 @@ import { EXPORT_PAGE, exportNamespace } from "../../src/portability/export.js";
 import { importLines } from "../../src/portability/import.js";
 import { decodeThreadLine, ThreadLineError } from "../../src/portability/thread-line.js";
 import { createMemoryStore } from "../../src/store/memory/index.js";
-import { createRedisStore } from "../../src/store/redis-store.js";
+import { createRedisStore } from "../../src/store/redis/index.js";
 import type { Store } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import {

@@ -6,7 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { ClearRequestSchema, Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { createMemoryStore } from "../../src/store/memory/index.js";
-import { createRedisStore } from "../../src/store/redis-store.js";
+import { createRedisStore } from "../../src/store/redis/index.js";
 import { createSqliteStore } from "../../src/store/sqlite/index.js";
 import { READ_SLACK, type Store } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";

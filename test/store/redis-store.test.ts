@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
 import { createMemoryStore } from "../../src/store/memory/index.js";
-import { createRedisStore } from "../../src/store/redis-store.js";
+import { createRedisStore } from "../../src/store/redis/index.js";
 import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
 import type { Store, StoreLimits } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
@@ -573,6 +573,7 @@ describe("redis store, differential against the memory store", () => {
         requestId: number;
       }
     | { op: "fold"; by: number }
+    | { op: "rewind"; back: number; expected: number; requestId: number }
     | { op: "clear" };
   const opArb: fc.Arbitrary<Op> = fc.oneof(
     {
@@ -591,6 +592,15 @@ describe("redis store, differential against the memory store", () => {
       arbitrary: fc.record({
         op: fc.constant("fold" as const),
         by: fc.integer({ min: 1, max: 3 }),
+      }),
+    },
+    {
+      weight: 2,
+      arbitrary: fc.record({
+        op: fc.constant("rewind" as const),
+        back: fc.integer({ min: 0, max: 3 }),
+        expected: fc.integer({ min: -1, max: 1 }),
+        requestId: fc.integer({ min: 0, max: 3 }),
       }),
     },
     { weight: 1, arbitrary: fc.record({ op: fc.constant("clear" as const) }) },
@@ -681,6 +691,22 @@ describe("redis store, differential against the memory store", () => {
                   ),
                 );
                 if (token !== undefined) await store.releaseFoldLease("ns", "t", token);
+              } else if (op.op === "rewind") {
+                const last = thread?.lastSeq ?? 0;
+                results.push(
+                  await outcome(
+                    store.rewind({
+                      namespace: "ns",
+                      threadId: "t",
+                      toSeq: Math.max(0, last - op.back),
+                      expectedLastSeq: op.expected < 0 ? undefined : last + op.expected,
+                      // Shared with the Adds' ids: one id names one request of either kind.
+                      requestId: op.requestId === 0 ? "" : `r${op.requestId}`,
+                      requestHash: JSON.stringify(op),
+                      now,
+                    }),
+                  ),
+                );
               } else {
                 results.push(await store.clear("ns", "t", now));
               }

@@ -1,7 +1,7 @@
 /**
  * How the Redis store writes its records and reads Redis's replies: message
  * list entries, thread hashes, append results and stream events (the layout
- * is in scripts.ts), with the cache of decoded entries. Pure: no connection.
+ * is in keys.ts), with the cache of decoded entries. Pure: no connection.
  */
 import { strategyKey } from "../../core/strategy.js";
 import type {
@@ -14,7 +14,7 @@ import type {
   ThreadState,
 } from "../../core/types.js";
 import type { ResumeTokens } from "../resume-token.js";
-import type { AppendResult } from "../store.js";
+import type { AppendResult, RewindResult } from "../store.js";
 import { strategyFromJson } from "../strategy-json.js";
 
 /** A stream id this store writes: "0-<n>", n the event's number in its namespace. */
@@ -183,6 +183,24 @@ export function decodeResult(text: string, replayed: boolean): AppendResult {
   };
 }
 
+/**
+ * A Rewind's result as the script records it (lua/idempotency.ts):
+ * `"rewind\n<removed>\n<summary dropped 1/0>\n<thread as JSON array>"`.
+ */
+export function decodeRewindResult(text: string, replayed: boolean): RewindResult {
+  const [kind, removed, dropped] = text.split("\n", 3);
+  if (kind !== "rewind" || removed === undefined || dropped === undefined) {
+    throw new Error("redis store: a recorded Rewind result is not in the store's format");
+  }
+  const json = text.slice(kind.length + removed.length + dropped.length + 3);
+  return {
+    thread: decodeThread(JSON.parse(json) as unknown),
+    removedCount: Number(removed),
+    summaryDropped: dropped === "1",
+    replayed,
+  };
+}
+
 export function decodeEvent(entry: unknown, namespace: string, tokens: ResumeTokens): MemoryEvent {
   const [id, flat] = asArray(entry);
   const f = pairs(flat);
@@ -209,6 +227,14 @@ export function decodeEvent(entry: unknown, namespace: string, tokens: ResumeTok
       break;
     case "summary_failed":
       body = { type, reason: field(f, "reason"), attempt: Number(field(f, "attempt")) };
+      break;
+    case "thread_rewound":
+      body = {
+        type,
+        toSeq: Number(field(f, "to_seq")),
+        removedCount: Number(field(f, "removed_count")),
+        summaryDropped: field(f, "summary_dropped") === "1",
+      };
       break;
     default:
       throw new Error(`redis store: an event has the unknown type ${type}`);

@@ -1,0 +1,79 @@
+import { CLEAR_BATCH } from "../store.js";
+import { asArray, asString } from "./codec.js";
+import { beginWrite, type RedisContext } from "./context.js";
+import { CLEAR, CLEAR_CHUNK, EXPIRE_DUE } from "./lua/clears.js";
+
+/** The Redis store's removals: Store.clear, clearAll in atomic chunks, and the TTL sweep. */
+
+export async function clearThread(
+  ctx: RedisContext,
+  namespace: string,
+  threadId: string,
+  now: number,
+): Promise<boolean> {
+  const k = ctx.keys.namespace(namespace);
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
+  const reply = await ctx.io.run(
+    CLEAR,
+    [
+      k.thread(threadId),
+      k.messages(threadId),
+      k.requests(threadId),
+      k.requestTimes(threadId),
+      k.threads,
+      k.events,
+      k.usage,
+    ],
+    [threadId, String(now), String(ctx.lim.eventRetention)],
+    write.link,
+  );
+  await write.confirm();
+  return reply === 1;
+}
+
+export async function clearAll(ctx: RedisContext, namespace: string, now: number): Promise<number> {
+  const k = ctx.keys.namespace(namespace);
+  // Chunks keep each script short, so one big namespace never blocks Redis
+  // for long; each chunk is atomic on its own.
+  let total = 0;
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
+  for (;;) {
+    const n = Number(
+      await ctx.io.run(
+        CLEAR_CHUNK,
+        [k.threads, k.events, k.usage],
+        [k.base, String(now), String(ctx.lim.eventRetention), String(CLEAR_BATCH)],
+        write.link,
+      ),
+    );
+    total += n;
+    if (n < CLEAR_BATCH) {
+      await write.confirm();
+      return total;
+    }
+  }
+}
+
+/** Walks the namespaces that have had a thread with a ttl (keys.ts ttl-namespaces). */
+export async function sweepExpired(ctx: RedisContext, now: number, limit: number): Promise<number> {
+  let removed = 0;
+  let cursor = "0";
+  do {
+    const [next, names] = asArray(
+      await ctx.io.command(["SSCAN", ctx.keys.ttlNamespaces, cursor, "COUNT", "100"]),
+    );
+    cursor = asString(next);
+    for (const namespace of asArray(names).map(asString)) {
+      if (removed >= limit) return removed;
+      const k = ctx.keys.namespace(namespace);
+      removed += Number(
+        await ctx.io.run(
+          EXPIRE_DUE,
+          [k.expiry, k.threads, k.events, k.usage],
+          [k.base, String(now), String(ctx.lim.eventRetention), String(limit - removed)],
+        ),
+      );
+    }
+  } while (cursor !== "0");
+  return removed;
+}

@@ -1,0 +1,118 @@
+import { MemoryError } from "../../core/errors.js";
+import type { RedisConnection } from "./connection.js";
+import { CommandTimeout, isNoScript, storeClosed, storeError, unavailable } from "./errors.js";
+import type { LuaScript } from "./lua/fragment.js";
+
+/**
+ * Sending commands and scripts, each bounded by the command timeout, with
+ * failures mapped to the domain's errors (errors.ts). Every other module
+ * of the store talks to Redis through this.
+ */
+export class Commands {
+  #closed = false;
+
+  constructor(
+    /** "host:port" or the sentinels: never a password. */
+    readonly target: string,
+    readonly main: RedisConnection,
+    readonly timeoutMs: number,
+  ) {}
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** From now on every call is refused with unavailable. */
+  close(): void {
+    this.#closed = true;
+  }
+
+  /** One raw command, failures left as they are (for callers that tell them apart). */
+  send(connection: RedisConnection, args: readonly string[], timeoutMs: number): Promise<unknown> {
+    if (this.#closed) return Promise.reject(storeClosed());
+    return withTimeout(connection.sendCommand(args), timeoutMs, this.target);
+  }
+
+  async command(args: readonly string[], via: RedisConnection = this.main): Promise<unknown> {
+    try {
+      return await this.send(via, args, this.timeoutMs);
+    } catch (err) {
+      throw storeError(err, this.target);
+    }
+  }
+
+  /** One script call: EVALSHA, or EVAL when Redis lost its script cache (restart, SCRIPT FLUSH). */
+  async run(
+    script: LuaScript,
+    keys: readonly string[],
+    args: readonly string[],
+    via: RedisConnection = this.main,
+  ): Promise<unknown> {
+    const tail = [String(keys.length), ...keys, ...args];
+    try {
+      return await this.send(via, ["EVALSHA", script.sha, ...tail], this.timeoutMs);
+    } catch (err) {
+      if (!isNoScript(err)) throw storeError(err, this.target);
+    }
+    try {
+      return await this.send(via, ["EVAL", script.source, ...tail], this.timeoutMs);
+    } catch (err) {
+      throw storeError(err, this.target);
+    }
+  }
+}
+
+export function withTimeout<T>(promise: Promise<T>, ms: number, target: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new CommandTimeout(`redis at ${target} did not answer within ${ms} ms`)),
+      ms,
+    );
+  });
+  // The command may still settle after the timeout; nobody waits for it then.
+  promise.catch(() => {});
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Connects, or gives up after `waitMs` (start-up should not hang on a Redis that is not there). */
+export async function connectWithin(
+  client: RedisConnection,
+  waitMs: number,
+  target: string,
+  lastError: () => Error | undefined,
+): Promise<void> {
+  const connecting = client.connect();
+  connecting.catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = new Promise<"timeout">((resolve) => {
+    timer = setTimeout(() => resolve("timeout"), waitMs);
+  });
+  try {
+    const outcome = await Promise.race([connecting, gaveUp]);
+    if (outcome === "timeout") {
+      client.destroy();
+      // Redis's own words (ECONNREFUSED, WRONGPASS …) never contain the password.
+      const why = lastError()?.message ?? "no answer";
+      throw new MemoryError(
+        "unavailable",
+        `the redis store at ${target} is unreachable (no connection within ${waitMs} ms: ${why})`,
+        { cause: lastError() },
+      );
+    }
+  } catch (err) {
+    client.destroy();
+    if (err instanceof MemoryError) throw err;
+    throw unavailable(target, err);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export function backoffMs(attempt: number): number {
+  return Math.min(2000, 50 * 2 ** Math.min(attempt, 10)) + Math.random() * 50;
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}

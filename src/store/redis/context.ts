@@ -1,0 +1,49 @@
+import { MemoryError } from "../../core/errors.js";
+import type { StoreLimits } from "../store.js";
+import type { DecodedMessages } from "./codec.js";
+import type { Commands } from "./commands.js";
+import type { AcknowledgedWrite, ReplicaConfirmation } from "./connection.js";
+import { storeError } from "./errors.js";
+import type { Incarnation } from "./incarnation.js";
+import type { KeyLayout } from "./keys.js";
+
+/** What the Redis store's reads, writes, leases and event log share (index.ts wires it). */
+export interface RedisContext {
+  readonly io: Commands;
+  readonly keys: KeyLayout;
+  readonly lim: StoreLimits;
+  readonly decoded: DecodedMessages;
+  readonly incarnation: Incarnation;
+  /** Set when replicas must confirm an Add, import, Rewind or Clear (options.minReplicas). */
+  readonly replicas: ReplicaConfirmation | undefined;
+  /** Where a write goes when no replica must confirm it: the main connection. */
+  readonly unconfirmed: AcknowledgedWrite;
+}
+
+/**
+ * Where an Add, import, Rewind or Clear goes when replicas must confirm it
+ * (a session one WAIT confirms). Callers use `ctx.unconfirmed` without
+ * awaiting when ctx.replicas is unset, so the write is queued in the call.
+ */
+export async function beginWrite(ctx: RedisContext): Promise<AcknowledgedWrite> {
+  if (ctx.replicas === undefined) return ctx.unconfirmed;
+  try {
+    return await ctx.replicas.begin();
+  } catch (err) {
+    throw storeError(err, ctx.io.target);
+  }
+}
+
+/**
+ * Refuses a write whose caller has given up (its deadline passed before
+ * the write reached Redis): stored now, it would be one the caller was told
+ * had failed.
+ */
+export function refuseLate(deadline: number | undefined, what: string): void {
+  if (deadline !== undefined && Date.now() >= deadline) {
+    throw new MemoryError(
+      "deadline_exceeded",
+      `the call's deadline passed before the ${what} reached Redis; nothing was stored`,
+    );
+  }
+}

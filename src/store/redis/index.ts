@@ -1,0 +1,288 @@
+import type { Labels, MemoryEvent, ThreadState } from "../../core/types.js";
+import type {
+  AppendCommand,
+  AppendResult,
+  CommitSummaryCommand,
+  FoldFailureCommand,
+  ImportThreadCommand,
+  ReadView,
+  RewindCommand,
+  RewindResult,
+  Store,
+  StoreHealth,
+  StoreLimits,
+  ThreadSnapshot,
+} from "../store.js";
+import { DEFAULT_STORE_LIMITS } from "../store.js";
+import { clearAll, clearThread, sweepExpired } from "./clears.js";
+import { DECODED_MESSAGES_KEPT, DecodedMessages } from "./codec.js";
+import { Commands, connectWithin, sleep, withTimeout } from "./commands.js";
+import {
+  type RedisClients,
+  type RedisConnection,
+  ReplicaConfirmation,
+  redisClients,
+} from "./connection.js";
+import type { RedisContext } from "./context.js";
+import { storeError } from "./errors.js";
+import { headCursor, readEvents } from "./events.js";
+import { currentIncarnation, DEFAULT_INCARNATION_CHECK_MS, Incarnation } from "./incarnation.js";
+import { DEFAULT_KEY_PREFIX, type KeyLayout, keyLayout } from "./keys.js";
+import { acquireFoldLease, commitSummary, recordFoldFailure, releaseFoldLease } from "./leases.js";
+import { ALL_SCRIPTS } from "./lua/index.js";
+import { getThread, listThreads, readThread } from "./reads.js";
+import { rewind } from "./rewind.js";
+import { StreamReaders } from "./stream-readers.js";
+import { append, importThread } from "./writes.js";
+
+/** Options of {@link createRedisStore}. */
+export interface RedisStoreOptions {
+  /**
+   * First part of every key (default "wm"), so several deployments, or
+   * tests, can share one Redis database. Must not contain braces: the hash
+   * tag that follows it must be the key's first one.
+   */
+  keyPrefix?: string;
+  /**
+   * Longest one command may take before the call fails with unavailable
+   * (Redis hung or the network black-holed); default 5000. The command may
+   * still have run: a client retries an Add with its request_id.
+   */
+  commandTimeoutMs?: number;
+  /** How long start-up waits for Redis before giving up; default 5000. */
+  connectWaitMs?: number;
+  /**
+   * How often each replica checks the store's incarnation besides every
+   * reconnect and every Watch read, in ms; default 1000.
+   */
+  incarnationCheckMs?: number;
+  /**
+   * Replicas that must have an Add, import, Rewind or Clear before it is
+   * acknowledged (WAIT after it); default 0, acknowledged once the primary
+   * ran it. Summary commits, fold leases and failure records are not waited
+   * for: a summary lost in a failover is folded again from the messages.
+   */
+  minReplicas?: number;
+  /** Longest such a write waits for its replicas, then unavailable; default 1000. */
+  replicaWaitMs?: number;
+}
+
+/**
+ * The Redis store: several server replicas share every thread, fold lease
+ * and event, so a thread can be written through one replica and read,
+ * folded or watched through another. Needs Redis 7.0 or later (for a stream's
+ * max-deleted-entry-id in XINFO STREAM and XSETID, which is how a trimmed
+ * resume token is told from a current one).
+ *
+ * Atomicity: every mutation (append with its seqs, trim, idempotency record
+ * and event; rewind; commit with its incarnation, coverage and fencing
+ * checks; clear; lease take and release) is one Lua script run by EVALSHA (lua/), so it is
+ * atomic on the server and costs one round trip. Scripts are loaded at
+ * start-up; after a Redis restart the first NOSCRIPT reply falls back to
+ * EVAL, which loads it (commands.ts).
+ *
+ * Where things are: the key layout (one hash tag per namespace, for Redis
+ * Cluster) in keys.ts; entry and reply formats in codec.ts; the event log
+ * and its cursors in events.ts, subscriptions in stream-readers.ts; what
+ * happens when Redis loses its data in incarnation.ts. The client is a
+ * single-node client (one primary, or a proxy in front of a cluster) or,
+ * for redis+sentinel://, follows the primary the sentinels name through
+ * failovers (connection.ts, which also confirms writes with WAIT when
+ * options.minReplicas asks for it).
+ *
+ * Failures: the client does not queue commands while disconnected, so with
+ * Redis unreachable every call fails at once with unavailable, while the
+ * client reconnects in the background with backoff; nothing needs a restart.
+ * Errors and messages never include the URL (it may carry a password).
+ */
+export async function createRedisStore(
+  url: string,
+  limits: Partial<StoreLimits> = {},
+  options: RedisStoreOptions = {},
+): Promise<Store> {
+  const keys = keyLayout(options.keyPrefix ?? DEFAULT_KEY_PREFIX);
+  // Single node or Sentinel (connection.ts); `redis.duplicate()` gives the readers theirs.
+  const redis = redisClients(url);
+  const client: RedisConnection = redis.main;
+  // node-redis emits every connection failure as an event; the calls report
+  // them (as unavailable), so the events are only noted here, for start-up.
+  let lastError: Error | undefined;
+  client.on("error", (err) => {
+    lastError = err;
+  });
+  await connectWithin(client, options.connectWaitMs ?? 5000, redis.target, () => lastError);
+  let incarnation: string;
+  try {
+    incarnation = await prepare(client, redis.target, keys);
+  } catch (err) {
+    client.destroy();
+    throw err;
+  }
+  return new RedisStore(redis, keys, { ...DEFAULT_STORE_LIMITS, ...limits }, options, incarnation);
+}
+
+/** Checks the server's version, loads the scripts and returns the incarnation in force. */
+async function prepare(client: RedisConnection, target: string, keys: KeyLayout): Promise<string> {
+  const info = String(await client.sendCommand(["INFO", "server"]));
+  const version = /redis_version:(\d+)\.(\d+)/.exec(info);
+  if (version === null || Number(version[1]) < 7) {
+    throw new Error(
+      `redis store: ${target} runs Redis ${version === null ? "of unknown version" : `${version[1]}.${version[2]}`}; 7.0 or later is needed`,
+    );
+  }
+  for (const s of ALL_SCRIPTS) await client.sendCommand(["SCRIPT", "LOAD", s.source]);
+  return currentIncarnation(keys.incarnation, (args) => client.sendCommand(args));
+}
+
+class RedisStore implements Store {
+  readonly #ctx: RedisContext;
+  readonly #redis: RedisClients;
+  readonly #streams: StreamReaders;
+  readonly #incarnationTimer: NodeJS.Timeout;
+
+  constructor(
+    redis: RedisClients,
+    keys: KeyLayout,
+    lim: StoreLimits,
+    options: RedisStoreOptions,
+    incarnation: string,
+  ) {
+    this.#redis = redis;
+    const io = new Commands(redis.target, redis.main, options.commandTimeoutMs ?? 5000);
+    const decoded = new DecodedMessages(DECODED_MESSAGES_KEPT);
+    const minReplicas = options.minReplicas ?? 0;
+    this.#ctx = {
+      io,
+      keys,
+      lim,
+      decoded,
+      incarnation: new Incarnation(io, keys.incarnation, incarnation, () => {
+        decoded.clear();
+        this.#streams.restartAll();
+      }),
+      replicas:
+        minReplicas > 0
+          ? new ReplicaConfirmation(() => redis.openPrimarySession(), io.send.bind(io), {
+              replicas: minReplicas,
+              waitMs: options.replicaWaitMs ?? 1000,
+              commandTimeoutMs: io.timeoutMs,
+              fenceKey: keys.replicationFence,
+            })
+          : undefined,
+      unconfirmed: { link: redis.main, confirm: async () => {} },
+    };
+    this.#streams = new StreamReaders(this.#ctx, () => redis.duplicate());
+    const check = this.#ctx.incarnation;
+    // node-redis reconnects by itself; the store it reaches may not hold the data it left.
+    redis.onReady(() => {
+      check.checked = false;
+      check.check().catch(() => {});
+    });
+    this.#incarnationTimer = setInterval(() => {
+      check.check().catch(() => {});
+    }, options.incarnationCheckMs ?? DEFAULT_INCARNATION_CHECK_MS);
+    this.#incarnationTimer.unref();
+  }
+
+  append(cmd: AppendCommand): Promise<AppendResult> {
+    return append(this.#ctx, cmd);
+  }
+
+  rewind(cmd: RewindCommand): Promise<RewindResult> {
+    return rewind(this.#ctx, cmd);
+  }
+
+  read(namespace: string, threadId: string, view?: ReadView): Promise<ThreadSnapshot | undefined> {
+    return readThread(this.#ctx, namespace, threadId, view);
+  }
+
+  getThread(namespace: string, threadId: string): Promise<ThreadState | undefined> {
+    return getThread(this.#ctx, namespace, threadId);
+  }
+
+  clear(namespace: string, threadId: string, now: number): Promise<boolean> {
+    return clearThread(this.#ctx, namespace, threadId, now);
+  }
+
+  listThreads(namespace: string, after: string, limit: number, labels?: Labels): Promise<string[]> {
+    return listThreads(this.#ctx, namespace, after, limit, labels);
+  }
+
+  commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {
+    return commitSummary(this.#ctx, cmd);
+  }
+
+  recordFoldFailure(cmd: FoldFailureCommand): Promise<void> {
+    return recordFoldFailure(this.#ctx, cmd);
+  }
+
+  acquireFoldLease(
+    namespace: string,
+    threadId: string,
+    ttlMs: number,
+  ): Promise<number | undefined> {
+    return acquireFoldLease(this.#ctx, namespace, threadId, ttlMs);
+  }
+
+  releaseFoldLease(namespace: string, threadId: string, token: number): Promise<void> {
+    return releaseFoldLease(this.#ctx, namespace, threadId, token);
+  }
+
+  readEvents(namespace: string, cursor: string, limit: number): Promise<MemoryEvent[]> {
+    return readEvents(this.#ctx, namespace, cursor, limit);
+  }
+
+  headCursor(namespace: string): Promise<string> {
+    return headCursor(this.#ctx, namespace);
+  }
+
+  compareCursors(a: string, b: string): number {
+    const tokens = this.#ctx.incarnation.tokens;
+    return tokens.positionOf(a) - tokens.positionOf(b);
+  }
+
+  subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void {
+    return this.#streams.subscribe(namespace, listener);
+  }
+
+  importThread(cmd: ImportThreadCommand): Promise<boolean> {
+    return importThread(this.#ctx, cmd);
+  }
+
+  clearAll(namespace: string, now: number): Promise<number> {
+    return clearAll(this.#ctx, namespace, now);
+  }
+
+  sweepExpired(now: number, limit: number): Promise<number> {
+    return sweepExpired(this.#ctx, now, limit);
+  }
+
+  async health(timeoutMs: number): Promise<StoreHealth> {
+    const { io, incarnation } = this.#ctx;
+    if (io.closed) return { serving: false, reason: "the redis store is closed" };
+    try {
+      // Reaching Redis is not enough: the replica must run the incarnation it holds.
+      await withTimeout(incarnation.check(), timeoutMs, io.target);
+      return incarnation.checked
+        ? { serving: true }
+        : { serving: false, reason: "the redis store's incarnation is being checked" };
+    } catch (err) {
+      return { serving: false, reason: storeError(err, io.target).message };
+    }
+  }
+
+  async close(): Promise<void> {
+    const { io, replicas } = this.#ctx;
+    if (io.closed) return;
+    io.close();
+    clearInterval(this.#incarnationTimer);
+    await replicas?.close();
+    this.#streams.close();
+    const client = this.#redis.main;
+    if (client.isOpen) {
+      // close() lets commands in flight finish; a Redis that is away cannot answer them.
+      await Promise.race([client.close().catch(() => {}), sleep(1000)]);
+    }
+    client.destroy();
+  }
+}

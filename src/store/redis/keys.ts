@@ -1,0 +1,102 @@
+/**
+ * The Redis store's key layout. Every key of a namespace starts with the
+ * namespace's key base `B` = `<prefix>:{ns-<namespace as base64url>}:`, so
+ * they all share one hash tag: an append changes the thread's keys, the
+ * namespace's thread index and its event stream in one atomic script, and
+ * on Redis Cluster they all hash to one slot (a namespace is the unit of
+ * sharding). The namespace is encoded because it may contain braces, and
+ * prefixed with "ns-" so an empty namespace still makes a non-empty tag
+ * (Redis ignores `{}`). Scripts that derive per-thread keys from the base
+ * (CLEAR_CHUNK, EXPIRE_DUE) stay in that slot for the same reason.
+ *
+ * Per thread:
+ * - `B t:<thread>` hash: the thread: thread_id, incarnation, strategy (JSON),
+ *   strategy_key (core/strategy.ts strategyKey, what decideAppend compares),
+ *   kind, max_stored, exclude_system ("1"/"0"), last_seq,
+ *   summarized_through_seq, summary, summary_time, create_time, update_time,
+ *   bytes (of its stored messages), counted ("1": counted in `B usage`;
+ *   threads written before quotas are not, until their next Add), labels
+ *   (JSON), ttl_ms and expire_at; numbers as decimal text;
+ * - `B m:<thread>` list: the stored messages, oldest first, each
+ *   `"<seq> <bytes> <json>"` (bytes: quota.ts messageBytes; entries written
+ *   before quotas are `"<seq> <json>"`) where the JSON starts with
+ *   `{"role":"<role>",` (codec.ts writes `role` first, so a script can tell
+ *   a tool result without parsing JSON);
+ * - `B r:<thread>` hash request_id -> `"<time>\n<request hash>\n<result>"`, and
+ *   `B ri:<thread>` zset request_id by time (idempotency retention);
+ * - `B l:<thread>` string: the fold lease's fencing token, with a TTL.
+ *
+ * Per namespace:
+ * - `B usage` hash: threads, messages, bytes (the quotas);
+ * - `B threads` zset of thread ids, all scored 0 (so ZRANGE is byte order);
+ * - `B expiry` zset of thread ids by expire_at (the TTL sweep);
+ * - `B lb:<key>=<value>` zset of the ids carrying that label, scored 0;
+ * - `B log` stream: the event log, entry ids "0-1", "0-2" … (the
+ *   namespace's own count); `B lease-seq` the fencing counter. (`B events`
+ *   was the log of earlier versions, with ids from the clock: deleted by
+ *   log_event when `B log` is first written.)
+ *
+ * Per deployment (key prefix): `<prefix>:resume-token-key` (the
+ * incarnation, incarnation.ts), `<prefix>:ttl-namespaces` (the set of
+ * namespaces that have had a thread with a ttl: what the sweep walks;
+ * written before the Add that sets the ttl, so no expiring thread is ever
+ * missed) and `<prefix>:replication-fence` (a counter each WAIT increments
+ * first, connection.ts ReplicaConfirmation).
+ */
+
+export const DEFAULT_KEY_PREFIX = "wm";
+
+/** The keys of one namespace, and of its threads. */
+export interface NamespaceKeys {
+  readonly base: string;
+  readonly threads: string;
+  readonly events: string;
+  readonly usage: string;
+  readonly leaseSeq: string;
+  readonly expiry: string;
+  thread(id: string): string;
+  messages(id: string): string;
+  requests(id: string): string;
+  requestTimes(id: string): string;
+  lease(id: string): string;
+  label(key: string, value: string): string;
+}
+
+/** The keys of one deployment. */
+export interface KeyLayout {
+  readonly incarnation: string;
+  readonly ttlNamespaces: string;
+  readonly replicationFence: string;
+  namespace(namespace: string): NamespaceKeys;
+}
+
+/** The layout under `prefix`, which must be non-empty and brace-free (its hash tag must come first). */
+export function keyLayout(prefix: string): KeyLayout {
+  if (prefix === "" || /[{}]/.test(prefix)) {
+    throw new Error("redis store: the key prefix must be non-empty and contain no braces");
+  }
+  return {
+    incarnation: `${prefix}:resume-token-key`,
+    ttlNamespaces: `${prefix}:ttl-namespaces`,
+    replicationFence: `${prefix}:replication-fence`,
+    namespace: (namespace) => namespaceKeys(prefix, namespace),
+  };
+}
+
+function namespaceKeys(prefix: string, namespace: string): NamespaceKeys {
+  const base = `${prefix}:{ns-${Buffer.from(namespace, "utf8").toString("base64url")}}:`;
+  return {
+    base,
+    threads: `${base}threads`,
+    events: `${base}log`,
+    usage: `${base}usage`,
+    leaseSeq: `${base}lease-seq`,
+    expiry: `${base}expiry`,
+    thread: (id) => `${base}t:${id}`,
+    messages: (id) => `${base}m:${id}`,
+    requests: (id) => `${base}r:${id}`,
+    requestTimes: (id) => `${base}ri:${id}`,
+    lease: (id) => `${base}l:${id}`,
+    label: (key, value) => `${base}lb:${key}=${value}`,
+  };
+}

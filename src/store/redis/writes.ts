@@ -1,0 +1,177 @@
+import { randomUUID } from "node:crypto";
+import {
+  lastSeqMismatchError,
+  requestIdReusedError,
+  strategyMismatchError,
+} from "../../core/append.js";
+import { requestsToKeep } from "../../core/idempotency.js";
+import { messageBytes, type QuotaName, quotaExceededError } from "../../core/quota.js";
+import { strategyKey } from "../../core/strategy.js";
+import type { AppendCommand, AppendResult, ImportThreadCommand } from "../store.js";
+import { asArray, asString, decodeResult, encodeMessage, strategyArgs } from "./codec.js";
+import type { RedisConnection } from "./connection.js";
+import { beginWrite, type RedisContext, refuseLate } from "./context.js";
+import { unexpectedReply } from "./errors.js";
+import { APPEND } from "./lua/append.js";
+import { EXPIRE_THREAD } from "./lua/clears.js";
+import { IMPORT_THREAD } from "./lua/import.js";
+
+/**
+ * The Redis store's Add and import: each one script (lua/append.ts,
+ * lua/import.ts), so the checks, the write, the trim, the request record
+ * and the event are one atomic step on the server and one round trip.
+ * With options.minReplicas, acknowledged only once a WAIT confirms it.
+ */
+
+export async function append(ctx: RedisContext, cmd: AppendCommand): Promise<AppendResult> {
+  const k = ctx.keys.namespace(cmd.namespace);
+  const id = cmd.threadId;
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
+  refuseLate(cmd.deadline, "Add");
+  if ((cmd.ttlMs ?? 0) > 0 || (cmd.defaultTtlMs ?? 0) > 0) {
+    await ctx.io.command(["SADD", ctx.keys.ttlNamespaces, cmd.namespace], write.link);
+  }
+  let reply = await appendOnce(ctx, cmd, write.link);
+  if (asArray(reply)[0] === "expired") {
+    // Removed (with its event) in its own atomic step, then the Add goes to a new thread.
+    await ctx.io.run(
+      EXPIRE_THREAD,
+      [k.thread(id), k.threads, k.events, k.usage],
+      [id, String(cmd.now), String(ctx.lim.eventRetention)],
+      write.link,
+    );
+    reply = await appendOnce(ctx, cmd, write.link);
+  }
+  const [status, value] = asArray(reply);
+  switch (status) {
+    case "ok":
+      await write.confirm();
+      return decodeResult(asString(value), false);
+    case "replayed":
+      // The first attempt may not have reached the replicas (its WAIT fell short).
+      await write.confirm();
+      return decodeResult(asString(value), true);
+  }
+  throw appendRefusal(cmd, reply);
+}
+
+/** The error of an APPEND reply that refused the Add. */
+function appendRefusal(cmd: AppendCommand, reply: unknown): Error {
+  const [status, value] = asArray(reply);
+  switch (status) {
+    case "request_id_reused":
+      return requestIdReusedError();
+    case "last_seq_mismatch":
+      return lastSeqMismatchError(Number(asString(value)), cmd.expectedLastSeq ?? 0);
+    case "strategy_mismatch":
+      if (cmd.strategy === undefined) break;
+      return strategyMismatchError(asString(value), strategyKey(cmd.strategy));
+    case "quota": {
+      const [, quota, limit] = asArray(reply);
+      return quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
+    }
+  }
+  return unexpectedReply("append", status);
+}
+
+/** One APPEND call (see lua/append.ts for its arguments and replies). */
+function appendOnce(ctx: RedisContext, cmd: AppendCommand, via: RedisConnection): Promise<unknown> {
+  const k = ctx.keys.namespace(cmd.namespace);
+  const id = cmd.threadId;
+  const lim = ctx.lim;
+  const keep = requestsToKeep(cmd.now, lim);
+  return ctx.io.run(
+    APPEND,
+    [
+      k.thread(id),
+      k.messages(id),
+      k.requests(id),
+      k.requestTimes(id),
+      k.threads,
+      k.events,
+      k.usage,
+    ],
+    [
+      id,
+      String(cmd.now),
+      cmd.requestId,
+      cmd.requestHash,
+      cmd.expectedLastSeq === undefined ? "" : String(cmd.expectedLastSeq),
+      cmd.replaceStrategy ? "1" : "0",
+      randomUUID(),
+      String(lim.eventRetention),
+      String(lim.idempotencyRetentionMs),
+      String(keep.keepNewest),
+      String(keep.dropThrough),
+      ...strategyArgs(cmd.strategy),
+      ...strategyArgs(cmd.defaultStrategy),
+      String(lim.maxThreadsPerNamespace),
+      String(lim.maxMessagesPerNamespace),
+      String(lim.maxBytesPerNamespace),
+      cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
+      cmd.ttlMs === undefined ? "" : String(cmd.ttlMs),
+      String(cmd.defaultTtlMs ?? 0),
+      ...cmd.messages.map((m) => `${messageBytes(m)} ${encodeMessage(m, cmd.now)}`),
+    ],
+    via,
+  );
+}
+
+export async function importThread(ctx: RedisContext, cmd: ImportThreadCommand): Promise<boolean> {
+  const k = ctx.keys.namespace(cmd.namespace);
+  const id = cmd.threadId;
+  const lim = ctx.lim;
+  const ttl =
+    cmd.ttlMs === undefined || cmd.expireTime === undefined
+      ? undefined
+      : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime };
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
+  if (ttl !== undefined) {
+    await ctx.io.command(["SADD", ctx.keys.ttlNamespaces, cmd.namespace], write.link);
+  }
+  let bytes = 0;
+  const entries = cmd.messages.map((m) => {
+    const b = messageBytes(m);
+    bytes += b;
+    return `${m.seq} ${b} ${encodeMessage(m, m.createTime)}`;
+  });
+  const reply = await ctx.io.run(
+    IMPORT_THREAD,
+    [k.thread(id), k.messages(id), k.threads, k.events, k.usage],
+    [
+      id,
+      randomUUID(),
+      ...strategyArgs(cmd.strategy),
+      String(cmd.lastSeq),
+      String(cmd.summarizedThroughSeq),
+      cmd.summary,
+      String(cmd.summaryTime),
+      String(cmd.createTime),
+      String(cmd.updateTime),
+      String(cmd.now),
+      String(lim.eventRetention),
+      String(lim.maxThreadsPerNamespace),
+      String(lim.maxMessagesPerNamespace),
+      String(lim.maxBytesPerNamespace),
+      String(bytes),
+      String(cmd.messages[0]?.seq ?? 0),
+      cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
+      ttl === undefined ? "" : String(ttl.ttlMs),
+      ttl === undefined ? "" : String(ttl.expireTime),
+      ...entries,
+    ],
+    write.link,
+  );
+  const [status, quota, limit] = asArray(reply);
+  switch (status) {
+    case "ok":
+      await write.confirm();
+      return true;
+    case "exists":
+      await write.confirm();
+      return false;
+    case "quota":
+      throw quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
+  }
+  throw unexpectedReply("import", status);
+}
