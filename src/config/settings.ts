@@ -44,7 +44,7 @@ export const SETTINGS = {
     flag: "redis-min-replicas",
     env: "WINDLASS_REDIS_MIN_REPLICAS",
     default: "0",
-    help: "Redis store: an Add, import or Clear is acknowledged only once this many replicas have it (WAIT); 0: once the primary has it",
+    help: "Redis store: an Add, Rewind, import or Clear is acknowledged only once this many replicas have it (WAIT); 0: once the primary has it",
   },
   redisReplicaWaitMs: {
     flag: "redis-replica-wait-ms",
