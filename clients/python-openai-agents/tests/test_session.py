@@ -168,6 +168,7 @@ def test_items_of_every_type_round_trip_unchanged(server: Server, session_id: st
         assert await session.get_items() == items
         assert await session.get_items(limit=2) == items[-2:]
         assert await session.get_items(limit=0) == []
+        assert await session.get_items(limit=-1) == items  # the SDK's SQLiteSession: no limit
         assert await session.pop_item() == items[-1]
         assert await session.get_items(limit=1) == [items[-2]]
 

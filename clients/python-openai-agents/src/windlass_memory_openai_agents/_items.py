@@ -45,7 +45,8 @@ def item_json(item: Any, index: int) -> dict[str, Any]:
     elif hasattr(item, "model_dump"):
         value = item.model_dump(mode="json", exclude_unset=True)
     else:
-        raise TypeError(f"items[{index}]: expected a dict (an input item), not {type(item).__name__}")
+        kind = type(item).__name__
+        raise TypeError(f"items[{index}]: expected a dict (an input item), not {kind}")
     return value
 
 

@@ -49,7 +49,9 @@ class WindlassSession:
         """The session's items, oldest first: the memory object's view (all, for
         the default BufferMemory); with ``limit``, the newest ``limit`` stored."""
         limit = resolve_session_limit(limit, self.session_settings)
-        if limit is not None and limit <= 0:
+        if limit is not None and limit < 0:
+            limit = None  # as the SDK's SQLiteSession reads a negative limit: no limit
+        if limit == 0:
             return []
         if limit is None:
             messages = await self.memory.aget(thread_id=self.session_id)
