@@ -146,3 +146,45 @@ func TestConcurrentPopsNeverDropAMessageUnseen(t *testing.T) {
 		seen[s] = true
 	}
 }
+
+func TestWatchFiltersOnThreadRewound(t *testing.T) {
+	s := startServer(t, nil, "--progress-interval-ms", "100")
+	c := dial(t, s.addr)
+	ctx := testContext(t, 60*time.Second)
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	events := make(chan *memory.Event, 16)
+	go func() {
+		defer close(events)
+		f := memory.WatchFilter{Threads: []string{"rw-watch"}, Types: []memory.EventType{memory.EventThreadRewound}, IncludeProgress: true}
+		for ev, err := range c.Watch(watchCtx, f) {
+			if err != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	next := func() *memory.Event {
+		select {
+		case ev := <-events:
+			return ev
+		case <-ctx.Done():
+			t.Fatal("no event within the test's deadline")
+			return nil
+		}
+	}
+	for next().GetProgress() == nil {
+	}
+	addUsers(t, c, ctx, "rw-watch", "1", "2", "3")
+	if _, err := c.Rewind(ctx, "rw-watch", 1); err != nil {
+		t.Fatal(err)
+	}
+	ev := next()
+	for ev.GetProgress() != nil {
+		ev = next()
+	}
+	r := ev.GetThreadRewound()
+	if r == nil || r.GetToSeq() != 1 || r.GetRemovedCount() != 2 || ev.GetThreadId() != "rw-watch" {
+		t.Fatalf("got %v, want ThreadRewound to seq 1, 2 removed (MessagesAdded filtered out)", ev)
+	}
+}
