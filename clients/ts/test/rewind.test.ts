@@ -2,18 +2,21 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   Code,
   createMemoryClient,
+  EventType,
   type MemoryClient,
   MemoryError,
   summaryStrategy,
   user,
+  type WatchResponse,
   windowStrategy,
 } from "../src/index.js";
-import { type ServerProcess, startServer } from "./support/server.js";
+import { type ServerProcess, startServer, waitFor } from "./support/server.js";
 
 let server: ServerProcess;
 
 beforeAll(async () => {
-  server = await startServer();
+  // Idle Watch streams get a Progress this often: proof that a stream is open.
+  server = await startServer(["--progress-interval-ms", "100"]);
 });
 
 afterAll(async () => {
@@ -107,6 +110,29 @@ describe.each(["grpc", "connect"] as const)("rewind over %s", (transport) => {
     const rewound = await memory.rewind(id, 1);
     expect(rewound.summaryDropped).toBe(true);
     expect(rewound.thread?.summarizedThroughSeq).toBe(0n);
+  });
+
+  it("is a threadRewound event to a watch filtering on THREAD_REWOUND", async () => {
+    const id = thread("watch");
+    const controller = new AbortController();
+    const events: WatchResponse[] = [];
+    const stream = memory.watch(
+      { threadIds: [id], eventTypes: [EventType.THREAD_REWOUND] },
+      { signal: controller.signal },
+    );
+    const done = (async () => {
+      for await (const event of stream) events.push(event);
+    })();
+    done.catch(() => {});
+    await waitFor("the watch's first Progress", () => events.length > 0);
+    await memory.add(id, texts("1", "2", "3"));
+    await memory.rewind(id, 1);
+    const rewound = () => events.filter((e) => e.event.case === "threadRewound");
+    await waitFor("the threadRewound event", () => rewound().length > 0);
+    controller.abort();
+    await done;
+    expect(events.every((e) => e.event.case !== "messagesAdded")).toBe(true);
+    expect(rewound()[0]?.event.value).toMatchObject({ toSeq: 1n, removedCount: 2 });
   });
 
   it("never drops a message added by a concurrent pop's rival unseen", async () => {
