@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 readonly VENV=.venv
 readonly REQUIREMENTS=clients/python/requirements-test.txt
 # The framework adapters: each has its own package and pinned test requirements.
-readonly ADAPTERS=(clients/python-langchain clients/python-llamaindex)
+readonly ADAPTERS=(clients/python-langchain clients/python-llamaindex clients/python-openai-agents)
 readonly STAMP=$VENV/.windlass-setup.sha256
 
 say() { echo "setup-clients: $*" >&2; }
@@ -50,7 +50,7 @@ setup_python() {
     requirements+=(-r "$adapter/requirements-test.txt")
     editables+=(-e "./$adapter")
   done
-  say "creating $VENV (grpcio, protobuf, pytest, langchain-core, llama-index-core; the local packages editable)"
+  say "creating $VENV (grpcio, protobuf, pytest, langchain-core, llama-index-core, openai-agents; the local packages editable)"
   rm -rf "$VENV"
   python3 -m venv "$VENV"
   # Every requirement is pinned (==), the transitive ones too, and pip check

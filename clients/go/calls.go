@@ -7,8 +7,6 @@ import (
 	"iter"
 
 	memoryv1 "github.com/windlass-ai/windlass-memory/gen/go/windlass/memory/v1"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -64,18 +62,9 @@ func (c *Client) AddWith(ctx context.Context, thread string, msgs []*Message, op
 	if req.RequestId == "" {
 		req.RequestId = newRequestID()
 	}
-	ctx, cancel := c.callContext(ctx)
-	defer cancel()
-	wait := c.retry.start()
-	for attempt := 1; ; attempt++ {
-		resp, err := c.rpc.Add(ctx, req)
-		if status.Code(err) != codes.Unavailable || attempt >= c.retry.attempts {
-			return resp, err
-		}
-		if !sleep(ctx, wait.delay()) {
-			return nil, err
-		}
-	}
+	return retryUnavailable(ctx, c, func(ctx context.Context) (*AddResponse, error) {
+		return c.rpc.Add(ctx, req)
+	})
 }
 
 func newRequestID() string {

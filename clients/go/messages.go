@@ -32,6 +32,7 @@ const (
 	EventMessagesAdded  = memoryv1.EventType_EVENT_TYPE_MESSAGES_ADDED
 	EventThreadCleared  = memoryv1.EventType_EVENT_TYPE_THREAD_CLEARED
 	EventSummaryFailed  = memoryv1.EventType_EVENT_TYPE_SUMMARY_FAILED
+	EventThreadRewound  = memoryv1.EventType_EVENT_TYPE_THREAD_REWOUND
 )
 
 // System is a system message (instructions for the model).

@@ -18,6 +18,8 @@ import {
   GetResponseSchema,
   ListThreadsRequestSchema,
   ListThreadsResponseSchema,
+  RewindRequestSchema,
+  RewindResponseSchema,
   WatchRequestSchema,
   WatchResponseSchema,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
@@ -97,6 +99,16 @@ function clientOf(driver: Driver): ConformanceClient {
                 toJson(
                   ListThreadsResponseSchema,
                   await driver.listThreads(fromJson(ListThreadsRequestSchema, r), opts),
+                ),
+              ),
+            };
+          case "Rewind":
+            return {
+              ok: true,
+              value: asObject(
+                toJson(
+                  RewindResponseSchema,
+                  await driver.rewind(fromJson(RewindRequestSchema, r), opts),
                 ),
               ),
             };

@@ -10,6 +10,8 @@ import type {
   GetResponse,
   ListThreadsRequestSchema,
   ListThreadsResponse,
+  RewindRequestSchema,
+  RewindResponse,
   WatchRequestSchema,
   WatchResponse,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
@@ -30,6 +32,10 @@ export interface Driver {
     req: MessageInitShape<typeof ListThreadsRequestSchema>,
     opts?: CallOpts,
   ): Promise<ListThreadsResponse>;
+  rewind(
+    req: MessageInitShape<typeof RewindRequestSchema>,
+    opts?: CallOpts,
+  ): Promise<RewindResponse>;
   /** Opens a Watch; `next()` returns the next event, `cancel()` ends it from the client side. */
   watch(req: MessageInitShape<typeof WatchRequestSchema>, opts?: CallOpts): WatchHandle;
   close(): void;
@@ -133,6 +139,7 @@ export function grpcDriver(grpcPort: number, token?: string): Driver {
     get: (r, opts) => call(() => c.get(r, o(opts))),
     clear: (r, opts) => call(() => c.clear(r, o(opts))),
     listThreads: (r, opts) => call(() => c.listThreads(r, o(opts))),
+    rewind: (r, opts) => call(() => c.rewind(r, o(opts))),
     watch(r, opts) {
       const q = eventQueue();
       const stream = c.watch(r, o(opts));
@@ -167,6 +174,7 @@ export function connectDriver(
     get: (r, opts) => call(() => c.get(r, o(opts))),
     clear: (r, opts) => call(() => c.clear(r, o(opts))),
     listThreads: (r, opts) => call(() => c.listThreads(r, o(opts))),
+    rewind: (r, opts) => call(() => c.rewind(r, o(opts))),
     watch(r, opts) {
       const q = eventQueue();
       const ac = new AbortController();

@@ -22,6 +22,7 @@ EXPECTED = [
     ["{'role': 'assistant', 'content': None, 'tool_calls': [{'id': 'toolu_1'"],
     ["summary: "],
     ["summarized through seq 2"],
+    ["oops", "1 1", "['one']"],
     ["tool_call_id", "thread_id: expected str, not int", "[]"],
 ]
 

@@ -126,6 +126,21 @@ def test_watch_streams_the_events_of_a_thread(server: Server, thread: str) -> No
     assert watcher.error is None
 
 
+def test_a_rewind_is_a_thread_rewound_event(server: Server, thread: str) -> None:
+    with BufferMemory(target=server.target) as memory:
+        watcher = Collector(
+            memory.watch(thread, event_types=["thread_rewound"], include_progress=True)
+        )
+        memory.add([Message.user("a"), Message.user("b"), Message.user("c")], thread_id=thread)
+        memory.rewind(thread, 1)
+        (got,) = watcher.take(1)
+        watcher.close()
+    assert (got.type, got.to_seq, got.removed_count, got.summary_dropped) == (
+        "thread_rewound", 1, 2, False
+    )
+    assert watcher.events.empty()
+
+
 def test_summary_updates_and_initial_state(server: Server, thread: str) -> None:
     with SummaryMemory(window=2, summarize_every=2, target=server.target) as memory:
         memory.add([Message.user(f"point number {i}.") for i in range(6)], thread_id=thread)

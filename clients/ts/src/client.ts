@@ -17,12 +17,15 @@ import { type BackoffOptions, backoffDelay, sleep } from "./backoff.js";
 import { ResyncRequiredError, toMemoryError } from "./errors.js";
 import {
   type AddResponse,
+  type ChatMessage,
   type EventType,
   type GetResponse,
   MemoryService,
+  type RewindResponse,
   type WatchResponse,
 } from "./gen/windlass/memory/v1/memory_pb.js";
 import type { MessageInit, StrategyInit } from "./messages.js";
+import { newestMessages, popNewest, type RewindOptions, seqArgument } from "./rewind.js";
 
 /** How createMemoryClient connects. */
 export interface MemoryClientOptions {
@@ -118,6 +121,30 @@ export interface MemoryClient {
   add(threadId: string, messages: MessageInit[], options?: AddOptions): Promise<AddResponse>;
   /** The thread shaped by its strategy (or `recall`); a missing thread has no messages and no `thread`. */
   get(threadId: string, options?: GetOptions): Promise<GetResponse>;
+  /**
+   * Drops the thread's messages after toSeq (last_seq - 1: the newest);
+   * the next add reuses their seqs. Retried after UNAVAILABLE with the same
+   * request_id, as add is, so a retry drops nothing more. ABORTED when
+   * expectedLastSeq differs, NOT_FOUND, OUT_OF_RANGE (toSeq past last_seq),
+   * FAILED_PRECONDITION (the messages after toSeq are no longer all stored).
+   */
+  rewind(
+    threadId: string,
+    toSeq: bigint | number,
+    options?: RewindOptions,
+  ): Promise<RewindResponse>;
+  /**
+   * Removes and returns the newest stored message (undefined when there is
+   * none), guarded by expected_last_seq: a message added meanwhile is never
+   * dropped unseen; pop reads again after that ABORTED, up to 3 times.
+   */
+  pop(threadId: string, options?: { signal?: AbortSignal }): Promise<ChatMessage | undefined>;
+  /** The newest `count` stored messages, oldest first, whatever the thread's strategy. */
+  newest(
+    threadId: string,
+    count: number,
+    options?: { signal?: AbortSignal },
+  ): Promise<ChatMessage[]>;
   /** Forgets one thread; resolves to 1 if it existed, else 0. */
   clear(threadId: string, options?: { signal?: AbortSignal }): Promise<number>;
   /** Forgets every thread of your namespace; resolves to how many existed. */
@@ -192,10 +219,26 @@ export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
     }
   }
 
+  // A call carrying a request_id, repeated with it after UNAVAILABLE.
+  async function retrying<T>(run: () => Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await call(run, signal);
+      } catch (err) {
+        const error = toMemoryError(err, signal);
+        if (error.code !== Code.Unavailable || attempt >= maxAttempts || signal?.aborted) {
+          throw error;
+        }
+        await sleep(backoffDelay(attempt, options.retry), signal);
+        if (signal?.aborted) throw error;
+      }
+    }
+  }
+
   return {
     raw,
 
-    async add(threadId, messages, callOptions = {}) {
+    add(threadId, messages, callOptions = {}) {
       const request = {
         threadId,
         messages,
@@ -209,21 +252,35 @@ export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
             : BigInt(callOptions.expectedLastSeq),
       };
       const signal = callOptions.signal;
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await call(
-            () => raw.add(request, { signal, timeoutMs: callOptions.timeoutMs ?? timeoutMs }),
-            signal,
-          );
-        } catch (err) {
-          const error = toMemoryError(err, signal);
-          if (error.code !== Code.Unavailable || attempt >= maxAttempts || signal?.aborted) {
-            throw error;
-          }
-          await sleep(backoffDelay(attempt, options.retry), signal);
-          if (signal?.aborted) throw error;
-        }
-      }
+      return retrying(
+        () => raw.add(request, { signal, timeoutMs: callOptions.timeoutMs ?? timeoutMs }),
+        signal,
+      );
+    },
+
+    rewind(threadId, toSeq, callOptions = {}) {
+      const request = {
+        threadId,
+        toSeq: seqArgument("toSeq", toSeq),
+        expectedLastSeq:
+          callOptions.expectedLastSeq === undefined
+            ? undefined
+            : seqArgument("expectedLastSeq", callOptions.expectedLastSeq),
+        requestId: callOptions.requestId ?? randomUUID(),
+      };
+      const signal = callOptions.signal;
+      return retrying(
+        () => raw.rewind(request, { signal, timeoutMs: callOptions.timeoutMs ?? timeoutMs }),
+        signal,
+      );
+    },
+
+    pop(threadId, callOptions = {}) {
+      return popNewest(this, threadId, callOptions.signal);
+    },
+
+    newest(threadId, count, callOptions = {}) {
+      return newestMessages(this, threadId, count, callOptions.signal);
     },
 
     get(threadId, callOptions = {}) {

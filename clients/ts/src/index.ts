@@ -19,6 +19,7 @@ export {
   EventType,
   type GetResponse,
   MemoryService,
+  type RewindResponse,
   Role,
   type Strategy,
   type Thread,
@@ -40,3 +41,4 @@ export {
   user,
   windowStrategy,
 } from "./messages.js";
+export type { RewindOptions } from "./rewind.js";

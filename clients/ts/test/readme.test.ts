@@ -23,6 +23,7 @@ const EXPECTED: RegExp[] = [
   /^1 Book me a table for two\.\n2 For which evening\?\n$/,
   /^weather \{ city: 'Oslo' \} call_1\n$/,
   /^summary through seq [1-9]\d*:\n.+/,
+  /^oops\n1 1n 1\n$/,
   /^FAILED_PRECONDITION - .*\nINVALID_ARGUMENT - .*tool_call_id.*\n$/,
 ];
 

@@ -120,6 +120,8 @@ func (c *grpcClient) unary(method string, request any, timeout time.Duration, to
 		return unary(ctx, &memoryv1.ClearRequest{}, body, c.stub.Clear)
 	case "ListThreads":
 		return unary(ctx, &memoryv1.ListThreadsRequest{}, body, c.stub.ListThreads)
+	case "Rewind":
+		return unary(ctx, &memoryv1.RewindRequest{}, body, c.stub.Rewind)
 	}
 	return outcome{}, fmt.Errorf("unknown call %s", method)
 }

@@ -245,6 +245,7 @@ _REQUESTS: dict[str, tuple[type[Message], str]] = {
     "Get": (memory_pb2.GetRequest, "Get"),
     "Clear": (memory_pb2.ClearRequest, "Clear"),
     "ListThreads": (memory_pb2.ListThreadsRequest, "ListThreads"),
+    "Rewind": (memory_pb2.RewindRequest, "Rewind"),
 }
 
 

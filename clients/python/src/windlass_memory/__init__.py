@@ -17,6 +17,7 @@ connection with backoff (:class:`ResyncRequired` when they cannot), and
 from ._errors import MemoryServiceError, ResyncRequired
 from ._formats import from_anthropic, from_openai, to_anthropic, to_openai
 from ._memory import DEFAULT_TARGET, DEFAULT_THREAD, BufferMemory, SummaryMemory, WindowMemory
+from ._rewind import RewindResult
 from ._types import Message, MessageLike, Role, ToolCall
 from ._watch import AsyncWatchStream, Backoff, WatchEvent, WatchStream
 
@@ -24,6 +25,7 @@ __all__ = [
     "AsyncWatchStream",
     "Backoff",
     "ResyncRequired",
+    "RewindResult",
     "WatchEvent",
     "WatchStream",
     "DEFAULT_TARGET",

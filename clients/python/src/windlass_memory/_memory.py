@@ -26,6 +26,7 @@ from windlass.memory.v1 import memory_pb2, memory_pb2_grpc
 
 from ._convert import ACCEPTED, from_chat_message, to_chat_message
 from ._errors import MemoryServiceError
+from ._rewind import RewindMethods
 from ._types import Message, MessageLike
 from ._watch import AsyncWatchStream, Backoff, WatchStream, watch_request
 
@@ -39,7 +40,7 @@ _Self = TypeVar("_Self", bound="BufferMemory")
 
 # gRPC retries these calls itself when they fail with UNAVAILABLE (a server
 # restarting or shutting down, a connection lost). That is safe for Add only
-# because every Add carries a request_id: the server answers a repeated one
+# because every Add and Rewind carries a request_id: the server answers a repeated one
 # with the first call's response and appends nothing.
 _SERVICE_CONFIG = json.dumps(
     {
@@ -47,7 +48,7 @@ _SERVICE_CONFIG = json.dumps(
             {
                 "name": [
                     {"service": "windlass.memory.v1.MemoryService", "method": method}
-                    for method in ("Add", "Get", "Clear", "ListThreads")
+                    for method in ("Add", "Get", "Clear", "ListThreads", "Rewind")
                 ],
                 "retryPolicy": {
                     "maxAttempts": 4,
@@ -72,7 +73,7 @@ _RECONNECT_OPTIONS = (
 )
 
 
-class BufferMemory:
+class BufferMemory(RewindMethods):
     """Stores the complete transcript of each thread in the memory service.
 
     Args:

@@ -33,12 +33,19 @@ from ._errors import MemoryServiceError, ResyncRequired
 # many open); the README says to resume from the last token.
 _RESUMABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
-EVENT_TYPES = ("messages_added", "summary_updated", "thread_cleared", "summary_failed")
+EVENT_TYPES = (
+    "messages_added",
+    "summary_updated",
+    "thread_cleared",
+    "summary_failed",
+    "thread_rewound",
+)
 _EVENT_TYPE_TO_PB = {
     "messages_added": memory_pb2.EVENT_TYPE_MESSAGES_ADDED,
     "summary_updated": memory_pb2.EVENT_TYPE_SUMMARY_UPDATED,
     "thread_cleared": memory_pb2.EVENT_TYPE_THREAD_CLEARED,
     "summary_failed": memory_pb2.EVENT_TYPE_SUMMARY_FAILED,
+    "thread_rewound": memory_pb2.EVENT_TYPE_THREAD_REWOUND,
 }
 
 
@@ -82,7 +89,8 @@ class WatchEvent:
     ``type`` is ``"messages_added"`` (``first_seq``..``last_seq``),
     ``"summary_updated"`` (``summary``, ``summarized_through_seq``,
     ``folded_count``), ``"thread_cleared"``, ``"summary_failed"``
-    (``reason``, ``attempt``) or, only with ``include_progress=True``,
+    (``reason``, ``attempt``), ``"thread_rewound"`` (``to_seq``,
+    ``removed_count``, ``summary_dropped``) or, only with ``include_progress=True``,
     ``"progress"``. ``resume_token`` continues right after this event;
     ``raw`` is the generated ``WatchResponse``.
     """
@@ -99,6 +107,9 @@ class WatchEvent:
     last_seq: int = 0
     reason: str = ""
     attempt: int = 0
+    to_seq: int = 0
+    removed_count: int = 0
+    summary_dropped: bool = False
 
     @classmethod
     def from_pb(cls, event: memory_pb2.WatchResponse) -> WatchEvent:
@@ -124,6 +135,11 @@ class WatchEvent:
             )
         elif kind == "summary_failed":
             base.update(reason=event.summary_failed.reason, attempt=event.summary_failed.attempt)
+        elif kind == "thread_rewound":
+            r = event.thread_rewound
+            base.update(
+                to_seq=r.to_seq, removed_count=r.removed_count, summary_dropped=r.summary_dropped
+            )
         return cls(**base)
 
 
