@@ -1,0 +1,174 @@
+/**
+ * Applying a provider's rules to a recalled list, after the strategy's cut
+ * and after tool-output clearing: grouping (turns.ts), then as the rules
+ * say, system messages moved to the head, the first turn made a user turn,
+ * consecutive same-role messages merged.
+ *
+ * Token budget: every step either drops, moves or merges messages. Dropping
+ * and moving never add tokens; a merged message is counted again (it saves
+ * the per-message overhead of those it replaces, so it is no larger in
+ * practice). Should a list that fitted the budget before shaping still top it
+ * after, the oldest turns are dropped until it fits again, so a profile never
+ * turns a Get that was within its budget into one over it.
+ */
+import { countMessageTokens, tokensOf } from "../tokens.js";
+import type { Profile, StoredMessage, TokenEncoding } from "../types.js";
+import { flatten, groupTurns, recounted, type Turn } from "./turns.js";
+
+/** What one provider demands of the message list (one module per provider states it). */
+export interface ProfileRules {
+  profile: Profile;
+  /**
+   * System messages only at the head: the provider takes them as a separate
+   * system parameter (the caller sends the leading system messages there).
+   */
+  systemFirst: boolean;
+  /** The first non-system message must be a user turn. */
+  userFirst: boolean;
+  /**
+   * Turns must alternate between the user side (user messages and tool
+   * results) and the assistant side: consecutive user messages, and
+   * consecutive assistant messages, are merged into one.
+   */
+  alternate: boolean;
+  /**
+   * Whether the budget counts with the provider's own tokenizer (gpt-tokenizer
+   * has OpenAI's encodings only); otherwise the strategy's token_encoding
+   * approximates the provider's count.
+   */
+  exactTokenizer: boolean;
+}
+
+/** A shaped list and its tokens. */
+export interface Shaped {
+  messages: StoredMessage[];
+  tokens: number;
+}
+
+/**
+ * `messages` shaped by `rules`; `budget`: the tokens the list may take
+ * (undefined: no budget, or the list was over it already before shaping).
+ */
+export function applyProfile(
+  messages: readonly StoredMessage[],
+  rules: ProfileRules,
+  encoding: TokenEncoding,
+  budget: number | undefined,
+): Shaped {
+  let turns = groupTurns(messages, encoding);
+  if (rules.systemFirst) turns = systemsFirst(turns);
+  for (;;) {
+    const shaped = build(turns, rules, encoding);
+    if (budget === undefined || shaped.tokens <= budget) return shaped;
+    const fewer = dropOldest(turns, shaped.tokens - budget, encoding);
+    if (fewer.length === turns.length) return shaped;
+    turns = fewer;
+  }
+}
+
+function build(turns: readonly Turn[], rules: ProfileRules, encoding: TokenEncoding): Shaped {
+  let shaped = rules.userFirst ? userFirst(turns) : [...turns];
+  if (rules.alternate) shaped = mergeSameRole(shaped, encoding);
+  const messages = flatten(shaped);
+  let tokens = 0;
+  for (const m of messages) tokens += tokensOf(m, encoding);
+  return { messages, tokens };
+}
+
+function systemsFirst(turns: readonly Turn[]): Turn[] {
+  return [...turns.filter((t) => t.kind === "system"), ...turns.filter((t) => t.kind !== "system")];
+}
+
+/**
+ * The turns with a user turn first after the system ones: the summary, when
+ * it is a system message, becomes that user turn (where the provider accepts
+ * it too); otherwise the turns before the first user turn are dropped.
+ */
+function userFirst(turns: readonly Turn[]): Turn[] {
+  const firstOther = turns.findIndex((t) => t.kind !== "system");
+  if (firstOther < 0 || turns[firstOther]?.kind === "user") return [...turns];
+  const head = turns.slice(0, firstOther);
+  const summaryAt = head.findIndex((t) => t.kind === "system" && t.summary);
+  const summary = head[summaryAt];
+  if (summary !== undefined && summary.kind === "system") {
+    const asUser: Turn = {
+      kind: "user",
+      message: { ...summary.message, role: "user" },
+      summary: true,
+    };
+    return [
+      ...head.slice(0, summaryAt),
+      ...head.slice(summaryAt + 1),
+      asUser,
+      ...turns.slice(firstOther),
+    ];
+  }
+  const firstUser = turns.findIndex((t, i) => i >= firstOther && t.kind === "user");
+  return [...head, ...(firstUser < 0 ? [] : turns.slice(firstUser))];
+}
+
+/** Merges runs of user turns, and an assistant text turn into the assistant turn after it. */
+function mergeSameRole(turns: readonly Turn[], encoding: TokenEncoding): Turn[] {
+  const out: Turn[] = [];
+  for (const t of turns) {
+    const last = out[out.length - 1];
+    if (last?.kind === "user" && t.kind === "user") {
+      out[out.length - 1] = {
+        kind: "user",
+        message: merged(last.message, t.message, encoding),
+        summary: false,
+      };
+    } else if (last?.kind === "assistant" && t.kind === "assistant") {
+      out[out.length - 1] = {
+        kind: "assistant",
+        message: merged(last.message, t.message, encoding),
+      };
+    } else if (last?.kind === "assistant" && t.kind === "tools") {
+      out[out.length - 1] = { ...t, call: merged(last.message, t.call, encoding) };
+    } else {
+      out.push(t);
+    }
+  }
+  return out;
+}
+
+/**
+ * One message for `a` then `b`: their texts joined by a blank line, `b`'s
+ * calls, seq and time (the newest), a name only when both carry the same.
+ */
+function merged(a: StoredMessage, b: StoredMessage, encoding: TokenEncoding): StoredMessage {
+  const content =
+    a.content === "" ? b.content : b.content === "" ? a.content : `${a.content}\n\n${b.content}`;
+  const metadata =
+    a.metadata === undefined && b.metadata === undefined
+      ? undefined
+      : { ...a.metadata, ...b.metadata };
+  const out = recounted(b, { content, ...(metadata === undefined ? {} : { metadata }) }, encoding);
+  if (a.name !== b.name) {
+    delete out.name;
+    out.tokens = recounted(out, {}, encoding).tokens;
+  }
+  return out;
+}
+
+/**
+ * The turns without their oldest non-system ones, as many as hold `excess`
+ * tokens (at least one), or the same turns when there are none to drop.
+ * Each call drops at least one turn, so applyProfile's loop ends.
+ */
+function dropOldest(turns: readonly Turn[], excess: number, encoding: TokenEncoding): Turn[] {
+  const out: Turn[] = [];
+  let dropped = 0;
+  let dropping = true;
+  for (const t of turns) {
+    // The summary stands for the oldest messages of all: it goes only with the budget's last resort.
+    if (t.kind === "system" || (t.kind === "user" && t.summary) || !dropping) {
+      out.push(t);
+      continue;
+    }
+    // Counted afresh: a stored count from an older rule may be what a merge outgrew.
+    for (const m of flatten([t])) dropped += countMessageTokens(m, encoding);
+    if (dropped >= excess) dropping = false;
+  }
+  return out;
+}
