@@ -35,8 +35,7 @@ export function clearToolResults(
   opts: ToolClearing,
   encoding: TokenEncoding,
 ): Cleared {
-  const toolNames = new Map<string, string>();
-  for (const m of messages) for (const c of m.toolCalls ?? []) toolNames.set(c.id, c.name);
+  let toolNames: Map<string, string> | undefined;
   const keepTurns = opts.keepToolTurns ?? Number.POSITIVE_INFINITY;
   const keepTokens = opts.keepToolTokens ?? Number.POSITIVE_INFINITY;
   const out = messages.slice();
@@ -58,6 +57,7 @@ export function clearToolResults(
       keptTokens += tokens;
       continue;
     }
+    toolNames ??= namesOfCalls(messages);
     const placeholder = placeholderOf(m, toolNames, tokens, encoding);
     if (placeholder.tokens === undefined || placeholder.tokens >= tokens) continue;
     out[i] = placeholder;
@@ -67,6 +67,23 @@ export function clearToolResults(
   return { messages: out, count, savedTokens };
 }
 
+function namesOfCalls(messages: readonly StoredMessage[]): Map<string, string> {
+  const names = new Map<string, string>();
+  for (const m of messages) for (const c of m.toolCalls ?? []) names.set(c.id, c.name);
+  return names;
+}
+
+/**
+ * Placeholders made so far, per stored result and encoding: a thread's old
+ * results are cleared again on every Get, and reusing the object saves
+ * counting its tokens and (service/pre-encoded.ts) encoding it each time.
+ * Kept only while the store keeps the result object.
+ */
+const placeholders = new WeakMap<
+  StoredMessage,
+  Partial<Record<TokenEncoding, { toolName: string; cleared: StoredMessage }>>
+>();
+
 function placeholderOf(
   m: StoredMessage,
   toolNames: ReadonlyMap<string, string>,
@@ -75,9 +92,19 @@ function placeholderOf(
 ): StoredMessage {
   const callId = m.toolCallId ?? "";
   const toolName = toolNames.get(callId) ?? (m.name || "unknown tool");
+  let known = placeholders.get(m);
+  const made = known?.[encoding];
+  // The result's tokens in one encoding never change: the tool's name is all that may.
+  if (made !== undefined && made.toolName === toolName) return made.cleared;
   const { tokenEncoding: _stale, ...rest } = m;
   const cleared: StoredMessage = { ...rest, content: clearedContent(toolName, callId, tokens) };
   cleared.tokens = countMessageTokens(cleared, encoding);
   if (encoding !== DEFAULT_TOKEN_ENCODING) cleared.tokenEncoding = encoding;
+  Object.freeze(cleared);
+  if (known === undefined) {
+    known = {};
+    placeholders.set(m, known);
+  }
+  known[encoding] = { toolName, cleared };
   return cleared;
 }

@@ -55,6 +55,11 @@ export function applyProfile(
   encoding: TokenEncoding,
   budget: number | undefined,
 ): Shaped {
+  if (alreadyShaped(messages, rules)) {
+    let tokens = 0;
+    for (const m of messages) tokens += tokensOf(m, encoding);
+    return { messages: messages.slice(), tokens };
+  }
   let turns = groupTurns(messages, encoding);
   if (rules.systemFirst) turns = systemsFirst(turns);
   for (;;) {
@@ -66,8 +71,64 @@ export function applyProfile(
   }
 }
 
+/** Largest parallel call the quick check below takes; a larger one goes the full way. */
+const QUICK_CALLS = 8;
+
+/**
+ * Whether `msgs` already satisfies `rules`, so shaping would change nothing
+ * (the common case: a cut that starts on a user turn). One pass, no
+ * allocation; any doubt answers false and the full shaping runs.
+ */
+function alreadyShaped(msgs: readonly StoredMessage[], rules: ProfileRules): boolean {
+  let seenOther = false;
+  let prev: StoredMessage["role"] | undefined;
+  for (let i = 0; i < msgs.length; i++) {
+    const m = msgs[i] as StoredMessage;
+    if (m.role === "system") {
+      if (rules.systemFirst && seenOther) return false;
+      prev = m.role;
+      continue;
+    }
+    if (!seenOther && rules.userFirst && m.role !== "user") return false;
+    seenOther = true;
+    if (m.role === "tool") return false;
+    if (rules.alternate && prev === m.role) return false;
+    prev = m.role;
+    const calls = m.toolCalls;
+    if (calls === undefined || calls.length === 0) continue;
+    const end = answeredRun(msgs, i, calls);
+    if (end < 0) return false;
+    if (end > i + 1) prev = "tool";
+    i = end - 1;
+  }
+  return true;
+}
+
+/**
+ * The index after the results that follow the call at `at`, when they answer
+ * each of its calls once (or the call is pending at the end); -1 otherwise.
+ */
+function answeredRun(
+  msgs: readonly StoredMessage[],
+  at: number,
+  calls: NonNullable<StoredMessage["toolCalls"]>,
+): number {
+  if (calls.length > QUICK_CALLS) return -1;
+  for (let a = 0; a < calls.length; a++) {
+    for (let b = a + 1; b < calls.length; b++) if (calls[a]?.id === calls[b]?.id) return -1;
+  }
+  let j = at + 1;
+  for (; j < msgs.length && msgs[j]?.role === "tool"; j++) {
+    const id = msgs[j]?.toolCallId;
+    if (!calls.some((c) => c.id === id)) return -1;
+    for (let k = at + 1; k < j; k++) if (msgs[k]?.toolCallId === id) return -1;
+  }
+  const answered = j - at - 1;
+  return answered === calls.length || j === msgs.length ? j : -1;
+}
+
 function build(turns: readonly Turn[], rules: ProfileRules, encoding: TokenEncoding): Shaped {
-  let shaped = rules.userFirst ? userFirst(turns) : [...turns];
+  let shaped = rules.userFirst ? userFirst(turns) : turns;
   if (rules.alternate) shaped = mergeSameRole(shaped, encoding);
   const messages = flatten(shaped);
   let tokens = 0;
@@ -75,7 +136,10 @@ function build(turns: readonly Turn[], rules: ProfileRules, encoding: TokenEncod
   return { messages, tokens };
 }
 
-function systemsFirst(turns: readonly Turn[]): Turn[] {
+function systemsFirst(turns: Turn[]): Turn[] {
+  const firstOther = turns.findIndex((t) => t.kind !== "system");
+  const late = turns.findIndex((t, i) => i > firstOther && t.kind === "system");
+  if (firstOther < 0 || late < 0) return turns;
   return [...turns.filter((t) => t.kind === "system"), ...turns.filter((t) => t.kind !== "system")];
 }
 
@@ -84,9 +148,9 @@ function systemsFirst(turns: readonly Turn[]): Turn[] {
  * it is a system message, becomes that user turn (where the provider accepts
  * it too); otherwise the turns before the first user turn are dropped.
  */
-function userFirst(turns: readonly Turn[]): Turn[] {
+function userFirst(turns: readonly Turn[]): readonly Turn[] {
   const firstOther = turns.findIndex((t) => t.kind !== "system");
-  if (firstOther < 0 || turns[firstOther]?.kind === "user") return [...turns];
+  if (firstOther < 0 || turns[firstOther]?.kind === "user") return turns;
   const head = turns.slice(0, firstOther);
   const summaryAt = head.findIndex((t) => t.kind === "system" && t.summary);
   const summary = head[summaryAt];

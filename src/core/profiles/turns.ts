@@ -82,10 +82,12 @@ function groupCall(
     }
   }
   const pending = j === msgs.length && answered.size < wanted.size;
-  const kept = keptCalls(calls, pending ? wanted : answered);
-  if (kept.length === calls.length) {
+  if (wanted.size === calls.length && (pending || answered.size === calls.length)) {
     turns.push({ kind: "tools", call, results, pending });
-  } else if (kept.length > 0) {
+    return j;
+  }
+  const kept = keptCalls(calls, pending ? wanted : answered);
+  if (kept.length > 0) {
     turns.push({
       kind: "tools",
       call: recounted(call, { toolCalls: kept }, encoding),
