@@ -69,6 +69,13 @@ function groupCall(
 ): number {
   const call = msgs[start] as StoredMessage;
   const calls = call.toolCalls ?? [];
+  if (calls.length <= FEW_CALLS) {
+    const few = groupFewCalls(msgs, start, calls);
+    if (few !== undefined) {
+      turns.push({ kind: "tools", call, ...few });
+      return start + 1 + few.scanned;
+    }
+  }
   const wanted = new Set(calls.map((c) => c.id));
   const answered = new Set<string>();
   const results: StoredMessage[] = [];
@@ -82,12 +89,10 @@ function groupCall(
     }
   }
   const pending = j === msgs.length && answered.size < wanted.size;
-  if (wanted.size === calls.length && (pending || answered.size === calls.length)) {
-    turns.push({ kind: "tools", call, results, pending });
-    return j;
-  }
   const kept = keptCalls(calls, pending ? wanted : answered);
-  if (kept.length > 0) {
+  if (kept.length === calls.length) {
+    turns.push({ kind: "tools", call, results, pending });
+  } else if (kept.length > 0) {
     turns.push({
       kind: "tools",
       call: recounted(call, { toolCalls: kept }, encoding),
@@ -98,6 +103,39 @@ function groupCall(
     turns.push({ kind: "assistant", message: recounted(call, { toolCalls: [] }, encoding) });
   }
   return j;
+}
+
+/** Up to this many parallel calls are grouped with a bit mask instead of sets (the usual case). */
+const FEW_CALLS = 30;
+
+/**
+ * The results after a call of at most FEW_CALLS distinct calls, when they
+ * need no repair (every call answered once, or pending at the end; no stray
+ * result in the run); undefined otherwise, and the general path decides.
+ */
+function groupFewCalls(
+  msgs: readonly StoredMessage[],
+  start: number,
+  calls: readonly ToolCall[],
+): { results: StoredMessage[]; pending: boolean; scanned: number } | undefined {
+  for (let a = 0; a < calls.length; a++) {
+    for (let b = a + 1; b < calls.length; b++) if (calls[a]?.id === calls[b]?.id) return undefined;
+  }
+  const all = 2 ** calls.length - 1;
+  let answered = 0;
+  const results: StoredMessage[] = [];
+  let j = start + 1;
+  for (; j < msgs.length && msgs[j]?.role === "tool"; j++) {
+    const r = msgs[j] as StoredMessage;
+    const at = calls.findIndex((c) => c.id === r.toolCallId);
+    const bit = 2 ** at;
+    if (at < 0 || (answered & bit) !== 0) return undefined;
+    answered |= bit;
+    results.push(r);
+  }
+  const pending = answered !== all;
+  if (pending && j < msgs.length) return undefined;
+  return { results, pending, scanned: j - start - 1 };
 }
 
 /** The calls whose id is in `ids`, each id once. */
