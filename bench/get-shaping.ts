@@ -35,7 +35,7 @@ import { text } from "./scenarios.js";
 const THREAD_MESSAGES = 1_000;
 const WINDOW = 20;
 const ROUNDS = 20;
-const ROUND_MS = boundedNumber(process.env.BENCH_GET_SHAPING_MS, 150, 20, 10_000);
+const ROUND_MS = boundedNumber(process.env.BENCH_GET_SHAPING_MS, 300, 20, 10_000);
 const MAX_ITERATIONS = 1_000_000;
 const THREAD = "bench-get-shaping";
 
