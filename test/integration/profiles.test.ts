@@ -114,6 +114,21 @@ describe.each(DRIVERS)("profiles and clearing over %s", (name, connect) => {
     expect((await d.get({ threadId })).clearedToolResults).toBe(2);
     const own = await d.get({ threadId, clearToolResults: { keepToolTokens: 10_000 } });
     expect(own.clearedToolResults).toBe(0);
+    // A recall view carries its own clearing, in place of the thread's.
+    const view = await d.get({
+      threadId,
+      recall: {
+        kind: { case: "window", value: { window: 3 } },
+        clearToolResults: { keepToolTurns: 0 },
+      },
+    });
+    expect(view.messages.map((m) => m.seq)).toEqual([2n, 3n, 4n, 5n]);
+    expect(view.clearedToolResults).toBe(2);
+    const plainView = await d.get({
+      threadId,
+      recall: { kind: { case: "window", value: { window: 3 } } },
+    });
+    expect(plainView.clearedToolResults).toBe(0);
   });
 
   it("refuses bad values naming the field, with INVALID_ARGUMENT", async () => {
@@ -183,7 +198,10 @@ describe("profiles and clearing in Connect JSON", () => {
     expect(got.body.clearedToolTokens).toBeGreaterThan(0);
     const bad = await json("Get", { threadId: "json", profile: "PROFILE_NOPE" });
     expect(bad.status).toBe(400);
-    expect(JSON.stringify(bad.body)).toContain("profile");
+    expect(bad.body).toMatchObject({
+      code: "invalid_argument",
+      message: expect.stringMatching(/^profile: /),
+    });
   });
 });
 
