@@ -171,48 +171,61 @@ function userFirst(turns: readonly Turn[]): readonly Turn[] {
   return [...head, ...(firstUser < 0 ? [] : turns.slice(firstUser))];
 }
 
-/** Merges runs of user turns, and an assistant text turn into the assistant turn after it. */
+/**
+ * Merges each run of user turns into one, and each run of assistant text
+ * turns into one (into the tool call after them, when one follows). A run is
+ * merged in one step, so the work stays linear in the list.
+ */
 function mergeSameRole(turns: readonly Turn[], encoding: TokenEncoding): Turn[] {
   const out: Turn[] = [];
-  for (const t of turns) {
-    const last = out[out.length - 1];
-    if (last?.kind === "user" && t.kind === "user") {
-      out[out.length - 1] = {
-        kind: "user",
-        message: merged(last.message, t.message, encoding),
-        summary: false,
-      };
-    } else if (last?.kind === "assistant" && t.kind === "assistant") {
-      out[out.length - 1] = {
-        kind: "assistant",
-        message: merged(last.message, t.message, encoding),
-      };
-    } else if (last?.kind === "assistant" && t.kind === "tools") {
-      out[out.length - 1] = { ...t, call: merged(last.message, t.call, encoding) };
-    } else {
+  for (let i = 0; i < turns.length; ) {
+    const t = turns[i] as Turn;
+    if (t.kind !== "user" && t.kind !== "assistant") {
       out.push(t);
+      i += 1;
+      continue;
     }
+    let end = i + 1;
+    while (turns[end]?.kind === t.kind) end += 1;
+    const run = turns.slice(i, end).map((r) => (r as { message: StoredMessage }).message);
+    const next = turns[end];
+    if (t.kind === "assistant" && next?.kind === "tools") {
+      out.push({ ...next, call: merged([...run, next.call], encoding) });
+      end += 1;
+    } else if (run.length === 1) {
+      out.push(t);
+    } else if (t.kind === "user") {
+      out.push({ kind: "user", message: merged(run, encoding), summary: false });
+    } else {
+      out.push({ kind: "assistant", message: merged(run, encoding) });
+    }
+    i = end;
   }
   return out;
 }
 
 /**
- * One message for `a` then `b`: their texts joined by a blank line, `b`'s
- * calls, seq and time (the newest), a name only when both carry the same.
+ * One message for `run`, oldest first: the texts joined by a blank line,
+ * the last message's calls, seq and time (the newest), a name only when all
+ * carry the same.
  */
-function merged(a: StoredMessage, b: StoredMessage, encoding: TokenEncoding): StoredMessage {
-  const content =
-    a.content === "" ? b.content : b.content === "" ? a.content : `${a.content}\n\n${b.content}`;
-  const metadata =
-    a.metadata === undefined && b.metadata === undefined
-      ? undefined
-      : { ...a.metadata, ...b.metadata };
-  const out = recounted(b, { content, ...(metadata === undefined ? {} : { metadata }) }, encoding);
-  if (a.name !== b.name) {
-    delete out.name;
-    out.tokens = recounted(out, {}, encoding).tokens;
+function merged(run: readonly StoredMessage[], encoding: TokenEncoding): StoredMessage {
+  const last = run[run.length - 1] as StoredMessage;
+  const texts: string[] = [];
+  let metadata: Record<string, string> | undefined;
+  let sameName = true;
+  for (const m of run) {
+    if (m.content !== "") texts.push(m.content);
+    if (m.metadata !== undefined) metadata = { ...metadata, ...m.metadata };
+    if (m.name !== last.name) sameName = false;
   }
-  return out;
+  const { name: _name, ...withoutName } = last;
+  const base = sameName ? last : withoutName;
+  return recounted(
+    base,
+    { content: texts.join("\n\n"), ...(metadata === undefined ? {} : { metadata }) },
+    encoding,
+  );
 }
 
 /**
@@ -225,7 +238,7 @@ function dropOldest(turns: readonly Turn[], excess: number, encoding: TokenEncod
   let dropped = 0;
   let dropping = true;
   for (const t of turns) {
-    // The summary stands for the oldest messages of all: it goes only with the budget's last resort.
+    // The summary stands for the oldest messages of all: the budget never drops it.
     if (t.kind === "system" || (t.kind === "user" && t.summary) || !dropping) {
       out.push(t);
       continue;
