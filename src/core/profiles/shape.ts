@@ -62,14 +62,19 @@ export function applyProfile(
   }
   let turns = groupTurns(messages, encoding);
   if (rules.systemFirst) turns = systemsFirst(turns);
-  for (;;) {
+  for (let round = 0; ; round++) {
     const shaped = build(turns, rules, encoding);
     if (budget === undefined || shaped.tokens <= budget) return shaped;
-    const fewer = dropOldest(turns, shaped.tokens - budget, encoding);
+    // Bounded: after a few rounds every turn the budget may drop goes at once.
+    const excess = round < MAX_DROP_ROUNDS ? shaped.tokens - budget : Number.POSITIVE_INFINITY;
+    const fewer = dropOldest(turns, excess, encoding);
     if (fewer.length === turns.length) return shaped;
     turns = fewer;
   }
 }
+
+/** Rounds of dropping the oldest turns for the budget before dropping all it may. */
+const MAX_DROP_ROUNDS = 3;
 
 /** Largest parallel call the quick check below takes; a larger one goes the full way. */
 const QUICK_CALLS = 8;
@@ -119,6 +124,8 @@ function answeredRun(
   }
   let j = at + 1;
   for (; j < msgs.length && msgs[j]?.role === "tool"; j++) {
+    // More results than calls: one is a stray or a repeat (and the scan below stays short).
+    if (j - at > calls.length) return -1;
     const id = msgs[j]?.toolCallId;
     if (!calls.some((c) => c.id === id)) return -1;
     for (let k = at + 1; k < j; k++) if (msgs[k]?.toolCallId === id) return -1;

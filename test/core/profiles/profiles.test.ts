@@ -246,3 +246,22 @@ describe("token budgets after shaping", () => {
     expect(clearToolResults(msgs, { keepToolTurns: 2 }, "o200k_base").count).toBe(0);
   });
 });
+
+describe("work linear in the list", () => {
+  // Quadratic merging or scanning would take minutes here, past the test's timeout.
+  it("merges 20,000 consecutive user messages in one step", () => {
+    const msgs = thread(...Array.from({ length: 20_000 }, (_, i) => user(`line ${i}`)));
+    const out = shape(msgs, "bedrock_converse");
+    expect(out).toHaveLength(1);
+    expect(out[0]?.seq).toBe(20_000);
+    expect(out[0]?.tokens).toBe(countMessageTokens(out[0] as ChatMessage, "o200k_base"));
+  });
+
+  it("takes a call followed by 20,000 stray results", () => {
+    const strays = Array.from({ length: 20_000 }, (_, i) => result(`x${i}`));
+    const msgs = thread(user("q"), calls("", "a"), result("a"), ...strays, user("next"));
+    for (const p of PROFILE_NAMES) {
+      expect(shape(msgs, p).map((m) => m.seq)).toEqual([1, 2, 3, 20_004]);
+    }
+  });
+});
