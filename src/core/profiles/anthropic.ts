@@ -20,5 +20,4 @@ export const ANTHROPIC: ProfileRules = {
   systemFirst: true,
   userFirst: true,
   alternate: true,
-  exactTokenizer: false,
 };

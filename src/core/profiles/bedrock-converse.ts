@@ -16,5 +16,4 @@ export const BEDROCK_CONVERSE: ProfileRules = {
   systemFirst: true,
   userFirst: true,
   alternate: true,
-  exactTokenizer: false,
 };

@@ -18,5 +18,4 @@ export const GEMINI: ProfileRules = {
   systemFirst: true,
   userFirst: true,
   alternate: true,
-  exactTokenizer: false,
 };

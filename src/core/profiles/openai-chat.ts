@@ -14,5 +14,4 @@ export const OPENAI_CHAT: ProfileRules = {
   systemFirst: false,
   userFirst: false,
   alternate: false,
-  exactTokenizer: true,
 };

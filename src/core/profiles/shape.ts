@@ -31,12 +31,6 @@ export interface ProfileRules {
    * consecutive assistant messages, are merged into one.
    */
   alternate: boolean;
-  /**
-   * Whether the budget counts with the provider's own tokenizer (gpt-tokenizer
-   * has OpenAI's encodings only); otherwise the strategy's token_encoding
-   * approximates the provider's count.
-   */
-  exactTokenizer: boolean;
 }
 
 /** A shaped list and its tokens. */
