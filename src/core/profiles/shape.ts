@@ -49,11 +49,23 @@ export function applyProfile(
   encoding: TokenEncoding,
   budget: number | undefined,
 ): Shaped {
-  if (alreadyShaped(messages, rules)) {
+  const from = quickStart(messages, rules);
+  if (from >= 0) {
     let tokens = 0;
-    for (const m of messages) tokens += tokensOf(m, encoding);
-    return { messages: messages.slice(), tokens };
+    for (let i = from; i < messages.length; i++)
+      tokens += tokensOf(messages[i] as StoredMessage, encoding);
+    return { messages: messages.slice(from), tokens };
   }
+  return shapeFully(messages, rules, encoding, budget);
+}
+
+/** applyProfile without its quick paths: every step, even where it changes nothing. */
+export function shapeFully(
+  messages: readonly StoredMessage[],
+  rules: ProfileRules,
+  encoding: TokenEncoding,
+  budget: number | undefined,
+): Shaped {
   let turns = groupTurns(messages, encoding);
   if (rules.systemFirst) turns = systemsFirst(turns);
   for (let round = 0; ; round++) {
@@ -74,14 +86,32 @@ const MAX_DROP_ROUNDS = 3;
 const QUICK_CALLS = 8;
 
 /**
- * Whether `msgs` already satisfies `rules`, so shaping would change nothing
- * (the common case: a cut that starts on a user turn). One pass, no
- * allocation; any doubt answers false and the full shaping runs.
+ * Where the shaped list starts in `msgs` when shaping would only keep a
+ * suffix of it as it is, else -1 (and the full shaping runs): 0 when `msgs`
+ * already satisfies `rules` (a cut that starts on a user turn), or, where a
+ * user turn must come first, the first user message when nothing before it
+ * is a system message or the summary (the full shaping would drop all of
+ * it: a turn before the first user message is no user turn, and grouping
+ * never reaches past a user message).
  */
-function alreadyShaped(msgs: readonly StoredMessage[], rules: ProfileRules): boolean {
+function quickStart(msgs: readonly StoredMessage[], rules: ProfileRules): number {
+  if (alreadyShaped(msgs, rules, 0)) return 0;
+  if (!rules.userFirst) return -1;
+  let u = 0;
+  for (; u < msgs.length && msgs[u]?.role !== "user"; u++) {
+    if (msgs[u]?.role === "system" || msgs[u]?.seq === 0) return -1;
+  }
+  return u < msgs.length && alreadyShaped(msgs, rules, u) ? u : -1;
+}
+
+/**
+ * Whether `msgs` from `from` on already satisfies `rules`, so shaping it
+ * would change nothing. One pass, no allocation; any doubt answers false.
+ */
+function alreadyShaped(msgs: readonly StoredMessage[], rules: ProfileRules, from: number): boolean {
   let seenOther = false;
   let prev: StoredMessage["role"] | undefined;
-  for (let i = 0; i < msgs.length; i++) {
+  for (let i = from; i < msgs.length; i++) {
     const m = msgs[i] as StoredMessage;
     if (m.role === "system") {
       if (rules.systemFirst && seenOther) return false;

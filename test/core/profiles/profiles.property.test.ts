@@ -9,6 +9,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { shapeRecalled } from "../../../src/core/get-shaping.js";
+import { PROFILES } from "../../../src/core/profiles/index.js";
+import { applyProfile, shapeFully } from "../../../src/core/profiles/shape.js";
 import { recall, summaryTokens } from "../../../src/core/recall.js";
 import { tokensOf } from "../../../src/core/tokens.js";
 import { clearToolResults } from "../../../src/core/tool-clearing.js";
@@ -198,6 +200,11 @@ describe("provider profiles over generated transcripts", () => {
             ? r.messages
             : clearToolResults(r.messages, c.clearing, "o200k_base").messages;
         if (CHECKERS[c.profile](cleared).length === 0) expect(shaped.messages).toEqual(cleared);
+        // The quick paths give what every step gives.
+        const rules = PROFILES[c.profile];
+        expect(applyProfile(cleared, rules, "o200k_base", undefined)).toEqual(
+          shapeFully(cleared, rules, "o200k_base", undefined),
+        );
         expect(JSON.stringify(c.thread)).toBe(before);
 
         const placementNone =
