@@ -19,9 +19,8 @@ import { text } from "./scenarios.js";
  * CPU per Get with a provider profile and with tool-output clearing, side by
  * side with the plain window Get on the same thread, in one run: the whole
  * in-process path a call takes (decode the request, service.get, encode the
- * response as served), on a 1,000-message thread of agent turns (a user
- * message, an assistant message with two parallel tool calls, their two
- * results of about 600 bytes, an assistant reply). Goal: at most 1.2 times
+ * response as served), on 1,000-message threads of agent turns (see
+ * threadMessages). Goal: at most 1.2 times
  * the plain Get's CPU.
  *
  *   npm run build && node dist/bench/get-shaping.js
@@ -38,6 +37,7 @@ const ROUNDS = 20;
 const ROUND_MS = boundedNumber(process.env.BENCH_GET_SHAPING_MS, 300, 20, 10_000);
 const MAX_ITERATIONS = 1_000_000;
 const THREAD = "bench-get-shaping";
+const CHATTY_THREAD = "bench-get-shaping-chatty";
 
 function boundedNumber(
   raw: string | undefined,
@@ -52,13 +52,24 @@ function boundedNumber(
   return n;
 }
 
-/** The thread: agent turns of five messages each. */
-function threadMessages(): ChatMessage[] {
+/**
+ * A thread of agent turns: a user message, an assistant message with two
+ * parallel calls, their results, an assistant reply. `chatty`: each turn
+ * also has a second user message and an assistant text before the call, so
+ * providers that alternate turns need merges in every turn.
+ */
+function threadMessages(chatty: boolean): ChatMessage[] {
   const out: ChatMessage[] = [];
   for (let turn = 0; out.length < THREAD_MESSAGES; turn++) {
     const ids = [`call-${turn}-a`, `call-${turn}-b`];
+    out.push(create(ChatMessageSchema, { role: Role.USER, content: text(120, turn) }));
+    if (chatty) {
+      out.push(
+        create(ChatMessageSchema, { role: Role.USER, content: text(60, turn + 3) }),
+        create(ChatMessageSchema, { role: Role.ASSISTANT, content: text(60, turn + 5) }),
+      );
+    }
     out.push(
-      create(ChatMessageSchema, { role: Role.USER, content: text(120, turn) }),
       create(ChatMessageSchema, {
         role: Role.ASSISTANT,
         toolCalls: ids.map((id) => ({
@@ -104,6 +115,19 @@ const VARIANTS: [string, GetInit, number][] = [
     { limit: 22, profile: Profile.BEDROCK_CONVERSE },
     7,
   ],
+  // Every turn of this thread needs merging (and the cut starts mid-turn):
+  // the full shaping steps.
+  ["plain Get, chatty thread", { threadId: CHATTY_THREAD }, 10],
+  [
+    "profile bedrock_converse, chatty thread (merged)",
+    { threadId: CHATTY_THREAD, profile: Profile.BEDROCK_CONVERSE },
+    10,
+  ],
+  [
+    "profile anthropic, chatty thread (merged)",
+    { threadId: CHATTY_THREAD, profile: Profile.ANTHROPIC },
+    10,
+  ],
 ];
 
 async function main(): Promise<void> {
@@ -117,13 +141,18 @@ async function main(): Promise<void> {
     const strategy = create(StrategySchema, {
       kind: { case: "window", value: { window: WINDOW } },
     });
-    const messages = threadMessages();
-    for (let from = 0; from < messages.length; from += 100) {
-      const batch = messages.slice(from, from + 100);
-      await app.service.add(
-        create(AddRequestSchema, { threadId: THREAD, strategy, messages: batch }),
-        ctx,
-      );
+    for (const [threadId, chatty] of [
+      [THREAD, false],
+      [CHATTY_THREAD, true],
+    ] as const) {
+      const messages = threadMessages(chatty);
+      for (let from = 0; from < messages.length; from += 100) {
+        const batch = messages.slice(from, from + 100);
+        await app.service.add(
+          create(AddRequestSchema, { threadId, strategy, messages: batch }),
+          ctx,
+        );
+      }
     }
     const requests = VARIANTS.map(([name, init, base]) => ({
       name,

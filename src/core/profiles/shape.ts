@@ -5,15 +5,22 @@
  * consecutive same-role messages merged.
  *
  * Token budget: every step either drops, moves or merges messages. Dropping
- * and moving never add tokens; a merged message is counted again (it saves
- * the per-message overhead of those it replaces, so it is no larger in
- * practice). Should a list that fitted the budget before shaping still top it
- * after, the oldest turns are dropped until it fits again, so a profile never
- * turns a Get that was within its budget into one over it.
+ * and moving never add tokens, and a merged message counts no more than its
+ * parts (see merged). A call stripped of unanswered calls is counted again;
+ * should that (a stored count from an older rule) make a list that fitted
+ * the budget top it, the oldest turns are dropped until it fits again, so a
+ * profile never turns a Get that was within its budget into one over it.
  */
-import { countMessageTokens, tokensOf } from "../tokens.js";
+import {
+  countMessageTokens,
+  countTextTokens,
+  DEFAULT_TOKEN_ENCODING,
+  TOKENS_PER_MESSAGE,
+  TOKENS_PER_NAME,
+  tokensOf,
+} from "../tokens.js";
 import type { Profile, StoredMessage, TokenEncoding } from "../types.js";
-import { flatten, groupTurns, recounted, type Turn } from "./turns.js";
+import { flatten, groupTurns, type Turn } from "./turns.js";
 
 /** What one provider demands of the message list (one module per provider states it). */
 export interface ProfileRules {
@@ -235,28 +242,78 @@ function mergeSameRole(turns: readonly Turn[], encoding: TokenEncoding): Turn[] 
   return out;
 }
 
+/** Tokens of the blank line that joins merged texts ("\n\n" is one token in both encodings). */
+const JOIN_TOKENS = 1;
+
 /**
  * One message for `run`, oldest first: the texts joined by a blank line,
  * the last message's calls, seq and time (the newest), a name only when all
- * carry the same.
+ * carry the same. Its tokens are not counted again (that would tokenize the
+ * run's text on every Get): they are the parts' counts less the overhead the
+ * parts no longer pay each (TOKENS_PER_MESSAGE, and a name's when names are
+ * dropped), plus a token per joining blank line. Only profiles of providers
+ * whose tokenizers gpt-tokenizer lacks merge, where every count is an
+ * estimate already; this one never exceeds the parts' sum.
  */
 function merged(run: readonly StoredMessage[], encoding: TokenEncoding): StoredMessage {
   const last = run[run.length - 1] as StoredMessage;
+  const known = mergedRuns.get(last);
+  if (known !== undefined && known.encoding === encoding && sameRun(known.run, run)) {
+    return known.merged;
+  }
+  const out = Object.freeze(mergeRun(run, last, encoding));
+  mergedRuns.set(last, { run: run.slice(), encoding, merged: out });
+  return out;
+}
+
+/**
+ * Merged messages made so far, by the run's newest message: the same run is
+ * merged again on every Get, and reusing the object saves building it and
+ * (service/pre-encoded.ts) encoding it. Kept while the store keeps that message.
+ */
+const mergedRuns = new WeakMap<
+  StoredMessage,
+  { run: readonly StoredMessage[]; encoding: TokenEncoding; merged: StoredMessage }
+>();
+
+function sameRun(a: readonly StoredMessage[], b: readonly StoredMessage[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+function mergeRun(
+  run: readonly StoredMessage[],
+  last: StoredMessage,
+  encoding: TokenEncoding,
+): StoredMessage {
   const texts: string[] = [];
   let metadata: Record<string, string> | undefined;
   let sameName = true;
+  let tokens = 0;
   for (const m of run) {
     if (m.content !== "") texts.push(m.content);
     if (m.metadata !== undefined) metadata = { ...metadata, ...m.metadata };
     if (m.name !== last.name) sameName = false;
+    tokens += tokensOf(m, encoding);
   }
-  const { name: _name, ...withoutName } = last;
-  const base = sameName ? last : withoutName;
-  return recounted(
-    base,
-    { content: texts.join("\n\n"), ...(metadata === undefined ? {} : { metadata }) },
-    encoding,
-  );
+  tokens -= (run.length - 1) * TOKENS_PER_MESSAGE - Math.max(0, texts.length - 1) * JOIN_TOKENS;
+  if (!sameName) {
+    for (const m of run) {
+      if (m.name !== undefined && m.name !== "") {
+        tokens -= TOKENS_PER_NAME + countTextTokens(m.name, encoding);
+      }
+    }
+  }
+  const { name: _name, tokenEncoding: _stale, ...withoutName } = last;
+  const { tokenEncoding: _staleToo, ...withName } = last;
+  return {
+    ...(sameName ? withName : withoutName),
+    content: texts.join("\n\n"),
+    ...(metadata === undefined ? {} : { metadata }),
+    tokens,
+    ...(encoding === DEFAULT_TOKEN_ENCODING ? {} : { tokenEncoding: encoding }),
+  };
 }
 
 /**

@@ -137,7 +137,10 @@ describe("profiles repair what the cut left", () => {
       ]);
       expect(out[1]?.toolCalls?.map((c) => c.id)).toEqual(["x"]);
       expect(out[0]?.seq).toBe(2);
-      for (const m of out.slice(0, 2)) expect(m.tokens).toBe(countMessageTokens(m, "o200k_base"));
+      // The parts' counts less 3 per message merged away, plus 1 per joining blank line.
+      const count = (i: number) => countMessageTokens(msgs[i] as ChatMessage, "o200k_base");
+      expect(out[0]?.tokens).toBe(count(0) + count(1) - 3 + 1);
+      expect(out[1]?.tokens).toBe(count(2) + count(3) - 3 + 1);
       expect(CHECKERS[p](out)).toEqual([]);
     },
   );
@@ -178,26 +181,39 @@ describe("the summary where the provider accepts it", () => {
 
 describe("token budgets after shaping", () => {
   it("drops the oldest turns when repair would top a budget the cut kept", () => {
-    // Stored counts from an older rule, smaller than a recount: merging recounts.
+    // A stored count from an older rule, smaller than a recount: stripping the
+    // unanswered call counts the assistant message again.
     const msgs = thread(
-      { ...user("one two three four five"), tokens: 1 },
-      { ...user("six seven eight nine ten"), tokens: 1 },
-      { ...assistant("reply"), tokens: 1 },
+      { ...user("first question"), tokens: 1 },
+      { ...calls("Let me look that up in the archive.", "a", "b"), tokens: 1 },
+      { ...result("a", "found"), tokens: 1 },
       { ...user("last question"), tokens: 1 },
     );
-    const out = shape(msgs, "bedrock_converse", 10);
+    const out = shape(msgs, "openai_chat", 10);
     let tokens = 0;
     for (const m of out) tokens += m.tokens ?? 0;
     expect(tokens).toBeLessThanOrEqual(10);
-    expect(contents(out)).toEqual([
-      "user:six seven eight nine ten",
-      "assistant:reply",
-      "user:last question",
-    ]);
-    // Without a budget the merge stands.
-    expect(shape(msgs, "bedrock_converse")[0]?.content).toBe(
-      "one two three four five\n\nsix seven eight nine ten",
+    expect(contents(out)).toEqual(["user:last question"]);
+    // Without a budget the repair stands.
+    const unbounded = shape(msgs, "openai_chat");
+    expect(unbounded.map((m) => m.seq)).toEqual([1, 2, 3, 4]);
+    expect(unbounded[1]?.toolCalls?.map((c) => c.id)).toEqual(["a"]);
+    expect(unbounded[1]?.tokens).toBeGreaterThan(10);
+  });
+
+  it("counts a merged message as its parts less the overhead they no longer pay", () => {
+    const msgs = thread(
+      { ...user("hello"), name: "ann" },
+      { ...user("again"), name: "bob" },
+      assistant("hi"),
     );
+    const out = shape(msgs, "gemini");
+    const count = (i: number) => countMessageTokens(msgs[i] as ChatMessage, "o200k_base");
+    const names = countMessageTokens({ role: "user", content: "", name: "ann" }, "o200k_base") - 3;
+    const names2 = countMessageTokens({ role: "user", content: "", name: "bob" }, "o200k_base") - 3;
+    expect(out[0]?.name).toBeUndefined();
+    expect(out[0]?.tokens).toBe(count(0) + count(1) - 3 + 1 - names - names2);
+    expect(out[0]?.tokens).toBeLessThan(count(0) + count(1));
   });
 
   it("counts what the placeholders saved and keeps the stored messages as they were", () => {
@@ -254,7 +270,9 @@ describe("work linear in the list", () => {
     const out = shape(msgs, "bedrock_converse");
     expect(out).toHaveLength(1);
     expect(out[0]?.seq).toBe(20_000);
-    expect(out[0]?.tokens).toBe(countMessageTokens(out[0] as ChatMessage, "o200k_base"));
+    let parts = 0;
+    for (const m of msgs) parts += countMessageTokens(m, "o200k_base");
+    expect(out[0]?.tokens).toBe(parts - 19_999 * 3 + 19_999);
   });
 
   it("takes a call followed by 20,000 stray results", () => {
