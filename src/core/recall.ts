@@ -77,6 +77,9 @@ export function readStrategy(thread: Strategy, recall: Strategy | undefined): St
       ...base,
       ...(recall.maxTokens === undefined ? {} : { maxTokens: recall.maxTokens }),
       ...(recall.tokenEncoding === undefined ? {} : { tokenEncoding: recall.tokenEncoding }),
+      ...(recall.clearToolResults === undefined
+        ? {}
+        : { clearToolResults: recall.clearToolResults }),
     };
   }
   // A summary recall on a summary thread keeps the thread's summariser: only

@@ -1,6 +1,6 @@
 import { invalidArgument } from "./errors.js";
 import { DEFAULT_TOKEN_ENCODING, TOKEN_ENCODINGS } from "./tokens.js";
-import type { Strategy, SummaryPlacement, TokenEncoding } from "./types.js";
+import type { Strategy, SummaryPlacement, TokenEncoding, ToolClearing } from "./types.js";
 
 /** The defaults the proto's Strategy comments promise. */
 export const DEFAULT_WINDOW = 20;
@@ -9,6 +9,14 @@ export const DEFAULT_SUMMARIZE_EVERY = 6;
 export const DEFAULT_MAX_STORED = 1000;
 /** Largest token budget a strategy or a Get may ask for (well past any model's context). */
 export const MAX_TOKENS_LIMIT = 10_000_000;
+/** Largest keep_tool_turns accepted (a thread keeps at most max_stored messages anyway). */
+export const MAX_KEEP_TOOL_TURNS = 100_000;
+
+/** Tool-output clearing as a request gives it (README, Clearing old tool output). */
+export interface ToolClearingDraft {
+  keepToolTurns?: number | undefined;
+  keepToolTokens?: number | undefined;
+}
 
 /**
  * A strategy as a request gives it: every size optional, the kind possibly
@@ -28,6 +36,8 @@ export interface StrategyDraft {
   tokenEncoding?: string | undefined;
   /** Summary: where Get puts the summary; undefined: "system". */
   summaryPlacement?: SummaryPlacement | undefined;
+  /** Tool-output clearing for every Get; undefined: none. */
+  clearToolResults?: ToolClearingDraft | undefined;
 }
 
 /**
@@ -53,6 +63,30 @@ function tokenOptions(
       );
     }
     if (enc !== DEFAULT_TOKEN_ENCODING) out.tokenEncoding = enc as TokenEncoding;
+  }
+  return out;
+}
+
+/**
+ * Clearing options as a request gives them, validated; throws
+ * invalid_argument naming `field` (e.g. "clear_tool_results.keep_tool_turns").
+ */
+export function resolveToolClearing(draft: ToolClearingDraft, field: string): ToolClearing {
+  const out: ToolClearing = {};
+  if (draft.keepToolTurns !== undefined) {
+    if (draft.keepToolTurns > MAX_KEEP_TOOL_TURNS) {
+      throw invalidArgument(`${field}.keep_tool_turns`, `must be at most ${MAX_KEEP_TOOL_TURNS}`);
+    }
+    out.keepToolTurns = draft.keepToolTurns;
+  }
+  if (draft.keepToolTokens !== undefined) {
+    if (draft.keepToolTokens > MAX_TOKENS_LIMIT) {
+      throw invalidArgument(`${field}.keep_tool_tokens`, `must be at most ${MAX_TOKENS_LIMIT}`);
+    }
+    out.keepToolTokens = draft.keepToolTokens;
+  }
+  if (out.keepToolTurns === undefined && out.keepToolTokens === undefined) {
+    throw invalidArgument(field, "set keep_tool_turns or keep_tool_tokens (or leave it unset)");
   }
   return out;
 }
@@ -83,9 +117,16 @@ export function resolveStrategy(draft: StrategyDraft, opts: ResolveOptions): Str
   if (draft.maxStored !== undefined && draft.maxStored > opts.maxStoredLimit) {
     throw invalidArgument(`${f}.max_stored`, `must be at most ${opts.maxStoredLimit}`);
   }
+  const clearing =
+    draft.clearToolResults === undefined
+      ? {}
+      : {
+          clearToolResults: resolveToolClearing(draft.clearToolResults, `${f}.clear_tool_results`),
+        };
   const base = {
     excludeSystem: draft.excludeSystem,
     maxStored: draft.maxStored ?? DEFAULT_MAX_STORED,
+    ...clearing,
   };
   switch (draft.kind) {
     case undefined:
@@ -93,6 +134,7 @@ export function resolveStrategy(draft: StrategyDraft, opts: ResolveOptions): Str
         ...opts.defaultStrategy,
         excludeSystem: draft.excludeSystem || opts.defaultStrategy.excludeSystem,
         maxStored: draft.maxStored ?? opts.defaultStrategy.maxStored,
+        ...clearing,
       };
     case "buffer":
       return { kind: "buffer", maxMessages: draft.maxMessages ?? 0, ...base };
@@ -129,15 +171,15 @@ export function resolveStrategy(draft: StrategyDraft, opts: ResolveOptions): Str
 export function strategyKey(s: Strategy): string {
   switch (s.kind) {
     case "buffer":
-      return `buffer(max_messages=${s.maxMessages},exclude_system=${s.excludeSystem},max_stored=${s.maxStored})`;
+      return `buffer(max_messages=${s.maxMessages},exclude_system=${s.excludeSystem},max_stored=${s.maxStored}${clearingKey(s)})`;
     case "window":
-      return `window(window=${s.window},exclude_system=${s.excludeSystem},max_stored=${s.maxStored}${tokenKey(s)})`;
+      return `window(window=${s.window},exclude_system=${s.excludeSystem},max_stored=${s.maxStored}${tokenKey(s)}${clearingKey(s)})`;
     case "summary":
       return `summary(window=${s.window},summarize_every=${s.summarizeEvery},model=${s.model},exclude_system=${s.excludeSystem},max_stored=${s.maxStored}${tokenKey(s)}${
         (s.summaryPlacement ?? "system") === "system"
           ? ""
           : `,summary_placement=${s.summaryPlacement}`
-      })`;
+      }${clearingKey(s)})`;
   }
 }
 
@@ -148,6 +190,12 @@ function tokenKey(s: { maxTokens?: number; tokenEncoding?: TokenEncoding }): str
     (max > 0 ? `,max_tokens=${max}` : "") +
     (enc !== DEFAULT_TOKEN_ENCODING ? `,token_encoding=${enc}` : "")
   );
+}
+
+function clearingKey(s: Strategy): string {
+  const c = s.clearToolResults;
+  if (c === undefined) return "";
+  return `,clear_tool_results(keep_tool_turns=${c.keepToolTurns ?? ""},keep_tool_tokens=${c.keepToolTokens ?? ""})`;
 }
 
 /** The encoding a strategy counts tokens with. */

@@ -47,12 +47,39 @@ export interface StoredMessage extends ChatMessage {
   createTime: number;
 }
 
+/**
+ * Which tool results a Get returns as a placeholder (src/core/tool-clearing.ts).
+ * At least one limit is set; a result is cleared when either says so.
+ */
+export interface ToolClearing {
+  /** Results of the newest this many tool turns stay whole; older ones are cleared. */
+  keepToolTurns?: number;
+  /** Results stay whole, newest first, while their tokens sum to at most this. */
+  keepToolTokens?: number;
+}
+
+/**
+ * A provider whose request rules a Get's list is shaped to
+ * (src/core/profiles/): GetRequest.profile.
+ */
+export type Profile =
+  | "openai_chat"
+  | "openai_responses"
+  | "anthropic"
+  | "gemini"
+  | "bedrock_converse";
+
 /** Options common to every strategy. */
 interface StrategyBase {
   /** System messages are left out of recall (the seed's return_system=False). */
   excludeSystem: boolean;
   /** Hard ceiling on messages kept per thread. */
   maxStored: number;
+  /**
+   * Tool-output clearing every Get of the thread applies (a GetRequest's own
+   * clearing replaces it); absent: none, as for strategies stored before it existed.
+   */
+  clearToolResults?: ToolClearing;
 }
 
 /**

@@ -31,6 +31,7 @@ import type {
   SummaryPlacement,
   ThreadState,
 } from "../core/types.js";
+import { clearingDraftFromPb, clearingToPb } from "./shaping-options.js";
 
 /**
  * Conversion between the wire types (protobuf-es) and the domain types, with
@@ -151,7 +152,11 @@ function placementFromPb(p: SummaryPlacementPb): SummaryPlacement {
 /** The draft strategy of a request; undefined when the request has none. */
 export function strategyDraftFromPb(s: StrategyPb | undefined): StrategyDraft | undefined {
   if (s === undefined) return undefined;
-  const base = { excludeSystem: s.excludeSystem, maxStored: s.maxStored };
+  const base = {
+    excludeSystem: s.excludeSystem,
+    maxStored: s.maxStored,
+    clearToolResults: clearingDraftFromPb(s.clearToolResults),
+  };
   switch (s.kind.case) {
     case "buffer":
       return { ...base, kind: "buffer", maxMessages: s.kind.value.maxMessages };
@@ -197,7 +202,13 @@ export function strategyToPb(s: Strategy): StrategyPb {
 }
 
 function newStrategyPb(s: Strategy): StrategyPb {
-  const base = { excludeSystem: s.excludeSystem, maxStored: s.maxStored };
+  const base = {
+    excludeSystem: s.excludeSystem,
+    maxStored: s.maxStored,
+    ...(s.clearToolResults === undefined
+      ? {}
+      : { clearToolResults: clearingToPb(s.clearToolResults) }),
+  };
   switch (s.kind) {
     case "buffer":
       return create(StrategySchema, {

@@ -5,14 +5,21 @@ import {
   GetResponseSchema,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { invalidArgument } from "../core/errors.js";
+import { shapeRecalled } from "../core/get-shaping.js";
 import { planFold, type Recalled, readStrategy, recall, recallSize } from "../core/recall.js";
-import { MAX_TOKENS_LIMIT, resolveStrategy } from "../core/strategy.js";
-import type { StoredMessage, Strategy } from "../core/types.js";
+import {
+  encodingOf,
+  MAX_TOKENS_LIMIT,
+  resolveStrategy,
+  resolveToolClearing,
+} from "../core/strategy.js";
+import type { Profile, StoredMessage, Strategy, ToolClearing } from "../core/types.js";
 import type { ThreadSnapshot } from "../store/store.js";
 import type { CallContext } from "./context.js";
 import { strategyDraftFromPb, threadIdFrom, threadToPb } from "./convert.js";
 import { assertOpen, type ServiceDeps } from "./deps.js";
 import { setMessages } from "./pre-encoded.js";
+import { clearingDraftFromPb, profileFromPb } from "./shaping-options.js";
 
 /** What a Get asks for beyond the strategy: its limit, max_tokens and recall overrides. */
 interface Shape {
@@ -20,6 +27,10 @@ interface Shape {
   maxTokens: number | undefined;
   /** GetRequest.recall, validated; undefined: the thread's strategy. */
   recall: Strategy | undefined;
+  /** GetRequest.profile; undefined: none. */
+  profile: Profile | undefined;
+  /** GetRequest.clear_tool_results, validated; undefined: the strategy's. */
+  clearing: ToolClearing | undefined;
 }
 
 /** A snapshot read for a Get, with its recall when working it out needed it. */
@@ -40,7 +51,17 @@ export async function get(
   if (maxTokens !== undefined && maxTokens > MAX_TOKENS_LIMIT) {
     throw invalidArgument("max_tokens", `must be at most ${MAX_TOKENS_LIMIT}`);
   }
-  const shape: Shape = { limit: req.limit, maxTokens, recall: recallFromPb(deps, req) };
+  const clearingDraft = clearingDraftFromPb(req.clearToolResults);
+  const shape: Shape = {
+    limit: req.limit,
+    maxTokens,
+    recall: recallFromPb(deps, req),
+    profile: profileFromPb(req.profile),
+    clearing:
+      clearingDraft === undefined
+        ? undefined
+        : resolveToolClearing(clearingDraft, "clear_tool_results"),
+  };
   const read = await readForGet(deps, ctx.namespace, threadId, shape);
   if (read === undefined) return create(GetResponseSchema, {});
   if (readStrategy(read.snap.thread.strategy, shape.recall).kind !== "summary" || req.allowStale) {
@@ -207,7 +228,13 @@ function respond(
   recalled?: Recalled,
 ): GetResponse {
   if (degradedReason !== "") deps.metrics?.degradedGets.inc();
-  const r = recalled ?? recallOf(snap, shape, degradedReason !== "");
+  const view = readStrategy(snap.thread.strategy, shape.recall);
+  // Shaped here, not in recallOf: readForGet compares the plain cut's first message with the thread's.
+  const r = shapeRecalled(recalled ?? recallOf(snap, shape, degradedReason !== ""), {
+    profile: shape.profile,
+    clearing: shape.clearing ?? view.clearToolResults,
+    encoding: encodingOf(view),
+  });
   const res = create(GetResponseSchema, {
     summary: r.summary,
     thread: threadToPb(snap.thread),
@@ -216,6 +243,8 @@ function respond(
     tokens: r.tokens,
     maxTokens: r.maxTokens,
     overBudget: r.overBudget,
+    clearedToolResults: r.clearedToolResults,
+    clearedToolTokens: r.clearedToolTokens,
   });
   return setMessages(res, r.messages);
 }

@@ -233,7 +233,7 @@ export function encodeAddResponse(res: AddResponse): Uint8Array {
   }
 }
 
-/** A GetResponse's fields after `messages` (2 to 8), measured for writing. */
+/** A GetResponse's fields after `messages` (2 to 10), measured for writing. */
 interface GetTailPlan {
   readonly res: GetResponse;
   readonly size: number;
@@ -251,6 +251,7 @@ function planGetResponseTail(res: GetResponse): GetTailPlan {
   if (thread !== undefined) size += delimited(thread.size);
   size += uintSize(res.degraded ? 1 : 0) + (reasonLen === 0 ? 0 : delimited(reasonLen));
   size += uintSize(res.tokens) + uintSize(res.maxTokens) + uintSize(res.overBudget ? 1 : 0);
+  size += uintSize(res.clearedToolResults) + uintSize(res.clearedToolTokens);
   return { res, size, summaryLen, reasonLen, thread };
 }
 
@@ -263,10 +264,12 @@ function writeGetResponseTail(out: Out, p: GetTailPlan): void {
   out.uint(0x30, res.tokens);
   out.uint(0x38, res.maxTokens);
   out.uint(0x40, res.overBudget ? 1 : 0);
+  out.uint(0x48, res.clearedToolResults);
+  out.uint(0x50, res.clearedToolTokens);
 }
 
 /**
- * A GetResponse's fields after `messages` (2 to 8), or undefined when one of
+ * A GetResponse's fields after `messages` (2 to 10), or undefined when one of
  * them cannot take the fast path.
  */
 export function encodeGetResponseTail(res: GetResponse): Uint8Array | undefined {

@@ -170,3 +170,37 @@ describe("strategyKey and sameStrategy", () => {
     );
   });
 });
+
+describe("tool-output clearing in a strategy", () => {
+  it("is kept when given, named in errors, and part of the strategy's identity", () => {
+    const s = resolveStrategy(
+      draft({ kind: "window", clearToolResults: { keepToolTurns: 2 } }),
+      opts,
+    );
+    expect(s.clearToolResults).toEqual({ keepToolTurns: 2 });
+    const plain = resolveStrategy(draft({ kind: "window" }), opts);
+    expect("clearToolResults" in plain).toBe(false);
+    expect(sameStrategy(s, plain)).toBe(false);
+    expect(strategyKey(plain)).not.toContain("clear_tool_results");
+    const unset = thrown(() =>
+      resolveStrategy(draft({ kind: "buffer", clearToolResults: {} }), opts),
+    );
+    expect(unset.field).toBe("strategy.clear_tool_results");
+    const turns = thrown(() =>
+      resolveStrategy(
+        draft({ kind: "window", clearToolResults: { keepToolTurns: 100_001 } }),
+        opts,
+      ),
+    );
+    expect(turns.field).toBe("strategy.clear_tool_results.keep_tool_turns");
+    const tokens = thrown(() =>
+      resolveStrategy(
+        draft({ kind: "summary", clearToolResults: { keepToolTokens: 10_000_001 } }),
+        opts,
+      ),
+    );
+    expect(tokens.field).toBe("strategy.clear_tool_results.keep_tool_tokens");
+    // A stored strategy from before clearing existed reads back with the same key.
+    expect(strategyKey(JSON.parse(JSON.stringify(plain)) as Strategy)).toBe(strategyKey(plain));
+  });
+});

@@ -160,6 +160,8 @@ describe("hand-written GetResponse encoding", () => {
             tokens: fc.nat(2 ** 32 - 1),
             maxTokens: fc.nat(2 ** 32 - 1),
             overBudget: fc.boolean(),
+            clearedToolResults: fc.nat(2 ** 32 - 1),
+            clearedToolTokens: fc.nat(2 ** 32 - 1),
           },
           { requiredKeys: [] },
         ),

@@ -92,6 +92,80 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{0}
 }
 
+// Profile names a model provider whose request rules Get shapes its list to,
+// whatever the strategy cut (README, Provider profiles). Every profile keeps
+// each tool call with all of its results right after it (parallel calls as
+// one group), drops a result whose call is not in the list, drops a call
+// left unanswered before the next turn, and keeps a call still pending at
+// the end whole, so the caller can append its results.
+type Profile int32
+
+const (
+	// No profile: the strategy's cut as it is.
+	Profile_PROFILE_UNSPECIFIED Profile = 0
+	// OpenAI Chat Completions: system messages stay where they are.
+	Profile_PROFILE_OPENAI_CHAT Profile = 1
+	// OpenAI Responses (input items): as PROFILE_OPENAI_CHAT.
+	Profile_PROFILE_OPENAI_RESPONSES Profile = 2
+	// Anthropic Messages: system messages (the summary's too) first, for the
+	// system parameter; a user turn first; consecutive same-role messages
+	// merged.
+	Profile_PROFILE_ANTHROPIC Profile = 3
+	// Google Gemini: as PROFILE_ANTHROPIC (system_instruction; alternating
+	// user and model turns).
+	Profile_PROFILE_GEMINI Profile = 4
+	// Amazon Bedrock Converse: as PROFILE_ANTHROPIC (system field; alternating
+	// user and assistant turns, starting with user).
+	Profile_PROFILE_BEDROCK_CONVERSE Profile = 5
+)
+
+// Enum value maps for Profile.
+var (
+	Profile_name = map[int32]string{
+		0: "PROFILE_UNSPECIFIED",
+		1: "PROFILE_OPENAI_CHAT",
+		2: "PROFILE_OPENAI_RESPONSES",
+		3: "PROFILE_ANTHROPIC",
+		4: "PROFILE_GEMINI",
+		5: "PROFILE_BEDROCK_CONVERSE",
+	}
+	Profile_value = map[string]int32{
+		"PROFILE_UNSPECIFIED":      0,
+		"PROFILE_OPENAI_CHAT":      1,
+		"PROFILE_OPENAI_RESPONSES": 2,
+		"PROFILE_ANTHROPIC":        3,
+		"PROFILE_GEMINI":           4,
+		"PROFILE_BEDROCK_CONVERSE": 5,
+	}
+)
+
+func (x Profile) Enum() *Profile {
+	p := new(Profile)
+	*p = x
+	return p
+}
+
+func (x Profile) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Profile) Descriptor() protoreflect.EnumDescriptor {
+	return file_windlass_memory_v1_memory_proto_enumTypes[1].Descriptor()
+}
+
+func (Profile) Type() protoreflect.EnumType {
+	return &file_windlass_memory_v1_memory_proto_enumTypes[1]
+}
+
+func (x Profile) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Profile.Descriptor instead.
+func (Profile) EnumDescriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{1}
+}
+
 // SummaryPlacement says how Get replays a thread's summary.
 type SummaryPlacement int32
 
@@ -135,11 +209,11 @@ func (x SummaryPlacement) String() string {
 }
 
 func (SummaryPlacement) Descriptor() protoreflect.EnumDescriptor {
-	return file_windlass_memory_v1_memory_proto_enumTypes[1].Descriptor()
+	return file_windlass_memory_v1_memory_proto_enumTypes[2].Descriptor()
 }
 
 func (SummaryPlacement) Type() protoreflect.EnumType {
-	return &file_windlass_memory_v1_memory_proto_enumTypes[1]
+	return &file_windlass_memory_v1_memory_proto_enumTypes[2]
 }
 
 func (x SummaryPlacement) Number() protoreflect.EnumNumber {
@@ -148,7 +222,7 @@ func (x SummaryPlacement) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SummaryPlacement.Descriptor instead.
 func (SummaryPlacement) EnumDescriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{1}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{2}
 }
 
 // EventType selects events in WatchRequest.
@@ -200,11 +274,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_windlass_memory_v1_memory_proto_enumTypes[2].Descriptor()
+	return file_windlass_memory_v1_memory_proto_enumTypes[3].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_windlass_memory_v1_memory_proto_enumTypes[2]
+	return &file_windlass_memory_v1_memory_proto_enumTypes[3]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -213,7 +287,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{2}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{3}
 }
 
 // ToolCall is one function call requested by an assistant message.
@@ -424,9 +498,13 @@ type Strategy struct {
 	// Hard ceiling on messages kept per thread; the oldest are dropped beyond
 	// it. Unset: 1000. For the summary strategy only messages already folded
 	// into the summary are dropped. 0 is INVALID_ARGUMENT.
-	MaxStored     *uint32 `protobuf:"varint,5,opt,name=max_stored,json=maxStored,proto3,oneof" json:"max_stored,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxStored *uint32 `protobuf:"varint,5,opt,name=max_stored,json=maxStored,proto3,oneof" json:"max_stored,omitempty"`
+	// Tool-output clearing every Get of the thread applies (see
+	// ToolResultClearing); GetRequest.clear_tool_results replaces it for one
+	// call. Unset: none.
+	ClearToolResults *ToolResultClearing `protobuf:"bytes,6,opt,name=clear_tool_results,json=clearToolResults,proto3" json:"clear_tool_results,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Strategy) Reset() {
@@ -507,6 +585,13 @@ func (x *Strategy) GetMaxStored() uint32 {
 	return 0
 }
 
+func (x *Strategy) GetClearToolResults() *ToolResultClearing {
+	if x != nil {
+		return x.ClearToolResults
+	}
+	return nil
+}
+
 type isStrategy_Kind interface {
 	isStrategy_Kind()
 }
@@ -533,6 +618,72 @@ func (*Strategy_Window) isStrategy_Kind() {}
 
 func (*Strategy_Summary) isStrategy_Kind() {}
 
+// ToolResultClearing returns old tool results as a short placeholder
+// "[tool result cleared: NAME call ID, N tokens]" (the tool's name, the call
+// id and the result's original token count) instead of their content. A
+// read-time view: the stored transcript is untouched, no model is called,
+// and a summary fold still reads every result whole. A tool turn is an
+// assistant message with tool_calls and the results after it (a call still
+// pending counts). A result is cleared when either limit says so; a result
+// whose placeholder would not be smaller is returned whole. At least one
+// limit must be set (INVALID_ARGUMENT naming the message otherwise).
+type ToolResultClearing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Results of the newest this many tool turns stay whole; older results
+	// are cleared. 0: every result is cleared. At most 100000.
+	KeepToolTurns *uint32 `protobuf:"varint,1,opt,name=keep_tool_turns,json=keepToolTurns,proto3,oneof" json:"keep_tool_turns,omitempty"`
+	// Results stay whole, newest first, while their tokens (ChatMessage.tokens)
+	// sum to at most this; that result and every older one are cleared. At
+	// most 10000000.
+	KeepToolTokens *uint32 `protobuf:"varint,2,opt,name=keep_tool_tokens,json=keepToolTokens,proto3,oneof" json:"keep_tool_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ToolResultClearing) Reset() {
+	*x = ToolResultClearing{}
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolResultClearing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolResultClearing) ProtoMessage() {}
+
+func (x *ToolResultClearing) ProtoReflect() protoreflect.Message {
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolResultClearing.ProtoReflect.Descriptor instead.
+func (*ToolResultClearing) Descriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ToolResultClearing) GetKeepToolTurns() uint32 {
+	if x != nil && x.KeepToolTurns != nil {
+		return *x.KeepToolTurns
+	}
+	return 0
+}
+
+func (x *ToolResultClearing) GetKeepToolTokens() uint32 {
+	if x != nil && x.KeepToolTokens != nil {
+		return *x.KeepToolTokens
+	}
+	return 0
+}
+
 // BufferStrategy returns the whole stored thread.
 type BufferStrategy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -544,7 +695,7 @@ type BufferStrategy struct {
 
 func (x *BufferStrategy) Reset() {
 	*x = BufferStrategy{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[3]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +707,7 @@ func (x *BufferStrategy) String() string {
 func (*BufferStrategy) ProtoMessage() {}
 
 func (x *BufferStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[3]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +720,7 @@ func (x *BufferStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BufferStrategy.ProtoReflect.Descriptor instead.
 func (*BufferStrategy) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{3}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BufferStrategy) GetMaxMessages() uint32 {
@@ -602,7 +753,7 @@ type WindowStrategy struct {
 
 func (x *WindowStrategy) Reset() {
 	*x = WindowStrategy{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[4]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +765,7 @@ func (x *WindowStrategy) String() string {
 func (*WindowStrategy) ProtoMessage() {}
 
 func (x *WindowStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[4]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +778,7 @@ func (x *WindowStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowStrategy.ProtoReflect.Descriptor instead.
 func (*WindowStrategy) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{4}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WindowStrategy) GetWindow() uint32 {
@@ -682,7 +833,7 @@ type SummaryStrategy struct {
 
 func (x *SummaryStrategy) Reset() {
 	*x = SummaryStrategy{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[5]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +845,7 @@ func (x *SummaryStrategy) String() string {
 func (*SummaryStrategy) ProtoMessage() {}
 
 func (x *SummaryStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[5]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +858,7 @@ func (x *SummaryStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryStrategy.ProtoReflect.Descriptor instead.
 func (*SummaryStrategy) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{5}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SummaryStrategy) GetWindow() uint32 {
@@ -781,7 +932,7 @@ type Thread struct {
 
 func (x *Thread) Reset() {
 	*x = Thread{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[6]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +944,7 @@ func (x *Thread) String() string {
 func (*Thread) ProtoMessage() {}
 
 func (x *Thread) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[6]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +957,7 @@ func (x *Thread) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thread.ProtoReflect.Descriptor instead.
 func (*Thread) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{6}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Thread) GetThreadId() string {
@@ -925,7 +1076,7 @@ type AddRequest struct {
 
 func (x *AddRequest) Reset() {
 	*x = AddRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[7]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1088,7 @@ func (x *AddRequest) String() string {
 func (*AddRequest) ProtoMessage() {}
 
 func (x *AddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[7]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1101,7 @@ func (x *AddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRequest.ProtoReflect.Descriptor instead.
 func (*AddRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{7}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AddRequest) GetThreadId() string {
@@ -1031,7 +1182,7 @@ type AddResponse struct {
 
 func (x *AddResponse) Reset() {
 	*x = AddResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[8]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1194,7 @@ func (x *AddResponse) String() string {
 func (*AddResponse) ProtoMessage() {}
 
 func (x *AddResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[8]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1207,7 @@ func (x *AddResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddResponse.ProtoReflect.Descriptor instead.
 func (*AddResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{8}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddResponse) GetThread() *Thread {
@@ -1112,14 +1263,22 @@ type GetRequest struct {
 	// or window thread, which has no summary, it returns the window part only
 	// (as a window of this window, 0: every message) and starts no fold.
 	// max_stored is not used: a Get stores nothing.
-	Recall        *Strategy `protobuf:"bytes,6,opt,name=recall,proto3" json:"recall,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Recall *Strategy `protobuf:"bytes,6,opt,name=recall,proto3" json:"recall,omitempty"`
+	// Shape the list to this provider's request rules, after the strategy's cut
+	// and after tool-output clearing; the budget a cut kept stays kept (older
+	// turns are dropped if repair would top it). Unset: no profile. Values
+	// not listed are INVALID_ARGUMENT.
+	Profile Profile `protobuf:"varint,7,opt,name=profile,proto3,enum=windlass.memory.v1.Profile" json:"profile,omitempty"`
+	// Tool-output clearing for this call, replacing the strategy's
+	// (Strategy.clear_tool_results). Unset: the strategy's, if any.
+	ClearToolResults *ToolResultClearing `protobuf:"bytes,8,opt,name=clear_tool_results,json=clearToolResults,proto3" json:"clear_tool_results,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[9]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1290,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[9]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1303,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{9}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetRequest) GetThreadId() string {
@@ -1189,6 +1348,20 @@ func (x *GetRequest) GetRecall() *Strategy {
 	return nil
 }
 
+func (x *GetRequest) GetProfile() Profile {
+	if x != nil {
+		return x.Profile
+	}
+	return Profile_PROFILE_UNSPECIFIED
+}
+
+func (x *GetRequest) GetClearToolResults() *ToolResultClearing {
+	if x != nil {
+		return x.ClearToolResults
+	}
+	return nil
+}
+
 // GetResponse is the recalled thread.
 type GetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1215,14 +1388,19 @@ type GetResponse struct {
 	MaxTokens uint32 `protobuf:"varint,7,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	// tokens exceeds max_tokens: a window or summary list was widened to keep a
 	// tool call with its results, or see SummaryStrategy.max_tokens.
-	OverBudget    bool `protobuf:"varint,8,opt,name=over_budget,json=overBudget,proto3" json:"over_budget,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OverBudget bool `protobuf:"varint,8,opt,name=over_budget,json=overBudget,proto3" json:"over_budget,omitempty"`
+	// How many tool results were returned as a placeholder (ToolResultClearing).
+	ClearedToolResults uint32 `protobuf:"varint,9,opt,name=cleared_tool_results,json=clearedToolResults,proto3" json:"cleared_tool_results,omitempty"`
+	// Tokens the placeholders saved: the results' tokens minus the
+	// placeholders' (tokens above already counts the placeholders).
+	ClearedToolTokens uint32 `protobuf:"varint,10,opt,name=cleared_tool_tokens,json=clearedToolTokens,proto3" json:"cleared_tool_tokens,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[10]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1412,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[10]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1425,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{10}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetResponse) GetMessages() []*ChatMessage {
@@ -1306,6 +1484,20 @@ func (x *GetResponse) GetOverBudget() bool {
 	return false
 }
 
+func (x *GetResponse) GetClearedToolResults() uint32 {
+	if x != nil {
+		return x.ClearedToolResults
+	}
+	return 0
+}
+
+func (x *GetResponse) GetClearedToolTokens() uint32 {
+	if x != nil {
+		return x.ClearedToolTokens
+	}
+	return 0
+}
+
 // ClearRequest forgets one thread or all of them.
 type ClearRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1319,7 +1511,7 @@ type ClearRequest struct {
 
 func (x *ClearRequest) Reset() {
 	*x = ClearRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[11]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1523,7 @@ func (x *ClearRequest) String() string {
 func (*ClearRequest) ProtoMessage() {}
 
 func (x *ClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[11]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1536,7 @@ func (x *ClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearRequest.ProtoReflect.Descriptor instead.
 func (*ClearRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{11}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClearRequest) GetThreadId() string {
@@ -1372,7 +1564,7 @@ type ClearResponse struct {
 
 func (x *ClearResponse) Reset() {
 	*x = ClearResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[12]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1576,7 @@ func (x *ClearResponse) String() string {
 func (*ClearResponse) ProtoMessage() {}
 
 func (x *ClearResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[12]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1589,7 @@ func (x *ClearResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResponse.ProtoReflect.Descriptor instead.
 func (*ClearResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{12}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClearResponse) GetClearedThreads() uint32 {
@@ -1427,7 +1619,7 @@ type RewindRequest struct {
 
 func (x *RewindRequest) Reset() {
 	*x = RewindRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1631,7 @@ func (x *RewindRequest) String() string {
 func (*RewindRequest) ProtoMessage() {}
 
 func (x *RewindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1644,7 @@ func (x *RewindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindRequest.ProtoReflect.Descriptor instead.
 func (*RewindRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{13}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RewindRequest) GetThreadId() string {
@@ -1498,7 +1690,7 @@ type RewindResponse struct {
 
 func (x *RewindResponse) Reset() {
 	*x = RewindResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1702,7 @@ func (x *RewindResponse) String() string {
 func (*RewindResponse) ProtoMessage() {}
 
 func (x *RewindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1715,7 @@ func (x *RewindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindResponse.ProtoReflect.Descriptor instead.
 func (*RewindResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{14}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RewindResponse) GetThread() *Thread {
@@ -1564,7 +1756,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1768,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1781,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{15}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListThreadsRequest) GetPageSize() uint32 {
@@ -1626,7 +1818,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1830,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1843,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{16}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListThreadsResponse) GetThreadIds() []string {
@@ -1686,7 +1878,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1890,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1903,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{17}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchRequest) GetThreadIds() []string {
@@ -1769,7 +1961,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1973,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1986,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{18}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchResponse) GetResumeToken() string {
@@ -1940,7 +2132,7 @@ type SummaryUpdated struct {
 
 func (x *SummaryUpdated) Reset() {
 	*x = SummaryUpdated{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2144,7 @@ func (x *SummaryUpdated) String() string {
 func (*SummaryUpdated) ProtoMessage() {}
 
 func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2157,7 @@ func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryUpdated.ProtoReflect.Descriptor instead.
 func (*SummaryUpdated) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{19}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SummaryUpdated) GetSummary() string {
@@ -2002,7 +2194,7 @@ type MessagesAdded struct {
 
 func (x *MessagesAdded) Reset() {
 	*x = MessagesAdded{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2206,7 @@ func (x *MessagesAdded) String() string {
 func (*MessagesAdded) ProtoMessage() {}
 
 func (x *MessagesAdded) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2219,7 @@ func (x *MessagesAdded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesAdded.ProtoReflect.Descriptor instead.
 func (*MessagesAdded) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{20}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MessagesAdded) GetFirstSeq() uint64 {
@@ -2055,7 +2247,7 @@ type ThreadCleared struct {
 
 func (x *ThreadCleared) Reset() {
 	*x = ThreadCleared{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2259,7 @@ func (x *ThreadCleared) String() string {
 func (*ThreadCleared) ProtoMessage() {}
 
 func (x *ThreadCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2272,7 @@ func (x *ThreadCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadCleared.ProtoReflect.Descriptor instead.
 func (*ThreadCleared) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{21}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ThreadCleared) GetReason() string {
@@ -2103,7 +2295,7 @@ type SummaryFailed struct {
 
 func (x *SummaryFailed) Reset() {
 	*x = SummaryFailed{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2307,7 @@ func (x *SummaryFailed) String() string {
 func (*SummaryFailed) ProtoMessage() {}
 
 func (x *SummaryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2320,7 @@ func (x *SummaryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryFailed.ProtoReflect.Descriptor instead.
 func (*SummaryFailed) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{22}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SummaryFailed) GetReason() string {
@@ -2161,7 +2353,7 @@ type ThreadRewound struct {
 
 func (x *ThreadRewound) Reset() {
 	*x = ThreadRewound{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2365,7 @@ func (x *ThreadRewound) String() string {
 func (*ThreadRewound) ProtoMessage() {}
 
 func (x *ThreadRewound) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2378,7 @@ func (x *ThreadRewound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadRewound.ProtoReflect.Descriptor instead.
 func (*ThreadRewound) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{23}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ThreadRewound) GetToSeq() uint64 {
@@ -2219,7 +2411,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2423,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2436,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{24}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{25}
 }
 
 var File_windlass_memory_v1_memory_proto protoreflect.FileDescriptor
@@ -2271,16 +2463,22 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x06tokens\x18\t \x01(\rR\x06tokens\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x02\n" +
 	"\bStrategy\x12<\n" +
 	"\x06buffer\x18\x01 \x01(\v2\".windlass.memory.v1.BufferStrategyH\x00R\x06buffer\x12<\n" +
 	"\x06window\x18\x02 \x01(\v2\".windlass.memory.v1.WindowStrategyH\x00R\x06window\x12?\n" +
 	"\asummary\x18\x03 \x01(\v2#.windlass.memory.v1.SummaryStrategyH\x00R\asummary\x12%\n" +
 	"\x0eexclude_system\x18\x04 \x01(\bR\rexcludeSystem\x12\"\n" +
 	"\n" +
-	"max_stored\x18\x05 \x01(\rH\x01R\tmaxStored\x88\x01\x01B\x06\n" +
+	"max_stored\x18\x05 \x01(\rH\x01R\tmaxStored\x88\x01\x01\x12T\n" +
+	"\x12clear_tool_results\x18\x06 \x01(\v2&.windlass.memory.v1.ToolResultClearingR\x10clearToolResultsB\x06\n" +
 	"\x04kindB\r\n" +
-	"\v_max_stored\"I\n" +
+	"\v_max_stored\"\x99\x01\n" +
+	"\x12ToolResultClearing\x12+\n" +
+	"\x0fkeep_tool_turns\x18\x01 \x01(\rH\x00R\rkeepToolTurns\x88\x01\x01\x12-\n" +
+	"\x10keep_tool_tokens\x18\x02 \x01(\rH\x01R\x0ekeepToolTokens\x88\x01\x01B\x12\n" +
+	"\x10_keep_tool_turnsB\x13\n" +
+	"\x11_keep_tool_tokens\"I\n" +
 	"\x0eBufferStrategy\x12&\n" +
 	"\fmax_messages\x18\x01 \x01(\rH\x00R\vmaxMessages\x88\x01\x01B\x0f\n" +
 	"\r_max_messages\"\x92\x01\n" +
@@ -2337,7 +2535,7 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\vAddResponse\x122\n" +
 	"\x06thread\x18\x01 \x01(\v2\x1a.windlass.memory.v1.ThreadR\x06thread\x12\x1b\n" +
 	"\tfirst_seq\x18\x02 \x01(\x04R\bfirstSeq\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xee\x01\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\"\xfb\x02\n" +
 	"\n" +
 	"GetRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x19\n" +
@@ -2347,9 +2545,11 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"allowStale\x12\"\n" +
 	"\n" +
 	"max_tokens\x18\x05 \x01(\rH\x01R\tmaxTokens\x88\x01\x01\x124\n" +
-	"\x06recall\x18\x06 \x01(\v2\x1c.windlass.memory.v1.StrategyR\x06recallB\b\n" +
+	"\x06recall\x18\x06 \x01(\v2\x1c.windlass.memory.v1.StrategyR\x06recall\x125\n" +
+	"\aprofile\x18\a \x01(\x0e2\x1b.windlass.memory.v1.ProfileR\aprofile\x12T\n" +
+	"\x12clear_tool_results\x18\b \x01(\v2&.windlass.memory.v1.ToolResultClearingR\x10clearToolResultsB\b\n" +
 	"\x06_limitB\r\n" +
-	"\v_max_tokens\"\xb5\x02\n" +
+	"\v_max_tokens\"\x97\x03\n" +
 	"\vGetResponse\x12;\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1f.windlass.memory.v1.ChatMessageR\bmessages\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x122\n" +
@@ -2360,7 +2560,10 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\n" +
 	"max_tokens\x18\a \x01(\rR\tmaxTokens\x12\x1f\n" +
 	"\vover_budget\x18\b \x01(\bR\n" +
-	"overBudget\"=\n" +
+	"overBudget\x120\n" +
+	"\x14cleared_tool_results\x18\t \x01(\rR\x12clearedToolResults\x12.\n" +
+	"\x13cleared_tool_tokens\x18\n" +
+	" \x01(\rR\x11clearedToolTokens\"=\n" +
 	"\fClearRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"8\n" +
@@ -2430,7 +2633,14 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
 	"\tROLE_USER\x10\x02\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x03\x12\r\n" +
-	"\tROLE_TOOL\x10\x04*\x8b\x01\n" +
+	"\tROLE_TOOL\x10\x04*\xa2\x01\n" +
+	"\aProfile\x12\x17\n" +
+	"\x13PROFILE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13PROFILE_OPENAI_CHAT\x10\x01\x12\x1c\n" +
+	"\x18PROFILE_OPENAI_RESPONSES\x10\x02\x12\x15\n" +
+	"\x11PROFILE_ANTHROPIC\x10\x03\x12\x12\n" +
+	"\x0ePROFILE_GEMINI\x10\x04\x12\x1c\n" +
+	"\x18PROFILE_BEDROCK_CONVERSE\x10\x05*\x8b\x01\n" +
 	"\x10SummaryPlacement\x12!\n" +
 	"\x1dSUMMARY_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18SUMMARY_PLACEMENT_SYSTEM\x10\x01\x12\x1a\n" +
@@ -2463,94 +2673,99 @@ func file_windlass_memory_v1_memory_proto_rawDescGZIP() []byte {
 	return file_windlass_memory_v1_memory_proto_rawDescData
 }
 
-var file_windlass_memory_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_windlass_memory_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(Role)(0),                     // 0: windlass.memory.v1.Role
-	(SummaryPlacement)(0),         // 1: windlass.memory.v1.SummaryPlacement
-	(EventType)(0),                // 2: windlass.memory.v1.EventType
-	(*ToolCall)(nil),              // 3: windlass.memory.v1.ToolCall
-	(*ChatMessage)(nil),           // 4: windlass.memory.v1.ChatMessage
-	(*Strategy)(nil),              // 5: windlass.memory.v1.Strategy
-	(*BufferStrategy)(nil),        // 6: windlass.memory.v1.BufferStrategy
-	(*WindowStrategy)(nil),        // 7: windlass.memory.v1.WindowStrategy
-	(*SummaryStrategy)(nil),       // 8: windlass.memory.v1.SummaryStrategy
-	(*Thread)(nil),                // 9: windlass.memory.v1.Thread
-	(*AddRequest)(nil),            // 10: windlass.memory.v1.AddRequest
-	(*AddResponse)(nil),           // 11: windlass.memory.v1.AddResponse
-	(*GetRequest)(nil),            // 12: windlass.memory.v1.GetRequest
-	(*GetResponse)(nil),           // 13: windlass.memory.v1.GetResponse
-	(*ClearRequest)(nil),          // 14: windlass.memory.v1.ClearRequest
-	(*ClearResponse)(nil),         // 15: windlass.memory.v1.ClearResponse
-	(*RewindRequest)(nil),         // 16: windlass.memory.v1.RewindRequest
-	(*RewindResponse)(nil),        // 17: windlass.memory.v1.RewindResponse
-	(*ListThreadsRequest)(nil),    // 18: windlass.memory.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),   // 19: windlass.memory.v1.ListThreadsResponse
-	(*WatchRequest)(nil),          // 20: windlass.memory.v1.WatchRequest
-	(*WatchResponse)(nil),         // 21: windlass.memory.v1.WatchResponse
-	(*SummaryUpdated)(nil),        // 22: windlass.memory.v1.SummaryUpdated
-	(*MessagesAdded)(nil),         // 23: windlass.memory.v1.MessagesAdded
-	(*ThreadCleared)(nil),         // 24: windlass.memory.v1.ThreadCleared
-	(*SummaryFailed)(nil),         // 25: windlass.memory.v1.SummaryFailed
-	(*ThreadRewound)(nil),         // 26: windlass.memory.v1.ThreadRewound
-	(*Progress)(nil),              // 27: windlass.memory.v1.Progress
-	nil,                           // 28: windlass.memory.v1.ChatMessage.MetadataEntry
-	nil,                           // 29: windlass.memory.v1.Thread.LabelsEntry
-	nil,                           // 30: windlass.memory.v1.AddRequest.LabelsEntry
-	nil,                           // 31: windlass.memory.v1.ListThreadsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
+	(Profile)(0),                  // 1: windlass.memory.v1.Profile
+	(SummaryPlacement)(0),         // 2: windlass.memory.v1.SummaryPlacement
+	(EventType)(0),                // 3: windlass.memory.v1.EventType
+	(*ToolCall)(nil),              // 4: windlass.memory.v1.ToolCall
+	(*ChatMessage)(nil),           // 5: windlass.memory.v1.ChatMessage
+	(*Strategy)(nil),              // 6: windlass.memory.v1.Strategy
+	(*ToolResultClearing)(nil),    // 7: windlass.memory.v1.ToolResultClearing
+	(*BufferStrategy)(nil),        // 8: windlass.memory.v1.BufferStrategy
+	(*WindowStrategy)(nil),        // 9: windlass.memory.v1.WindowStrategy
+	(*SummaryStrategy)(nil),       // 10: windlass.memory.v1.SummaryStrategy
+	(*Thread)(nil),                // 11: windlass.memory.v1.Thread
+	(*AddRequest)(nil),            // 12: windlass.memory.v1.AddRequest
+	(*AddResponse)(nil),           // 13: windlass.memory.v1.AddResponse
+	(*GetRequest)(nil),            // 14: windlass.memory.v1.GetRequest
+	(*GetResponse)(nil),           // 15: windlass.memory.v1.GetResponse
+	(*ClearRequest)(nil),          // 16: windlass.memory.v1.ClearRequest
+	(*ClearResponse)(nil),         // 17: windlass.memory.v1.ClearResponse
+	(*RewindRequest)(nil),         // 18: windlass.memory.v1.RewindRequest
+	(*RewindResponse)(nil),        // 19: windlass.memory.v1.RewindResponse
+	(*ListThreadsRequest)(nil),    // 20: windlass.memory.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),   // 21: windlass.memory.v1.ListThreadsResponse
+	(*WatchRequest)(nil),          // 22: windlass.memory.v1.WatchRequest
+	(*WatchResponse)(nil),         // 23: windlass.memory.v1.WatchResponse
+	(*SummaryUpdated)(nil),        // 24: windlass.memory.v1.SummaryUpdated
+	(*MessagesAdded)(nil),         // 25: windlass.memory.v1.MessagesAdded
+	(*ThreadCleared)(nil),         // 26: windlass.memory.v1.ThreadCleared
+	(*SummaryFailed)(nil),         // 27: windlass.memory.v1.SummaryFailed
+	(*ThreadRewound)(nil),         // 28: windlass.memory.v1.ThreadRewound
+	(*Progress)(nil),              // 29: windlass.memory.v1.Progress
+	nil,                           // 30: windlass.memory.v1.ChatMessage.MetadataEntry
+	nil,                           // 31: windlass.memory.v1.Thread.LabelsEntry
+	nil,                           // 32: windlass.memory.v1.AddRequest.LabelsEntry
+	nil,                           // 33: windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
 }
 var file_windlass_memory_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: windlass.memory.v1.ChatMessage.role:type_name -> windlass.memory.v1.Role
-	3,  // 1: windlass.memory.v1.ChatMessage.tool_calls:type_name -> windlass.memory.v1.ToolCall
-	28, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
-	32, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
-	6,  // 4: windlass.memory.v1.Strategy.buffer:type_name -> windlass.memory.v1.BufferStrategy
-	7,  // 5: windlass.memory.v1.Strategy.window:type_name -> windlass.memory.v1.WindowStrategy
-	8,  // 6: windlass.memory.v1.Strategy.summary:type_name -> windlass.memory.v1.SummaryStrategy
-	1,  // 7: windlass.memory.v1.SummaryStrategy.summary_placement:type_name -> windlass.memory.v1.SummaryPlacement
-	5,  // 8: windlass.memory.v1.Thread.strategy:type_name -> windlass.memory.v1.Strategy
-	32, // 9: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
-	32, // 10: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
-	29, // 11: windlass.memory.v1.Thread.labels:type_name -> windlass.memory.v1.Thread.LabelsEntry
-	33, // 12: windlass.memory.v1.Thread.ttl:type_name -> google.protobuf.Duration
-	32, // 13: windlass.memory.v1.Thread.expire_time:type_name -> google.protobuf.Timestamp
-	4,  // 14: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
-	5,  // 15: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
-	30, // 16: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
-	33, // 17: windlass.memory.v1.AddRequest.ttl:type_name -> google.protobuf.Duration
-	9,  // 18: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
-	5,  // 19: windlass.memory.v1.GetRequest.recall:type_name -> windlass.memory.v1.Strategy
-	4,  // 20: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
-	9,  // 21: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
-	9,  // 22: windlass.memory.v1.RewindResponse.thread:type_name -> windlass.memory.v1.Thread
-	31, // 23: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
-	2,  // 24: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
-	32, // 25: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
-	22, // 26: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
-	23, // 27: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
-	24, // 28: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
-	25, // 29: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
-	27, // 30: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
-	26, // 31: windlass.memory.v1.WatchResponse.thread_rewound:type_name -> windlass.memory.v1.ThreadRewound
-	10, // 32: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
-	12, // 33: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
-	14, // 34: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
-	18, // 35: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
-	16, // 36: windlass.memory.v1.MemoryService.Rewind:input_type -> windlass.memory.v1.RewindRequest
-	20, // 37: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
-	11, // 38: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
-	13, // 39: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
-	15, // 40: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
-	19, // 41: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
-	17, // 42: windlass.memory.v1.MemoryService.Rewind:output_type -> windlass.memory.v1.RewindResponse
-	21, // 43: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
-	38, // [38:44] is the sub-list for method output_type
-	32, // [32:38] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	4,  // 1: windlass.memory.v1.ChatMessage.tool_calls:type_name -> windlass.memory.v1.ToolCall
+	30, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
+	34, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 4: windlass.memory.v1.Strategy.buffer:type_name -> windlass.memory.v1.BufferStrategy
+	9,  // 5: windlass.memory.v1.Strategy.window:type_name -> windlass.memory.v1.WindowStrategy
+	10, // 6: windlass.memory.v1.Strategy.summary:type_name -> windlass.memory.v1.SummaryStrategy
+	7,  // 7: windlass.memory.v1.Strategy.clear_tool_results:type_name -> windlass.memory.v1.ToolResultClearing
+	2,  // 8: windlass.memory.v1.SummaryStrategy.summary_placement:type_name -> windlass.memory.v1.SummaryPlacement
+	6,  // 9: windlass.memory.v1.Thread.strategy:type_name -> windlass.memory.v1.Strategy
+	34, // 10: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
+	34, // 11: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
+	31, // 12: windlass.memory.v1.Thread.labels:type_name -> windlass.memory.v1.Thread.LabelsEntry
+	35, // 13: windlass.memory.v1.Thread.ttl:type_name -> google.protobuf.Duration
+	34, // 14: windlass.memory.v1.Thread.expire_time:type_name -> google.protobuf.Timestamp
+	5,  // 15: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
+	6,  // 16: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
+	32, // 17: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
+	35, // 18: windlass.memory.v1.AddRequest.ttl:type_name -> google.protobuf.Duration
+	11, // 19: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
+	6,  // 20: windlass.memory.v1.GetRequest.recall:type_name -> windlass.memory.v1.Strategy
+	1,  // 21: windlass.memory.v1.GetRequest.profile:type_name -> windlass.memory.v1.Profile
+	7,  // 22: windlass.memory.v1.GetRequest.clear_tool_results:type_name -> windlass.memory.v1.ToolResultClearing
+	5,  // 23: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
+	11, // 24: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
+	11, // 25: windlass.memory.v1.RewindResponse.thread:type_name -> windlass.memory.v1.Thread
+	33, // 26: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	3,  // 27: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
+	34, // 28: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
+	24, // 29: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
+	25, // 30: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
+	26, // 31: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
+	27, // 32: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
+	29, // 33: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
+	28, // 34: windlass.memory.v1.WatchResponse.thread_rewound:type_name -> windlass.memory.v1.ThreadRewound
+	12, // 35: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
+	14, // 36: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
+	16, // 37: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
+	20, // 38: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
+	18, // 39: windlass.memory.v1.MemoryService.Rewind:input_type -> windlass.memory.v1.RewindRequest
+	22, // 40: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
+	13, // 41: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
+	15, // 42: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
+	17, // 43: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
+	21, // 44: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
+	19, // 45: windlass.memory.v1.MemoryService.Rewind:output_type -> windlass.memory.v1.RewindResponse
+	23, // 46: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
+	41, // [41:47] is the sub-list for method output_type
+	35, // [35:41] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_windlass_memory_v1_memory_proto_init() }
@@ -2566,10 +2781,11 @@ func file_windlass_memory_v1_memory_proto_init() {
 	file_windlass_memory_v1_memory_proto_msgTypes[3].OneofWrappers = []any{}
 	file_windlass_memory_v1_memory_proto_msgTypes[4].OneofWrappers = []any{}
 	file_windlass_memory_v1_memory_proto_msgTypes[5].OneofWrappers = []any{}
-	file_windlass_memory_v1_memory_proto_msgTypes[7].OneofWrappers = []any{}
-	file_windlass_memory_v1_memory_proto_msgTypes[9].OneofWrappers = []any{}
-	file_windlass_memory_v1_memory_proto_msgTypes[13].OneofWrappers = []any{}
-	file_windlass_memory_v1_memory_proto_msgTypes[18].OneofWrappers = []any{
+	file_windlass_memory_v1_memory_proto_msgTypes[6].OneofWrappers = []any{}
+	file_windlass_memory_v1_memory_proto_msgTypes[8].OneofWrappers = []any{}
+	file_windlass_memory_v1_memory_proto_msgTypes[10].OneofWrappers = []any{}
+	file_windlass_memory_v1_memory_proto_msgTypes[14].OneofWrappers = []any{}
+	file_windlass_memory_v1_memory_proto_msgTypes[19].OneofWrappers = []any{
 		(*WatchResponse_SummaryUpdated)(nil),
 		(*WatchResponse_MessagesAdded)(nil),
 		(*WatchResponse_ThreadCleared)(nil),
@@ -2582,8 +2798,8 @@ func file_windlass_memory_v1_memory_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_windlass_memory_v1_memory_proto_rawDesc), len(file_windlass_memory_v1_memory_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   29,
+			NumEnums:      4,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file windlass/memory/v1/memory.proto.
  */
 export const file_windlass_memory_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("Ch93aW5kbGFzcy9tZW1vcnkvdjEvbWVtb3J5LnByb3RvEhJ3aW5kbGFzcy5tZW1vcnkudjEiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAki3AIKC0NoYXRNZXNzYWdlEiYKBHJvbGUYASABKA4yGC53aW5kbGFzcy5tZW1vcnkudjEuUm9sZRIPCgdjb250ZW50GAIgASgJEgwKBG5hbWUYAyABKAkSMAoKdG9vbF9jYWxscxgEIAMoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sQ2FsbBIUCgx0b29sX2NhbGxfaWQYBSABKAkSPwoIbWV0YWRhdGEYBiADKAsyLS53aW5kbGFzcy5tZW1vcnkudjEuQ2hhdE1lc3NhZ2UuTWV0YWRhdGFFbnRyeRILCgNzZXEYByABKAQSLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnRva2VucxgJIAEoDRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi9gEKCFN0cmF0ZWd5EjQKBmJ1ZmZlchgBIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5CdWZmZXJTdHJhdGVneUgAEjQKBndpbmRvdxgCIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5XaW5kb3dTdHJhdGVneUgAEjYKB3N1bW1hcnkYAyABKAsyIy53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVN0cmF0ZWd5SAASFgoOZXhjbHVkZV9zeXN0ZW0YBCABKAgSFwoKbWF4X3N0b3JlZBgFIAEoDUgBiAEBQgYKBGtpbmRCDQoLX21heF9zdG9yZWQiPAoOQnVmZmVyU3RyYXRlZ3kSGQoMbWF4X21lc3NhZ2VzGAEgASgNSACIAQFCDwoNX21heF9tZXNzYWdlcyJwCg5XaW5kb3dTdHJhdGVneRITCgZ3aW5kb3cYASABKA1IAIgBARIXCgptYXhfdG9rZW5zGAIgASgNSAGIAQESFgoOdG9rZW5fZW5jb2RpbmcYAyABKAlCCQoHX3dpbmRvd0INCgtfbWF4X3Rva2VucyLzAQoPU3VtbWFyeVN0cmF0ZWd5EhMKBndpbmRvdxgBIAEoDUgAiAEBEhwKD3N1bW1hcml6ZV9ldmVyeRgCIAEoDUgBiAEBEg0KBW1vZGVsGAMgASgJEhcKCm1heF90b2tlbnMYBCABKA1IAogBARIWCg50b2tlbl9lbmNvZGluZxgFIAEoCRI/ChFzdW1tYXJ5X3BsYWNlbWVudBgGIAEoDjIkLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5UGxhY2VtZW50QgkKB193aW5kb3dCEgoQX3N1bW1hcml6ZV9ldmVyeUINCgtfbWF4X3Rva2VucyKfAwoGVGhyZWFkEhEKCXRocmVhZF9pZBgBIAEoCRIuCghzdHJhdGVneRgCIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5TdHJhdGVneRIQCghsYXN0X3NlcRgDIAEoBBIeChZzdW1tYXJpemVkX3Rocm91Z2hfc2VxGAQgASgEEi8KC2NyZWF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNgoGbGFiZWxzGBQgAygLMiYud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZC5MYWJlbHNFbnRyeRImCgN0dGwYFSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLZXhwaXJlX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikAMKCkFkZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEjEKCG1lc3NhZ2VzGAIgAygLMh8ud2luZGxhc3MubWVtb3J5LnYxLkNoYXRNZXNzYWdlEi4KCHN0cmF0ZWd5GAMgASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlN0cmF0ZWd5EhgKEHJlcGxhY2Vfc3RyYXRlZ3kYBCABKAgSEgoKcmVxdWVzdF9pZBgFIAEoCRIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoBEgAiAEBEhUKDWtlZXBfc3RyYXRlZ3kYByABKAgSOgoGbGFiZWxzGBQgAygLMioud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlcXVlc3QuTGFiZWxzRW50cnkSJgoDdHRsGBUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIl4KC0FkZFJlc3BvbnNlEioKBnRocmVhZBgBIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEQoJZmlyc3Rfc2VxGAIgASgEEhAKCGxhc3Rfc2VxGAMgASgEIrcBCgpHZXRSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRISCgVsaW1pdBgCIAEoDUgAiAEBEg0KBXF1ZXJ5GAMgASgJEhMKC2FsbG93X3N0YWxlGAQgASgIEhcKCm1heF90b2tlbnMYBSABKA1IAYgBARIsCgZyZWNhbGwYBiABKAsyHC53aW5kbGFzcy5tZW1vcnkudjEuU3RyYXRlZ3lCCAoGX2xpbWl0Qg0KC19tYXhfdG9rZW5zIuEBCgtHZXRSZXNwb25zZRIxCghtZXNzYWdlcxgBIAMoCzIfLndpbmRsYXNzLm1lbW9yeS52MS5DaGF0TWVzc2FnZRIPCgdzdW1tYXJ5GAIgASgJEioKBnRocmVhZBgDIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEAoIZGVncmFkZWQYBCABKAgSFwoPZGVncmFkZWRfcmVhc29uGAUgASgJEg4KBnRva2VucxgGIAEoDRISCgptYXhfdG9rZW5zGAcgASgNEhMKC292ZXJfYnVkZ2V0GAggASgIIi4KDENsZWFyUmVxdWVzdBIRCgl0aHJlYWRfaWQYASABKAkSCwoDYWxsGAIgASgIIigKDUNsZWFyUmVzcG9uc2USFwoPY2xlYXJlZF90aHJlYWRzGAEgASgNInwKDVJld2luZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEg4KBnRvX3NlcRgCIAEoBBIeChFleHBlY3RlZF9sYXN0X3NlcRgDIAEoBEgAiAEBEhIKCnJlcXVlc3RfaWQYBCABKAlCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxImwKDlJld2luZFJlc3BvbnNlEioKBnRocmVhZBgBIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSFQoNcmVtb3ZlZF9jb3VudBgCIAEoDRIXCg9zdW1tYXJ5X2Ryb3BwZWQYAyABKAgirgEKEkxpc3RUaHJlYWRzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCRJCCgZsYWJlbHMYFCADKAsyMi53aW5kbGFzcy5tZW1vcnkudjEuTGlzdFRocmVhZHNSZXF1ZXN0LkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiQgoTTGlzdFRocmVhZHNSZXNwb25zZRISCgp0aHJlYWRfaWRzGAEgAygJEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKIAQoMV2F0Y2hSZXF1ZXN0EhIKCnRocmVhZF9pZHMYASADKAkSMgoLZXZlbnRfdHlwZXMYAiADKA4yHS53aW5kbGFzcy5tZW1vcnkudjEuRXZlbnRUeXBlEhQKDHJlc3VtZV90b2tlbhgDIAEoCRIaChJzZW5kX2luaXRpYWxfc3RhdGUYBCABKAgi0AMKDVdhdGNoUmVzcG9uc2USFAoMcmVzdW1lX3Rva2VuGAEgASgJEhEKCXRocmVhZF9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI9Cg9zdW1tYXJ5X3VwZGF0ZWQYBCABKAsyIi53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVVwZGF0ZWRIABI7Cg5tZXNzYWdlc19hZGRlZBgFIAEoCzIhLndpbmRsYXNzLm1lbW9yeS52MS5NZXNzYWdlc0FkZGVkSAASOwoOdGhyZWFkX2NsZWFyZWQYBiABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuVGhyZWFkQ2xlYXJlZEgAEjsKDnN1bW1hcnlfZmFpbGVkGAcgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLlN1bW1hcnlGYWlsZWRIABIwCghwcm9ncmVzcxgIIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Qcm9ncmVzc0gAEjsKDnRocmVhZF9yZXdvdW5kGAkgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZFJld291bmRIAEIHCgVldmVudCJXCg5TdW1tYXJ5VXBkYXRlZBIPCgdzdW1tYXJ5GAEgASgJEh4KFnN1bW1hcml6ZWRfdGhyb3VnaF9zZXEYAiABKAQSFAoMZm9sZGVkX2NvdW50GAMgASgNIjQKDU1lc3NhZ2VzQWRkZWQSEQoJZmlyc3Rfc2VxGAEgASgEEhAKCGxhc3Rfc2VxGAIgASgEIh8KDVRocmVhZENsZWFyZWQSDgoGcmVhc29uGBQgASgJIjAKDVN1bW1hcnlGYWlsZWQSDgoGcmVhc29uGAEgASgJEg8KB2F0dGVtcHQYAiABKA0iTwoNVGhyZWFkUmV3b3VuZBIOCgZ0b19zZXEYASABKAQSFQoNcmVtb3ZlZF9jb3VudBgCIAEoDRIXCg9zdW1tYXJ5X2Ryb3BwZWQYAyABKAgiCgoIUHJvZ3Jlc3MqXwoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDwoLUk9MRV9TWVNURU0QARINCglST0xFX1VTRVIQAhISCg5ST0xFX0FTU0lTVEFOVBADEg0KCVJPTEVfVE9PTBAEKosBChBTdW1tYXJ5UGxhY2VtZW50EiEKHVNVTU1BUllfUExBQ0VNRU5UX1VOU1BFQ0lGSUVEEAASHAoYU1VNTUFSWV9QTEFDRU1FTlRfU1lTVEVNEAESGgoWU1VNTUFSWV9QTEFDRU1FTlRfVVNFUhACEhoKFlNVTU1BUllfUExBQ0VNRU5UX05PTkUQAyrDAQoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIeChpFVkVOVF9UWVBFX1NVTU1BUllfVVBEQVRFRBABEh0KGUVWRU5UX1RZUEVfTUVTU0FHRVNfQURERUQQAhIdChlFVkVOVF9UWVBFX1RIUkVBRF9DTEVBUkVEEAMSHQoZRVZFTlRfVFlQRV9TVU1NQVJZX0ZBSUxFRBAEEh0KGUVWRU5UX1RZUEVfVEhSRUFEX1JFV09VTkQQBTLuAwoNTWVtb3J5U2VydmljZRJGCgNBZGQSHi53aW5kbGFzcy5tZW1vcnkudjEuQWRkUmVxdWVzdBofLndpbmRsYXNzLm1lbW9yeS52MS5BZGRSZXNwb25zZRJGCgNHZXQSHi53aW5kbGFzcy5tZW1vcnkudjEuR2V0UmVxdWVzdBofLndpbmRsYXNzLm1lbW9yeS52MS5HZXRSZXNwb25zZRJMCgVDbGVhchIgLndpbmRsYXNzLm1lbW9yeS52MS5DbGVhclJlcXVlc3QaIS53aW5kbGFzcy5tZW1vcnkudjEuQ2xlYXJSZXNwb25zZRJeCgtMaXN0VGhyZWFkcxImLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1JlcXVlc3QaJy53aW5kbGFzcy5tZW1vcnkudjEuTGlzdFRocmVhZHNSZXNwb25zZRJPCgZSZXdpbmQSIS53aW5kbGFzcy5tZW1vcnkudjEuUmV3aW5kUmVxdWVzdBoiLndpbmRsYXNzLm1lbW9yeS52MS5SZXdpbmRSZXNwb25zZRJOCgVXYXRjaBIgLndpbmRsYXNzLm1lbW9yeS52MS5XYXRjaFJlcXVlc3QaIS53aW5kbGFzcy5tZW1vcnkudjEuV2F0Y2hSZXNwb25zZTABQktaSWdpdGh1Yi5jb20vd2luZGxhc3MtYWkvd2luZGxhc3MtbWVtb3J5L2dlbi9nby93aW5kbGFzcy9tZW1vcnkvdjE7bWVtb3J5djFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch93aW5kbGFzcy9tZW1vcnkvdjEvbWVtb3J5LnByb3RvEhJ3aW5kbGFzcy5tZW1vcnkudjEiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAki3AIKC0NoYXRNZXNzYWdlEiYKBHJvbGUYASABKA4yGC53aW5kbGFzcy5tZW1vcnkudjEuUm9sZRIPCgdjb250ZW50GAIgASgJEgwKBG5hbWUYAyABKAkSMAoKdG9vbF9jYWxscxgEIAMoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sQ2FsbBIUCgx0b29sX2NhbGxfaWQYBSABKAkSPwoIbWV0YWRhdGEYBiADKAsyLS53aW5kbGFzcy5tZW1vcnkudjEuQ2hhdE1lc3NhZ2UuTWV0YWRhdGFFbnRyeRILCgNzZXEYByABKAQSLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnRva2VucxgJIAEoDRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiugIKCFN0cmF0ZWd5EjQKBmJ1ZmZlchgBIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5CdWZmZXJTdHJhdGVneUgAEjQKBndpbmRvdxgCIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5XaW5kb3dTdHJhdGVneUgAEjYKB3N1bW1hcnkYAyABKAsyIy53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVN0cmF0ZWd5SAASFgoOZXhjbHVkZV9zeXN0ZW0YBCABKAgSFwoKbWF4X3N0b3JlZBgFIAEoDUgBiAEBEkIKEmNsZWFyX3Rvb2xfcmVzdWx0cxgGIAEoCzImLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sUmVzdWx0Q2xlYXJpbmdCBgoEa2luZEINCgtfbWF4X3N0b3JlZCJ6ChJUb29sUmVzdWx0Q2xlYXJpbmcSHAoPa2VlcF90b29sX3R1cm5zGAEgASgNSACIAQESHQoQa2VlcF90b29sX3Rva2VucxgCIAEoDUgBiAEBQhIKEF9rZWVwX3Rvb2xfdHVybnNCEwoRX2tlZXBfdG9vbF90b2tlbnMiPAoOQnVmZmVyU3RyYXRlZ3kSGQoMbWF4X21lc3NhZ2VzGAEgASgNSACIAQFCDwoNX21heF9tZXNzYWdlcyJwCg5XaW5kb3dTdHJhdGVneRITCgZ3aW5kb3cYASABKA1IAIgBARIXCgptYXhfdG9rZW5zGAIgASgNSAGIAQESFgoOdG9rZW5fZW5jb2RpbmcYAyABKAlCCQoHX3dpbmRvd0INCgtfbWF4X3Rva2VucyLzAQoPU3VtbWFyeVN0cmF0ZWd5EhMKBndpbmRvdxgBIAEoDUgAiAEBEhwKD3N1bW1hcml6ZV9ldmVyeRgCIAEoDUgBiAEBEg0KBW1vZGVsGAMgASgJEhcKCm1heF90b2tlbnMYBCABKA1IAogBARIWCg50b2tlbl9lbmNvZGluZxgFIAEoCRI/ChFzdW1tYXJ5X3BsYWNlbWVudBgGIAEoDjIkLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5UGxhY2VtZW50QgkKB193aW5kb3dCEgoQX3N1bW1hcml6ZV9ldmVyeUINCgtfbWF4X3Rva2VucyKfAwoGVGhyZWFkEhEKCXRocmVhZF9pZBgBIAEoCRIuCghzdHJhdGVneRgCIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5TdHJhdGVneRIQCghsYXN0X3NlcRgDIAEoBBIeChZzdW1tYXJpemVkX3Rocm91Z2hfc2VxGAQgASgEEi8KC2NyZWF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNgoGbGFiZWxzGBQgAygLMiYud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZC5MYWJlbHNFbnRyeRImCgN0dGwYFSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLZXhwaXJlX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikAMKCkFkZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEjEKCG1lc3NhZ2VzGAIgAygLMh8ud2luZGxhc3MubWVtb3J5LnYxLkNoYXRNZXNzYWdlEi4KCHN0cmF0ZWd5GAMgASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlN0cmF0ZWd5EhgKEHJlcGxhY2Vfc3RyYXRlZ3kYBCABKAgSEgoKcmVxdWVzdF9pZBgFIAEoCRIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoBEgAiAEBEhUKDWtlZXBfc3RyYXRlZ3kYByABKAgSOgoGbGFiZWxzGBQgAygLMioud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlcXVlc3QuTGFiZWxzRW50cnkSJgoDdHRsGBUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIl4KC0FkZFJlc3BvbnNlEioKBnRocmVhZBgBIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEQoJZmlyc3Rfc2VxGAIgASgEEhAKCGxhc3Rfc2VxGAMgASgEIqkCCgpHZXRSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRISCgVsaW1pdBgCIAEoDUgAiAEBEg0KBXF1ZXJ5GAMgASgJEhMKC2FsbG93X3N0YWxlGAQgASgIEhcKCm1heF90b2tlbnMYBSABKA1IAYgBARIsCgZyZWNhbGwYBiABKAsyHC53aW5kbGFzcy5tZW1vcnkudjEuU3RyYXRlZ3kSLAoHcHJvZmlsZRgHIAEoDjIbLndpbmRsYXNzLm1lbW9yeS52MS5Qcm9maWxlEkIKEmNsZWFyX3Rvb2xfcmVzdWx0cxgIIAEoCzImLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sUmVzdWx0Q2xlYXJpbmdCCAoGX2xpbWl0Qg0KC19tYXhfdG9rZW5zIpwCCgtHZXRSZXNwb25zZRIxCghtZXNzYWdlcxgBIAMoCzIfLndpbmRsYXNzLm1lbW9yeS52MS5DaGF0TWVzc2FnZRIPCgdzdW1tYXJ5GAIgASgJEioKBnRocmVhZBgDIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEAoIZGVncmFkZWQYBCABKAgSFwoPZGVncmFkZWRfcmVhc29uGAUgASgJEg4KBnRva2VucxgGIAEoDRISCgptYXhfdG9rZW5zGAcgASgNEhMKC292ZXJfYnVkZ2V0GAggASgIEhwKFGNsZWFyZWRfdG9vbF9yZXN1bHRzGAkgASgNEhsKE2NsZWFyZWRfdG9vbF90b2tlbnMYCiABKA0iLgoMQ2xlYXJSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRILCgNhbGwYAiABKAgiKAoNQ2xlYXJSZXNwb25zZRIXCg9jbGVhcmVkX3RocmVhZHMYASABKA0ifAoNUmV3aW5kUmVxdWVzdBIRCgl0aHJlYWRfaWQYASABKAkSDgoGdG9fc2VxGAIgASgEEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgESACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCUIUChJfZXhwZWN0ZWRfbGFzdF9zZXEibAoOUmV3aW5kUmVzcG9uc2USKgoGdGhyZWFkGAEgASgLMhoud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZBIVCg1yZW1vdmVkX2NvdW50GAIgASgNEhcKD3N1bW1hcnlfZHJvcHBlZBgDIAEoCCKuAQoSTGlzdFRocmVhZHNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoDRISCgpwYWdlX3Rva2VuGAIgASgJEkIKBmxhYmVscxgUIAMoCzIyLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1JlcXVlc3QuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJCChNMaXN0VGhyZWFkc1Jlc3BvbnNlEhIKCnRocmVhZF9pZHMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIogBCgxXYXRjaFJlcXVlc3QSEgoKdGhyZWFkX2lkcxgBIAMoCRIyCgtldmVudF90eXBlcxgCIAMoDjIdLndpbmRsYXNzLm1lbW9yeS52MS5FdmVudFR5cGUSFAoMcmVzdW1lX3Rva2VuGAMgASgJEhoKEnNlbmRfaW5pdGlhbF9zdGF0ZRgEIAEoCCLQAwoNV2F0Y2hSZXNwb25zZRIUCgxyZXN1bWVfdG9rZW4YASABKAkSEQoJdGhyZWFkX2lkGAIgASgJEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEj0KD3N1bW1hcnlfdXBkYXRlZBgEIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5VXBkYXRlZEgAEjsKDm1lc3NhZ2VzX2FkZGVkGAUgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLk1lc3NhZ2VzQWRkZWRIABI7Cg50aHJlYWRfY2xlYXJlZBgGIAEoCzIhLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWRDbGVhcmVkSAASOwoOc3VtbWFyeV9mYWlsZWQYByABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeUZhaWxlZEgAEjAKCHByb2dyZXNzGAggASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlByb2dyZXNzSAASOwoOdGhyZWFkX3Jld291bmQYCSABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuVGhyZWFkUmV3b3VuZEgAQgcKBWV2ZW50IlcKDlN1bW1hcnlVcGRhdGVkEg8KB3N1bW1hcnkYASABKAkSHgoWc3VtbWFyaXplZF90aHJvdWdoX3NlcRgCIAEoBBIUCgxmb2xkZWRfY291bnQYAyABKA0iNAoNTWVzc2FnZXNBZGRlZBIRCglmaXJzdF9zZXEYASABKAQSEAoIbGFzdF9zZXEYAiABKAQiHwoNVGhyZWFkQ2xlYXJlZBIOCgZyZWFzb24YFCABKAkiMAoNU3VtbWFyeUZhaWxlZBIOCgZyZWFzb24YASABKAkSDwoHYXR0ZW1wdBgCIAEoDSJPCg1UaHJlYWRSZXdvdW5kEg4KBnRvX3NlcRgBIAEoBBIVCg1yZW1vdmVkX2NvdW50GAIgASgNEhcKD3N1bW1hcnlfZHJvcHBlZBgDIAEoCCIKCghQcm9ncmVzcypfCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIPCgtST0xFX1NZU1RFTRABEg0KCVJPTEVfVVNFUhACEhIKDlJPTEVfQVNTSVNUQU5UEAMSDQoJUk9MRV9UT09MEAQqogEKB1Byb2ZpbGUSFwoTUFJPRklMRV9VTlNQRUNJRklFRBAAEhcKE1BST0ZJTEVfT1BFTkFJX0NIQVQQARIcChhQUk9GSUxFX09QRU5BSV9SRVNQT05TRVMQAhIVChFQUk9GSUxFX0FOVEhST1BJQxADEhIKDlBST0ZJTEVfR0VNSU5JEAQSHAoYUFJPRklMRV9CRURST0NLX0NPTlZFUlNFEAUqiwEKEFN1bW1hcnlQbGFjZW1lbnQSIQodU1VNTUFSWV9QTEFDRU1FTlRfVU5TUEVDSUZJRUQQABIcChhTVU1NQVJZX1BMQUNFTUVOVF9TWVNURU0QARIaChZTVU1NQVJZX1BMQUNFTUVOVF9VU0VSEAISGgoWU1VNTUFSWV9QTEFDRU1FTlRfTk9ORRADKsMBCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEh4KGkVWRU5UX1RZUEVfU1VNTUFSWV9VUERBVEVEEAESHQoZRVZFTlRfVFlQRV9NRVNTQUdFU19BRERFRBACEh0KGUVWRU5UX1RZUEVfVEhSRUFEX0NMRUFSRUQQAxIdChlFVkVOVF9UWVBFX1NVTU1BUllfRkFJTEVEEAQSHQoZRVZFTlRfVFlQRV9USFJFQURfUkVXT1VORBAFMu4DCg1NZW1vcnlTZXJ2aWNlEkYKA0FkZBIeLndpbmRsYXNzLm1lbW9yeS52MS5BZGRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlc3BvbnNlEkYKA0dldBIeLndpbmRsYXNzLm1lbW9yeS52MS5HZXRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkdldFJlc3BvbnNlEkwKBUNsZWFyEiAud2luZGxhc3MubWVtb3J5LnYxLkNsZWFyUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5DbGVhclJlc3BvbnNlEl4KC0xpc3RUaHJlYWRzEiYud2luZGxhc3MubWVtb3J5LnYxLkxpc3RUaHJlYWRzUmVxdWVzdBonLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1Jlc3BvbnNlEk8KBlJld2luZBIhLndpbmRsYXNzLm1lbW9yeS52MS5SZXdpbmRSZXF1ZXN0GiIud2luZGxhc3MubWVtb3J5LnYxLlJld2luZFJlc3BvbnNlEk4KBVdhdGNoEiAud2luZGxhc3MubWVtb3J5LnYxLldhdGNoUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5XYXRjaFJlc3BvbnNlMAFCS1pJZ2l0aHViLmNvbS93aW5kbGFzcy1haS93aW5kbGFzcy1tZW1vcnkvZ2VuL2dvL3dpbmRsYXNzL21lbW9yeS92MTttZW1vcnl2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ToolCall is one function call requested by an assistant message.
@@ -197,6 +197,15 @@ export type Strategy = Message<"windlass.memory.v1.Strategy"> & {
    * @generated from field: optional uint32 max_stored = 5;
    */
   maxStored?: number | undefined;
+
+  /**
+   * Tool-output clearing every Get of the thread applies (see
+   * ToolResultClearing); GetRequest.clear_tool_results replaces it for one
+   * call. Unset: none.
+   *
+   * @generated from field: windlass.memory.v1.ToolResultClearing clear_tool_results = 6;
+   */
+  clearToolResults?: ToolResultClearing | undefined;
 };
 
 /**
@@ -205,6 +214,45 @@ export type Strategy = Message<"windlass.memory.v1.Strategy"> & {
  */
 export const StrategySchema: GenMessage<Strategy> = /*@__PURE__*/
   messageDesc(file_windlass_memory_v1_memory, 2);
+
+/**
+ * ToolResultClearing returns old tool results as a short placeholder
+ * "[tool result cleared: NAME call ID, N tokens]" (the tool's name, the call
+ * id and the result's original token count) instead of their content. A
+ * read-time view: the stored transcript is untouched, no model is called,
+ * and a summary fold still reads every result whole. A tool turn is an
+ * assistant message with tool_calls and the results after it (a call still
+ * pending counts). A result is cleared when either limit says so; a result
+ * whose placeholder would not be smaller is returned whole. At least one
+ * limit must be set (INVALID_ARGUMENT naming the message otherwise).
+ *
+ * @generated from message windlass.memory.v1.ToolResultClearing
+ */
+export type ToolResultClearing = Message<"windlass.memory.v1.ToolResultClearing"> & {
+  /**
+   * Results of the newest this many tool turns stay whole; older results
+   * are cleared. 0: every result is cleared. At most 100000.
+   *
+   * @generated from field: optional uint32 keep_tool_turns = 1;
+   */
+  keepToolTurns?: number | undefined;
+
+  /**
+   * Results stay whole, newest first, while their tokens (ChatMessage.tokens)
+   * sum to at most this; that result and every older one are cleared. At
+   * most 10000000.
+   *
+   * @generated from field: optional uint32 keep_tool_tokens = 2;
+   */
+  keepToolTokens?: number | undefined;
+};
+
+/**
+ * Describes the message windlass.memory.v1.ToolResultClearing.
+ * Use `create(ToolResultClearingSchema)` to create a new message.
+ */
+export const ToolResultClearingSchema: GenMessage<ToolResultClearing> = /*@__PURE__*/
+  messageDesc(file_windlass_memory_v1_memory, 3);
 
 /**
  * BufferStrategy returns the whole stored thread.
@@ -225,7 +273,7 @@ export type BufferStrategy = Message<"windlass.memory.v1.BufferStrategy"> & {
  * Use `create(BufferStrategySchema)` to create a new message.
  */
 export const BufferStrategySchema: GenMessage<BufferStrategy> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 3);
+  messageDesc(file_windlass_memory_v1_memory, 4);
 
 /**
  * WindowStrategy returns the newest messages.
@@ -268,7 +316,7 @@ export type WindowStrategy = Message<"windlass.memory.v1.WindowStrategy"> & {
  * Use `create(WindowStrategySchema)` to create a new message.
  */
 export const WindowStrategySchema: GenMessage<WindowStrategy> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 4);
+  messageDesc(file_windlass_memory_v1_memory, 5);
 
 /**
  * SummaryStrategy keeps the recent messages verbatim and folds older ones
@@ -334,7 +382,7 @@ export type SummaryStrategy = Message<"windlass.memory.v1.SummaryStrategy"> & {
  * Use `create(SummaryStrategySchema)` to create a new message.
  */
 export const SummaryStrategySchema: GenMessage<SummaryStrategy> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 5);
+  messageDesc(file_windlass_memory_v1_memory, 6);
 
 /**
  * Thread describes a stored thread.
@@ -413,7 +461,7 @@ export type Thread = Message<"windlass.memory.v1.Thread"> & {
  * Use `create(ThreadSchema)` to create a new message.
  */
 export const ThreadSchema: GenMessage<Thread> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 6);
+  messageDesc(file_windlass_memory_v1_memory, 7);
 
 /**
  * AddRequest appends messages to a thread.
@@ -516,7 +564,7 @@ export type AddRequest = Message<"windlass.memory.v1.AddRequest"> & {
  * Use `create(AddRequestSchema)` to create a new message.
  */
 export const AddRequestSchema: GenMessage<AddRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 7);
+  messageDesc(file_windlass_memory_v1_memory, 8);
 
 /**
  * AddResponse reports where the messages were stored.
@@ -551,7 +599,7 @@ export type AddResponse = Message<"windlass.memory.v1.AddResponse"> & {
  * Use `create(AddResponseSchema)` to create a new message.
  */
 export const AddResponseSchema: GenMessage<AddResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 8);
+  messageDesc(file_windlass_memory_v1_memory, 9);
 
 /**
  * GetRequest recalls a thread.
@@ -618,6 +666,24 @@ export type GetRequest = Message<"windlass.memory.v1.GetRequest"> & {
    * @generated from field: windlass.memory.v1.Strategy recall = 6;
    */
   recall?: Strategy | undefined;
+
+  /**
+   * Shape the list to this provider's request rules, after the strategy's cut
+   * and after tool-output clearing; the budget a cut kept stays kept (older
+   * turns are dropped if repair would top it). Unset: no profile. Values
+   * not listed are INVALID_ARGUMENT.
+   *
+   * @generated from field: windlass.memory.v1.Profile profile = 7;
+   */
+  profile: Profile;
+
+  /**
+   * Tool-output clearing for this call, replacing the strategy's
+   * (Strategy.clear_tool_results). Unset: the strategy's, if any.
+   *
+   * @generated from field: windlass.memory.v1.ToolResultClearing clear_tool_results = 8;
+   */
+  clearToolResults?: ToolResultClearing | undefined;
 };
 
 /**
@@ -625,7 +691,7 @@ export type GetRequest = Message<"windlass.memory.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 9);
+  messageDesc(file_windlass_memory_v1_memory, 10);
 
 /**
  * GetResponse is the recalled thread.
@@ -696,6 +762,21 @@ export type GetResponse = Message<"windlass.memory.v1.GetResponse"> & {
    * @generated from field: bool over_budget = 8;
    */
   overBudget: boolean;
+
+  /**
+   * How many tool results were returned as a placeholder (ToolResultClearing).
+   *
+   * @generated from field: uint32 cleared_tool_results = 9;
+   */
+  clearedToolResults: number;
+
+  /**
+   * Tokens the placeholders saved: the results' tokens minus the
+   * placeholders' (tokens above already counts the placeholders).
+   *
+   * @generated from field: uint32 cleared_tool_tokens = 10;
+   */
+  clearedToolTokens: number;
 };
 
 /**
@@ -703,7 +784,7 @@ export type GetResponse = Message<"windlass.memory.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 10);
+  messageDesc(file_windlass_memory_v1_memory, 11);
 
 /**
  * ClearRequest forgets one thread or all of them.
@@ -731,7 +812,7 @@ export type ClearRequest = Message<"windlass.memory.v1.ClearRequest"> & {
  * Use `create(ClearRequestSchema)` to create a new message.
  */
 export const ClearRequestSchema: GenMessage<ClearRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 11);
+  messageDesc(file_windlass_memory_v1_memory, 12);
 
 /**
  * ClearResponse reports what was cleared.
@@ -752,7 +833,7 @@ export type ClearResponse = Message<"windlass.memory.v1.ClearResponse"> & {
  * Use `create(ClearResponseSchema)` to create a new message.
  */
 export const ClearResponseSchema: GenMessage<ClearResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 12);
+  messageDesc(file_windlass_memory_v1_memory, 13);
 
 /**
  * RewindRequest drops a thread's newest messages.
@@ -797,7 +878,7 @@ export type RewindRequest = Message<"windlass.memory.v1.RewindRequest"> & {
  * Use `create(RewindRequestSchema)` to create a new message.
  */
 export const RewindRequestSchema: GenMessage<RewindRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 13);
+  messageDesc(file_windlass_memory_v1_memory, 14);
 
 /**
  * RewindResponse reports what Rewind dropped.
@@ -832,7 +913,7 @@ export type RewindResponse = Message<"windlass.memory.v1.RewindResponse"> & {
  * Use `create(RewindResponseSchema)` to create a new message.
  */
 export const RewindResponseSchema: GenMessage<RewindResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 14);
+  messageDesc(file_windlass_memory_v1_memory, 15);
 
 /**
  * ListThreadsRequest pages through the caller's thread ids.
@@ -869,7 +950,7 @@ export type ListThreadsRequest = Message<"windlass.memory.v1.ListThreadsRequest"
  * Use `create(ListThreadsRequestSchema)` to create a new message.
  */
 export const ListThreadsRequestSchema: GenMessage<ListThreadsRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 15);
+  messageDesc(file_windlass_memory_v1_memory, 16);
 
 /**
  * ListThreadsResponse is one page of thread ids.
@@ -897,7 +978,7 @@ export type ListThreadsResponse = Message<"windlass.memory.v1.ListThreadsRespons
  * Use `create(ListThreadsResponseSchema)` to create a new message.
  */
 export const ListThreadsResponseSchema: GenMessage<ListThreadsResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 16);
+  messageDesc(file_windlass_memory_v1_memory, 17);
 
 /**
  * WatchRequest opens an event stream.
@@ -940,7 +1021,7 @@ export type WatchRequest = Message<"windlass.memory.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 17);
+  messageDesc(file_windlass_memory_v1_memory, 18);
 
 /**
  * WatchResponse is one event.
@@ -1031,7 +1112,7 @@ export type WatchResponse = Message<"windlass.memory.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 18);
+  messageDesc(file_windlass_memory_v1_memory, 19);
 
 /**
  * SummaryUpdated: the thread's summary now covers more messages.
@@ -1066,7 +1147,7 @@ export type SummaryUpdated = Message<"windlass.memory.v1.SummaryUpdated"> & {
  * Use `create(SummaryUpdatedSchema)` to create a new message.
  */
 export const SummaryUpdatedSchema: GenMessage<SummaryUpdated> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 19);
+  messageDesc(file_windlass_memory_v1_memory, 20);
 
 /**
  * MessagesAdded: one Add appended messages first_seq..last_seq.
@@ -1094,7 +1175,7 @@ export type MessagesAdded = Message<"windlass.memory.v1.MessagesAdded"> & {
  * Use `create(MessagesAddedSchema)` to create a new message.
  */
 export const MessagesAddedSchema: GenMessage<MessagesAdded> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 20);
+  messageDesc(file_windlass_memory_v1_memory, 21);
 
 /**
  * ThreadCleared: the thread was cleared.
@@ -1115,7 +1196,7 @@ export type ThreadCleared = Message<"windlass.memory.v1.ThreadCleared"> & {
  * Use `create(ThreadClearedSchema)` to create a new message.
  */
 export const ThreadClearedSchema: GenMessage<ThreadCleared> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 21);
+  messageDesc(file_windlass_memory_v1_memory, 22);
 
 /**
  * SummaryFailed: a fold failed; Get returns degraded until a retry succeeds.
@@ -1143,7 +1224,7 @@ export type SummaryFailed = Message<"windlass.memory.v1.SummaryFailed"> & {
  * Use `create(SummaryFailedSchema)` to create a new message.
  */
 export const SummaryFailedSchema: GenMessage<SummaryFailed> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 22);
+  messageDesc(file_windlass_memory_v1_memory, 23);
 
 /**
  * ThreadRewound: Rewind dropped the thread's messages after to_seq; the
@@ -1179,7 +1260,7 @@ export type ThreadRewound = Message<"windlass.memory.v1.ThreadRewound"> & {
  * Use `create(ThreadRewoundSchema)` to create a new message.
  */
 export const ThreadRewoundSchema: GenMessage<ThreadRewound> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 23);
+  messageDesc(file_windlass_memory_v1_memory, 24);
 
 /**
  * Progress: nothing was missed up to this event's resume_token.
@@ -1194,7 +1275,7 @@ export type Progress = Message<"windlass.memory.v1.Progress"> & {
  * Use `create(ProgressSchema)` to create a new message.
  */
 export const ProgressSchema: GenMessage<Progress> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 24);
+  messageDesc(file_windlass_memory_v1_memory, 25);
 
 /**
  * Role is who wrote a message.
@@ -1245,6 +1326,70 @@ export const RoleSchema: GenEnum<Role> = /*@__PURE__*/
   enumDesc(file_windlass_memory_v1_memory, 0);
 
 /**
+ * Profile names a model provider whose request rules Get shapes its list to,
+ * whatever the strategy cut (README, Provider profiles). Every profile keeps
+ * each tool call with all of its results right after it (parallel calls as
+ * one group), drops a result whose call is not in the list, drops a call
+ * left unanswered before the next turn, and keeps a call still pending at
+ * the end whole, so the caller can append its results.
+ *
+ * @generated from enum windlass.memory.v1.Profile
+ */
+export enum Profile {
+  /**
+   * No profile: the strategy's cut as it is.
+   *
+   * @generated from enum value: PROFILE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * OpenAI Chat Completions: system messages stay where they are.
+   *
+   * @generated from enum value: PROFILE_OPENAI_CHAT = 1;
+   */
+  OPENAI_CHAT = 1,
+
+  /**
+   * OpenAI Responses (input items): as PROFILE_OPENAI_CHAT.
+   *
+   * @generated from enum value: PROFILE_OPENAI_RESPONSES = 2;
+   */
+  OPENAI_RESPONSES = 2,
+
+  /**
+   * Anthropic Messages: system messages (the summary's too) first, for the
+   * system parameter; a user turn first; consecutive same-role messages
+   * merged.
+   *
+   * @generated from enum value: PROFILE_ANTHROPIC = 3;
+   */
+  ANTHROPIC = 3,
+
+  /**
+   * Google Gemini: as PROFILE_ANTHROPIC (system_instruction; alternating
+   * user and model turns).
+   *
+   * @generated from enum value: PROFILE_GEMINI = 4;
+   */
+  GEMINI = 4,
+
+  /**
+   * Amazon Bedrock Converse: as PROFILE_ANTHROPIC (system field; alternating
+   * user and assistant turns, starting with user).
+   *
+   * @generated from enum value: PROFILE_BEDROCK_CONVERSE = 5;
+   */
+  BEDROCK_CONVERSE = 5,
+}
+
+/**
+ * Describes the enum windlass.memory.v1.Profile.
+ */
+export const ProfileSchema: GenEnum<Profile> = /*@__PURE__*/
+  enumDesc(file_windlass_memory_v1_memory, 1);
+
+/**
  * SummaryPlacement says how Get replays a thread's summary.
  *
  * @generated from enum windlass.memory.v1.SummaryPlacement
@@ -1285,7 +1430,7 @@ export enum SummaryPlacement {
  * Describes the enum windlass.memory.v1.SummaryPlacement.
  */
 export const SummaryPlacementSchema: GenEnum<SummaryPlacement> = /*@__PURE__*/
-  enumDesc(file_windlass_memory_v1_memory, 1);
+  enumDesc(file_windlass_memory_v1_memory, 2);
 
 /**
  * EventType selects events in WatchRequest.
@@ -1340,7 +1485,7 @@ export enum EventType {
  * Describes the enum windlass.memory.v1.EventType.
  */
 export const EventTypeSchema: GenEnum<EventType> = /*@__PURE__*/
-  enumDesc(file_windlass_memory_v1_memory, 2);
+  enumDesc(file_windlass_memory_v1_memory, 3);
 
 /**
  * MemoryService stores chat threads and recalls them through a strategy.

@@ -19,6 +19,15 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_ASSISTANT: _ClassVar[Role]
     ROLE_TOOL: _ClassVar[Role]
 
+class Profile(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROFILE_UNSPECIFIED: _ClassVar[Profile]
+    PROFILE_OPENAI_CHAT: _ClassVar[Profile]
+    PROFILE_OPENAI_RESPONSES: _ClassVar[Profile]
+    PROFILE_ANTHROPIC: _ClassVar[Profile]
+    PROFILE_GEMINI: _ClassVar[Profile]
+    PROFILE_BEDROCK_CONVERSE: _ClassVar[Profile]
+
 class SummaryPlacement(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SUMMARY_PLACEMENT_UNSPECIFIED: _ClassVar[SummaryPlacement]
@@ -39,6 +48,12 @@ ROLE_SYSTEM: Role
 ROLE_USER: Role
 ROLE_ASSISTANT: Role
 ROLE_TOOL: Role
+PROFILE_UNSPECIFIED: Profile
+PROFILE_OPENAI_CHAT: Profile
+PROFILE_OPENAI_RESPONSES: Profile
+PROFILE_ANTHROPIC: Profile
+PROFILE_GEMINI: Profile
+PROFILE_BEDROCK_CONVERSE: Profile
 SUMMARY_PLACEMENT_UNSPECIFIED: SummaryPlacement
 SUMMARY_PLACEMENT_SYSTEM: SummaryPlacement
 SUMMARY_PLACEMENT_USER: SummaryPlacement
@@ -90,18 +105,28 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[_Union[Role, str]] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tokens: _Optional[int] = ...) -> None: ...
 
 class Strategy(_message.Message):
-    __slots__ = ("buffer", "window", "summary", "exclude_system", "max_stored")
+    __slots__ = ("buffer", "window", "summary", "exclude_system", "max_stored", "clear_tool_results")
     BUFFER_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
     MAX_STORED_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_TOOL_RESULTS_FIELD_NUMBER: _ClassVar[int]
     buffer: BufferStrategy
     window: WindowStrategy
     summary: SummaryStrategy
     exclude_system: bool
     max_stored: int
-    def __init__(self, buffer: _Optional[_Union[BufferStrategy, _Mapping]] = ..., window: _Optional[_Union[WindowStrategy, _Mapping]] = ..., summary: _Optional[_Union[SummaryStrategy, _Mapping]] = ..., exclude_system: _Optional[bool] = ..., max_stored: _Optional[int] = ...) -> None: ...
+    clear_tool_results: ToolResultClearing
+    def __init__(self, buffer: _Optional[_Union[BufferStrategy, _Mapping]] = ..., window: _Optional[_Union[WindowStrategy, _Mapping]] = ..., summary: _Optional[_Union[SummaryStrategy, _Mapping]] = ..., exclude_system: _Optional[bool] = ..., max_stored: _Optional[int] = ..., clear_tool_results: _Optional[_Union[ToolResultClearing, _Mapping]] = ...) -> None: ...
+
+class ToolResultClearing(_message.Message):
+    __slots__ = ("keep_tool_turns", "keep_tool_tokens")
+    KEEP_TOOL_TURNS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_TOOL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    keep_tool_turns: int
+    keep_tool_tokens: int
+    def __init__(self, keep_tool_turns: _Optional[int] = ..., keep_tool_tokens: _Optional[int] = ...) -> None: ...
 
 class BufferStrategy(_message.Message):
     __slots__ = ("max_messages",)
@@ -204,23 +229,27 @@ class AddResponse(_message.Message):
     def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("thread_id", "limit", "query", "allow_stale", "max_tokens", "recall")
+    __slots__ = ("thread_id", "limit", "query", "allow_stale", "max_tokens", "recall", "profile", "clear_tool_results")
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     ALLOW_STALE_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RECALL_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_TOOL_RESULTS_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     limit: int
     query: str
     allow_stale: bool
     max_tokens: int
     recall: Strategy
-    def __init__(self, thread_id: _Optional[str] = ..., limit: _Optional[int] = ..., query: _Optional[str] = ..., allow_stale: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., recall: _Optional[_Union[Strategy, _Mapping]] = ...) -> None: ...
+    profile: Profile
+    clear_tool_results: ToolResultClearing
+    def __init__(self, thread_id: _Optional[str] = ..., limit: _Optional[int] = ..., query: _Optional[str] = ..., allow_stale: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., recall: _Optional[_Union[Strategy, _Mapping]] = ..., profile: _Optional[_Union[Profile, str]] = ..., clear_tool_results: _Optional[_Union[ToolResultClearing, _Mapping]] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("messages", "summary", "thread", "degraded", "degraded_reason", "tokens", "max_tokens", "over_budget")
+    __slots__ = ("messages", "summary", "thread", "degraded", "degraded_reason", "tokens", "max_tokens", "over_budget", "cleared_tool_results", "cleared_tool_tokens")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     THREAD_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +258,8 @@ class GetResponse(_message.Message):
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OVER_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_TOOL_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    CLEARED_TOOL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     summary: str
     thread: Thread
@@ -237,7 +268,9 @@ class GetResponse(_message.Message):
     tokens: int
     max_tokens: int
     over_budget: bool
-    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., summary: _Optional[str] = ..., thread: _Optional[_Union[Thread, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., over_budget: _Optional[bool] = ...) -> None: ...
+    cleared_tool_results: int
+    cleared_tool_tokens: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., summary: _Optional[str] = ..., thread: _Optional[_Union[Thread, _Mapping]] = ..., degraded: _Optional[bool] = ..., degraded_reason: _Optional[str] = ..., tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., over_budget: _Optional[bool] = ..., cleared_tool_results: _Optional[int] = ..., cleared_tool_tokens: _Optional[int] = ...) -> None: ...
 
 class ClearRequest(_message.Message):
     __slots__ = ("thread_id", "all")

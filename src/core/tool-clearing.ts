@@ -1,0 +1,110 @@
+/**
+ * Tool-output clearing (README, Clearing old tool output): a read-time view
+ * in which old tool results are replaced by a short placeholder naming the
+ * tool, the call and the result's original token count. The stored
+ * transcript is never changed and no model is called, so a summary fold
+ * still reads every result whole.
+ *
+ * A tool turn is an assistant message with tool calls and the results that
+ * follow it. Walking from the newest message back, a result is cleared when
+ * it belongs to a tool turn older than the newest `keepToolTurns`, or when
+ * it and the newer results kept so far exceed `keepToolTokens` (from then on
+ * every older result is cleared too). A result whose placeholder would not
+ * be smaller is left whole. One pass each way: linear in the list.
+ */
+import { countMessageTokens, DEFAULT_TOKEN_ENCODING, tokensOf } from "./tokens.js";
+import type { StoredMessage, TokenEncoding, ToolClearing } from "./types.js";
+
+/** What clearing did to a list. */
+export interface Cleared {
+  messages: StoredMessage[];
+  /** How many tool results were replaced by a placeholder. */
+  count: number;
+  /** Tokens the placeholders saved (original minus placeholder tokens). */
+  savedTokens: number;
+}
+
+/** The placeholder text of a cleared result. */
+export function clearedContent(toolName: string, callId: string, tokens: number): string {
+  return `[tool result cleared: ${toolName} call ${callId}, ${tokens} tokens]`;
+}
+
+/** The list with old tool results cleared (module comment); `messages` itself is not changed. */
+export function clearToolResults(
+  messages: readonly StoredMessage[],
+  opts: ToolClearing,
+  encoding: TokenEncoding,
+): Cleared {
+  let toolNames: Map<string, string> | undefined;
+  const keepTurns = opts.keepToolTurns ?? Number.POSITIVE_INFINITY;
+  const keepTokens = opts.keepToolTokens ?? Number.POSITIVE_INFINITY;
+  const out = messages.slice();
+  let turnsSeen = 0;
+  let keptTokens = 0;
+  let overTokens = false;
+  let count = 0;
+  let savedTokens = 0;
+  for (let i = out.length - 1; i >= 0; i--) {
+    const m = out[i] as StoredMessage;
+    if (m.role === "assistant" && (m.toolCalls?.length ?? 0) > 0) {
+      turnsSeen += 1;
+      continue;
+    }
+    if (m.role !== "tool") continue;
+    const tokens = tokensOf(m, encoding);
+    if (!overTokens && keptTokens + tokens > keepTokens) overTokens = true;
+    if (!overTokens && turnsSeen < keepTurns) {
+      keptTokens += tokens;
+      continue;
+    }
+    toolNames ??= namesOfCalls(messages);
+    const placeholder = placeholderOf(m, toolNames, tokens, encoding);
+    if (placeholder.tokens === undefined || placeholder.tokens >= tokens) continue;
+    out[i] = placeholder;
+    count += 1;
+    savedTokens += tokens - placeholder.tokens;
+  }
+  return { messages: out, count, savedTokens };
+}
+
+function namesOfCalls(messages: readonly StoredMessage[]): Map<string, string> {
+  const names = new Map<string, string>();
+  for (const m of messages) for (const c of m.toolCalls ?? []) names.set(c.id, c.name);
+  return names;
+}
+
+/**
+ * Placeholders made so far, per stored result and encoding: a thread's old
+ * results are cleared again on every Get, and reusing the object saves
+ * counting its tokens and (service/pre-encoded.ts) encoding it each time.
+ * Kept only while the store keeps the result object.
+ */
+const placeholders = new WeakMap<
+  StoredMessage,
+  Partial<Record<TokenEncoding, { toolName: string; cleared: StoredMessage }>>
+>();
+
+function placeholderOf(
+  m: StoredMessage,
+  toolNames: ReadonlyMap<string, string>,
+  tokens: number,
+  encoding: TokenEncoding,
+): StoredMessage {
+  const callId = m.toolCallId ?? "";
+  const toolName = toolNames.get(callId) ?? (m.name || "unknown tool");
+  let known = placeholders.get(m);
+  const made = known?.[encoding];
+  // The result's tokens in one encoding never change: the tool's name is all that may.
+  if (made !== undefined && made.toolName === toolName) return made.cleared;
+  const { tokenEncoding: _stale, ...rest } = m;
+  const cleared: StoredMessage = { ...rest, content: clearedContent(toolName, callId, tokens) };
+  cleared.tokens = countMessageTokens(cleared, encoding);
+  if (encoding !== DEFAULT_TOKEN_ENCODING) cleared.tokenEncoding = encoding;
+  Object.freeze(cleared);
+  if (known === undefined) {
+    known = {};
+    placeholders.set(m, known);
+  }
+  known[encoding] = { toolName, cleared };
+  return cleared;
+}
