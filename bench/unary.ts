@@ -35,7 +35,7 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
 
 /**
  * The benchmark: the real windlass-memory gRPC server, once per store
- * (memory, sqlite, redis), against a bare @grpc/grpc-js server that returns
+ * (memory, sqlite, redis, postgres), against a bare @grpc/grpc-js server that returns
  * the same response bytes, on the Add and Get paths, at a fixed number of
  * calls in flight. On the redis store it also counts the Redis commands the
  * server sends per call. It prints figures; it is not a test. Run with
@@ -47,9 +47,10 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
  * each get a core and the server's CPU time per call can be read from /proc.
  * All servers are started the same way, stay up for the whole run, and are
  * measured one after another in each round, the order reversed every other
- * round (memory, sqlite, redis, bare, then bare, redis, sqlite, memory),
- * after a warm-up. The SQLite file and redis-server (no persistence) are the
- * bench's own, fresh for each run, removed and stopped at the end.
+ * round (memory, sqlite, redis, postgres, bare, then the reverse), after a
+ * warm-up. The SQLite file, redis-server (no persistence) and PostgreSQL
+ * (fsync on) are the bench's own, fresh for each run, removed and stopped
+ * at the end.
  *
  * Settings (environment; the defaults take about 2.5 minutes on 2 cores):
  *   BENCH_SECONDS=3            length of one measurement
@@ -60,7 +61,7 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
  *   BENCH_THREADS=300          threads the Add scenario writes to, round-robin
  *   BENCH_DRIVERS=grpc-js,h2   load clients (see load.ts)
  *   BENCH_SCENARIOS=Add,Get
- *   BENCH_STORES=memory,sqlite,redis
+ *   BENCH_STORES=memory,sqlite,redis,postgres
  *                              stores of the real server, one process each;
  *                              the bare server always runs beside them
  *   BENCH_REDIS_COUNT_CALLS=1000
@@ -258,9 +259,13 @@ interface Scenario {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** What a measurement reads of the bench's redis-server, when the redis store is measured. */
-interface RedisWatch {
-  readonly probe: RedisProbe;
+/**
+ * What a measurement reads of the database behind a store, when the redis
+ * or postgres store is measured: its processes' CPU, and Redis's command
+ * counts.
+ */
+interface StoreWatch {
+  readonly probe: RedisProbe | undefined;
   cpuMicros(): number | undefined;
 }
 
@@ -270,10 +275,10 @@ async function measure(
   scenario: Scenario,
   settings: Settings,
   durationMs: number,
-  redis: RedisWatch | undefined,
+  store: StoreWatch | undefined,
 ): Promise<Omit<Measurement, "scenario" | "target" | "driver" | "round">> {
-  const commandsBefore = await redis?.probe.commandCalls();
-  const storeBefore = redis?.cpuMicros();
+  const commandsBefore = await store?.probe?.commandCalls();
+  const storeBefore = store?.cpuMicros();
   const machineBefore = machineBusyMicros();
   const serverBefore = server.cpuMicros();
   const driverBefore = process.cpuUsage();
@@ -285,8 +290,8 @@ async function measure(
   const driverUsage = process.cpuUsage(driverBefore);
   const serverAfter = server.cpuMicros();
   const machineAfter = machineBusyMicros();
-  const storeAfter = redis?.cpuMicros();
-  const commandsAfter = await redis?.probe.commandCalls();
+  const storeAfter = store?.cpuMicros();
+  const commandsAfter = await store?.probe?.commandCalls();
   const serverCpuMicros =
     serverBefore === undefined || serverAfter === undefined
       ? undefined
@@ -303,7 +308,7 @@ async function measure(
       machineBefore === undefined ||
       machineAfter === undefined ||
       serverCpuMicros === undefined ||
-      (redis !== undefined && storeCpuMicros === undefined)
+      (store !== undefined && storeCpuMicros === undefined)
         ? undefined
         : Math.max(
             0,
@@ -366,6 +371,9 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
     memory: "memory",
     sqlite: "sqlite:<file in a new temporary directory> (WAL, synchronous=FULL: an fsync per Add)",
     redis: `redis://127.0.0.1:<port>/0 (a ${settings.redisServer} started by the bench, --save "" --appendonly no)`,
+    postgres:
+      "postgres://…/<new database> (a PostgreSQL started by the bench: fsync on, synchronous_commit on, " +
+      "shared_buffers 32MB; server default --postgres-pool-size 10)",
   };
   const design =
     "child processes: each server runs alone in its own node process (real: bin/windlass-memory.js serve " +
@@ -414,12 +422,15 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
     backends = await openStoreBackends(settings.stores, settings.redisServer);
     const storeBackends = backends;
     const redisServer = backends.redis;
-    let redisWatch: RedisWatch | undefined;
+    let redisWatch: StoreWatch | undefined;
     if (redisServer !== undefined) {
       probe = await openRedisProbe(redisServer.url);
       redisWatch = { probe, cpuMicros: () => redisServer.cpuMicros() };
       process.stdout.write(`redis:    redis-server pid ${redisServer.pid} at ${redisServer.url}\n`);
     }
+    const postgres = backends.postgres;
+    const postgresWatch: StoreWatch | undefined =
+      postgres === undefined ? undefined : { probe: undefined, cpuMicros: postgres.cpuMicros };
     const adds = addRequests(settings.threads);
     const processes = new Map<Target, ServerProcess>();
     let captured: { add: Buffer; get: Buffer } | undefined;
@@ -487,8 +498,8 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
       if (c === undefined) throw new Error(`no connections for ${driver}/${target}`);
       return c;
     };
-    const redisOf = (target: Target): RedisWatch | undefined =>
-      target === "redis" ? redisWatch : undefined;
+    const storeWatchOf = (target: Target): StoreWatch | undefined =>
+      target === "redis" ? redisWatch : target === "postgres" ? postgresWatch : undefined;
 
     const scenarios: Scenario[] = [
       { name: "Add" as const, path: ADD_PATH, requests: adds },
@@ -524,7 +535,7 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
               scenario,
               settings,
               settings.seconds * 1000,
-              redisOf(target),
+              storeWatchOf(target),
             );
             measurements.push({ scenario: scenario.name, driver, target, round, ...m });
             const rate = (m.load.calls * 1000) / m.load.elapsedMs;
