@@ -9,6 +9,8 @@ export type Target = StoreKind | "bare";
 /** One timed run of one scenario against one server. */
 export interface Measurement {
   readonly scenario: string;
+  /** Calls in flight. */
+  readonly concurrency: number;
   readonly driver: DriverKind;
   readonly target: Target;
   readonly round: number;
@@ -69,6 +71,15 @@ const NOISY_OTHER_PERCENT = 20;
 
 /** Postgres Add throughput over the memory store's the issue asks for (group commit, 64 in flight). */
 export const POSTGRES_ADD_GOAL = 0.5;
+const POSTGRES_GOAL_CONCURRENCY = 64;
+
+/** Whether two rows measured the same call, driver and calls in flight. */
+function sameTurn(
+  a: { scenario: string; concurrency: number; driver: DriverKind },
+  b: { scenario: string; concurrency: number; driver: DriverKind },
+): boolean {
+  return a.scenario === b.scenario && a.concurrency === b.concurrency && a.driver === b.driver;
+}
 
 /** Whether the store runs in processes of its own whose CPU the bench reads. */
 function hasStoreProcess(target: Target): boolean {
@@ -78,6 +89,7 @@ function hasStoreProcess(target: Target): boolean {
 /** The rounds of one scenario, driver and server, merged. */
 interface Row {
   readonly scenario: string;
+  readonly concurrency: number;
   readonly driver: DriverKind;
   readonly target: Target;
   readonly calls: number;
@@ -99,6 +111,7 @@ interface Row {
 
 interface Ratio {
   readonly scenario: string;
+  readonly concurrency: number;
   readonly driver: DriverKind;
   readonly store: StoreKind;
   /** real calls/s over bare calls/s. */
@@ -119,7 +132,7 @@ function rows(result: BenchResult): Row[] {
   const out: Row[] = [];
   const groups = new Map<string, Measurement[]>();
   for (const m of result.measurements) {
-    const key = `${m.scenario}/${m.driver}`;
+    const key = `${m.scenario}/${m.concurrency}/${m.driver}`;
     groups.set(key, [...(groups.get(key) ?? []), m]);
   }
   for (const group of groups.values()) {
@@ -146,6 +159,7 @@ function rows(result: BenchResult): Row[] {
       const percent = (micros: number): number => micros / (elapsedMs * 10);
       out.push({
         scenario: first.scenario,
+        concurrency: first.concurrency,
         driver: first.driver,
         target,
         calls,
@@ -170,13 +184,12 @@ function ratios(all: readonly Row[]): Ratio[] {
   const out: Ratio[] = [];
   for (const real of all) {
     if (real.target === "bare") continue;
-    const bare = all.find(
-      (r) => r.target === "bare" && r.scenario === real.scenario && r.driver === real.driver,
-    );
+    const bare = all.find((r) => r.target === "bare" && sameTurn(r, real));
     if (bare === undefined) continue;
     const bareCpu = bare.serverCpuUsPerCall;
     out.push({
       scenario: real.scenario,
+      concurrency: real.concurrency,
       driver: real.driver,
       store: real.target,
       throughput: real.callsPerSec / bare.callsPerSec,
@@ -275,6 +288,7 @@ export function formatTable(result: BenchResult): string {
     "driver",
     "server",
     "store",
+    "in flight",
     "calls/s",
     "p50 ms",
     "p99 ms",
@@ -293,6 +307,7 @@ export function formatTable(result: BenchResult): string {
     r.driver,
     r.target === "bare" ? "bare" : "real",
     r.target === "bare" ? "-" : r.target,
+    String(r.concurrency),
     fixed(r.callsPerSec, 0),
     fixed(r.p50Ms, 2),
     fixed(r.p99Ms, 2),
@@ -338,14 +353,14 @@ export function formatTable(result: BenchResult): string {
   }
   let group = "";
   for (const r of ratios(all)) {
-    if (group !== `${r.scenario}/${r.driver}`) {
-      group = `${r.scenario}/${r.driver}`;
+    if (group !== `${r.scenario}/${r.concurrency}/${r.driver}`) {
+      group = `${r.scenario}/${r.concurrency}/${r.driver}`;
       const bare = r.bareServerCpuPercent;
       const bound =
         bare !== undefined && bare < SATURATED_PERCENT
           ? ` [bare server at ${bare.toFixed(0)}% CPU, not saturated: the driver or the machine held it back, so these ratios are upper bounds]`
           : "";
-      out.push(`${r.scenario}, ${r.driver} driver, real/bare${bound}:`);
+      out.push(`${r.scenario}, ${r.driver} driver, ${r.concurrency} in flight, real/bare${bound}:`);
     }
     const goal =
       r.store === "memory"
@@ -363,7 +378,7 @@ export function formatTable(result: BenchResult): string {
       `  ${`${r.store}:`.padEnd(10)}throughput ${r.throughput.toFixed(3)} (${goal})${cpu}${withStore}`,
     );
   }
-  out.push(...storeOverMemory(all, result.settings.concurrency));
+  out.push(...storeOverMemory(all));
   const redis = redisPerCall(result);
   if (redis.length > 0) {
     out.push(
@@ -390,28 +405,24 @@ export function formatTable(result: BenchResult): string {
  * Each durable store's throughput over the memory store's, per scenario and
  * driver, measured side by side; Postgres Add against POSTGRES_ADD_GOAL.
  */
-function storeOverMemory(all: readonly Row[], concurrency: number | string | undefined): string[] {
+function storeOverMemory(all: readonly Row[]): string[] {
   const out: string[] = [];
   for (const memory of all.filter((r) => r.target === "memory")) {
     const others = all.filter(
-      (r) =>
-        r.scenario === memory.scenario &&
-        r.driver === memory.driver &&
-        r.target !== "memory" &&
-        r.target !== "bare",
+      (r) => sameTurn(r, memory) && r.target !== "memory" && r.target !== "bare",
     );
     if (others.length === 0) continue;
     const parts = others.map((r) => {
       const ratio = r.callsPerSec / memory.callsPerSec;
       const goal =
         r.target === "postgres" && r.scenario === "Add"
-          ? ` (goal >= ${POSTGRES_ADD_GOAL} at 64 in flight${concurrency === 64 ? `: ${ratio >= POSTGRES_ADD_GOAL ? "meets" : "BELOW"}` : ""})`
+          ? ` (goal >= ${POSTGRES_ADD_GOAL} at ${POSTGRES_GOAL_CONCURRENCY} in flight${r.concurrency === POSTGRES_GOAL_CONCURRENCY ? `: ${ratio >= POSTGRES_ADD_GOAL ? "meets" : "BELOW"}` : ""})`
           : "";
       return `${r.target} ${ratio.toFixed(3)}${goal}`;
     });
     out.push(
       "",
-      `${memory.scenario}, ${memory.driver} driver, throughput over the memory store's: ${parts.join("; ")}`,
+      `${memory.scenario}, ${memory.driver} driver, ${memory.concurrency} in flight, throughput over the memory store's: ${parts.join("; ")}`,
     );
   }
   return out;
@@ -431,6 +442,7 @@ export function formatJson(result: BenchResult): string {
     bytes: result.bytes,
     results: all.map((r) => ({
       scenario: r.scenario,
+      concurrency: r.concurrency,
       driver: r.driver,
       server: r.target === "bare" ? "bare" : "real",
       store: r.target === "bare" ? null : r.target,
@@ -449,6 +461,7 @@ export function formatJson(result: BenchResult): string {
     })),
     ratios: ratios(all).map((r) => ({
       scenario: r.scenario,
+      concurrency: r.concurrency,
       driver: r.driver,
       store: r.store,
       throughputRealOverBare: round(r.throughput, 3),
