@@ -1,6 +1,6 @@
 import { fileURLToPath } from "node:url";
 import { queryPostgres } from "../test/support/postgres-server.js";
-import { callOnce, openConnections, quantile, runLoad } from "./load.js";
+import { callOnce, type LoadResult, openConnections, quantile, runLoad } from "./load.js";
 import { UsageError } from "./options.js";
 import { ADD_PATH, addRequests, GET_PATH, getRequest, getSeedRequests } from "./scenarios.js";
 import { startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
@@ -25,11 +25,19 @@ import { openStoreBackends } from "./stores.js";
 const CALL_TIMEOUT_MS = 30_000;
 const TOP_STATEMENTS = 12;
 
-async function main(argv: readonly string[]): Promise<void> {
+interface ProfileArgs {
+  readonly call: "Add" | "Get";
+  readonly inFlight: number;
+  readonly seconds: number;
+  readonly gets: number;
+  readonly serveFlags: readonly string[];
+}
+
+/** The positional arguments, checked; throws UsageError naming the one that is wrong. */
+function parseArgs(argv: readonly string[]): ProfileArgs {
   const dash = argv.indexOf("--");
   const [call = "Add", inFlightText = "64", secondsText = "3", getsText = "0"] =
     dash < 0 ? argv : argv.slice(0, dash);
-  const serveFlags = dash < 0 ? [] : argv.slice(dash + 1);
   const gets = Number(getsText);
   const inFlight = Number(inFlightText);
   const seconds = Number(secondsText);
@@ -43,6 +51,12 @@ async function main(argv: readonly string[]): Promise<void> {
   if (!Number.isFinite(seconds) || seconds < 0.5 || seconds > 600) {
     throw new UsageError(`seconds: "${secondsText}" is not a number from 0.5 to 600`);
   }
+  return { call, inFlight, seconds, gets, serveFlags: dash < 0 ? [] : argv.slice(dash + 1) };
+}
+
+async function main(argv: readonly string[]): Promise<void> {
+  const args = parseArgs(argv);
+  const { call, inFlight, seconds, gets, serveFlags } = args;
   const root = fileURLToPath(new URL("../../", import.meta.url));
   const backends = await openStoreBackends(["postgres"], "redis-server");
   const postgres = backends.postgres;
@@ -84,45 +98,59 @@ async function main(argv: readonly string[]): Promise<void> {
     ]);
     const serverCpu = (server.cpuMicros() ?? 0) - serverBefore;
     const databaseCpu = (postgres.cpuMicros() ?? 0) - databaseBefore;
-    const latencies = Float64Array.from(load.latenciesMs).sort();
-    const [stats] = await queryPostgres<{ xact_commit: string }>(
-      postgres.url,
-      "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
-    );
-    const statements = await queryPostgres<{ calls: string; ms: string; mean: string; q: string }>(
-      postgres.url,
-      `SELECT calls, round(total_exec_time::numeric, 1) AS ms, round(mean_exec_time::numeric, 3) AS mean,
-         left(regexp_replace(query, '\\s+', ' ', 'g'), 100) AS q
-       FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC LIMIT $1`,
-      [TOP_STATEMENTS],
-    );
-    const executed = statements.reduce((ms, s) => ms + Number(s.ms), 0);
-    process.stdout.write(
-      [
-        `${call} at ${inFlight} in flight, ${seconds} s: ${load.calls} calls, ` +
-          `${((load.calls * 1000) / load.elapsedMs).toFixed(0)}/s, p50 ${quantile(latencies, 0.5).toFixed(2)} ms, ` +
-          `p99 ${quantile(latencies, 0.99).toFixed(2)} ms, ${load.errors} errors${load.firstError ? ` (${load.firstError})` : ""}`,
-        ...(beside === undefined
-          ? []
-          : [
-              `beside: ${beside.calls} Gets at ${gets} in flight, p50 ${quantile(Float64Array.from(beside.latenciesMs).sort(), 0.5).toFixed(2)} ms (their CPU is in the figures below)`,
-            ]),
-        `CPU per call: server ${(serverCpu / load.calls).toFixed(0)} us, PostgreSQL's processes ${(databaseCpu / load.calls).toFixed(0)} us`,
-        `transactions committed: ${stats?.xact_commit ?? "n/a"} (calls per transaction ${(load.calls / Number(stats?.xact_commit ?? Number.NaN)).toFixed(1)}, the stats queries included)`,
-        `statements by total execution time (${executed.toFixed(0)} ms executing of ${load.elapsedMs.toFixed(0)} ms):`,
-        "  calls   total ms  mean ms  statement",
-        ...statements.map(
-          (s) => `${s.calls.padStart(7)} ${s.ms.padStart(10)} ${s.mean.padStart(8)}  ${s.q}`,
-        ),
-        "",
-      ].join("\n"),
-    );
+    await printReport(postgres.url, args, load, beside, {
+      server: serverCpu,
+      database: databaseCpu,
+    });
   } finally {
     connections.close();
     getConnection.close();
     await server.stop();
     await backends.close();
   }
+}
+
+/** What PostgreSQL did meanwhile, and the calls' figures, on stdout. */
+async function printReport(
+  url: string,
+  args: ProfileArgs,
+  load: LoadResult,
+  beside: LoadResult | undefined,
+  cpuMicros: { server: number; database: number },
+): Promise<void> {
+  const latencies = Float64Array.from(load.latenciesMs).sort();
+  const [stats] = await queryPostgres<{ xact_commit: string }>(
+    url,
+    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+  );
+  const statements = await queryPostgres<{ calls: string; ms: string; mean: string; q: string }>(
+    url,
+    `SELECT calls, round(total_exec_time::numeric, 1) AS ms, round(mean_exec_time::numeric, 3) AS mean,
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 100) AS q
+     FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC LIMIT $1`,
+    [TOP_STATEMENTS],
+  );
+  const executed = statements.reduce((ms, s) => ms + Number(s.ms), 0);
+  process.stdout.write(
+    [
+      `${args.call} at ${args.inFlight} in flight, ${args.seconds} s: ${load.calls} calls, ` +
+        `${((load.calls * 1000) / load.elapsedMs).toFixed(0)}/s, p50 ${quantile(latencies, 0.5).toFixed(2)} ms, ` +
+        `p99 ${quantile(latencies, 0.99).toFixed(2)} ms, ${load.errors} errors${load.firstError ? ` (${load.firstError})` : ""}`,
+      ...(beside === undefined
+        ? []
+        : [
+            `beside: ${beside.calls} Gets at ${args.gets} in flight, p50 ${quantile(Float64Array.from(beside.latenciesMs).sort(), 0.5).toFixed(2)} ms (their CPU is in the figures below)`,
+          ]),
+      `CPU per call: server ${(cpuMicros.server / load.calls).toFixed(0)} us, PostgreSQL's processes ${(cpuMicros.database / load.calls).toFixed(0)} us`,
+      `transactions committed: ${stats?.xact_commit ?? "n/a"} (calls per transaction ${(load.calls / Number(stats?.xact_commit ?? Number.NaN)).toFixed(1)}, the stats queries included)`,
+      `statements by total execution time (${executed.toFixed(0)} ms executing of ${load.elapsedMs.toFixed(0)} ms):`,
+      "  calls   total ms  mean ms  statement",
+      ...statements.map(
+        (s) => `${s.calls.padStart(7)} ${s.ms.padStart(10)} ${s.mean.padStart(8)}  ${s.q}`,
+      ),
+      "",
+    ].join("\n"),
+  );
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
