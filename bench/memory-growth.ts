@@ -21,11 +21,11 @@ import { MemoryClient } from "./rpc.js";
 import type { ScenarioContext } from "./run.js";
 import { text } from "./scenarios.js";
 import { startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
-import { openStoreBackends, type StoreKind } from "./stores.js";
+import { type BenchPostgres, openStoreBackends, type StoreKind } from "./stores.js";
 
 /**
  * Memory: how much resident memory the server gains per stored message.
- * Per store (memory, SQLite), a fresh server is filled with 1,000,000
+ * Per store (memory, SQLite, Postgres), a fresh server is filled with 1,000,000
  * messages of 200-byte contents (threads of 10,000, window strategy with
  * max_stored 10,000, Adds of 1,000), and its resident set (VmRSS) is read
  * before, halfway and after. The server runs with `--inspect=127.0.0.1:0` so that
@@ -34,7 +34,10 @@ import { openStoreBackends, type StoreKind } from "./stores.js";
  * RSS is also sampled without a collection during the fill, to show the
  * plateau. Goals: the memory store at most 2x the protobuf encoding of a
  * stored message per message; SQLite flat (bounded by its caches, not by
- * the data).
+ * the data); Postgres flat (the store keeps no messages: its memory is its
+ * pool and queues, bounded by configuration). On Postgres the Pss of
+ * PostgreSQL's own processes is read beside it (bounded by its
+ * shared_buffers and per-backend settings, not the store's).
  */
 
 const CONTENT_BYTES = 200;
@@ -47,6 +50,7 @@ const GOAL_MEMORY = 2;
 /** SQLite counts as flat when it grows by less than this share of the data's protobuf size. */
 const FLAT_SHARE = 0.1;
 const SAMPLES = 10;
+const MEMORY_STORES: readonly StoreKind[] = ["memory", "sqlite", "postgres"];
 
 interface StoreResult {
   readonly store: StoreKind;
@@ -60,6 +64,8 @@ interface StoreResult {
   readonly plateau: number[];
   readonly encodedBytesPerMessage: number;
   readonly fillSeconds: number;
+  /** PostgreSQL's processes (Pss summed) before and after the fill, on Postgres. */
+  readonly database: { before: number; after: number } | undefined;
 }
 
 function addRequest(thread: number, from: number, count: number): AddRequest {
@@ -82,6 +88,7 @@ async function measureStore(
   ctx: ScenarioContext,
   store: StoreKind,
   storeFlag: string,
+  postgres: BenchPostgres | undefined,
 ): Promise<StoreResult> {
   const total = ctx.options.size("messages");
   const server = await startServerProcess({
@@ -115,6 +122,7 @@ async function measureStore(
       await client.add(addRequest(99_999, 0, PER_ADD));
       await client.get(create(GetRequestSchema, { threadId: "bench-mem-99999" }));
       const before = await sampleAfterGc(inspector, server.pid);
+      const databaseBefore = store === "postgres" ? postgres?.memoryBytes() : undefined;
       const threads = Math.ceil(total / PER_THREAD);
       const jobs: { thread: number; from: number; count: number }[] = [];
       for (let t = 0; t < threads; t++) {
@@ -157,6 +165,7 @@ async function measureStore(
       await new Promise((resolve) => setTimeout(resolve, 2_000));
       plateau.push(residentBytes(server.pid) ?? 0);
       const after = await sampleAfterGc(inspector, server.pid);
+      const databaseAfter = store === "postgres" ? postgres?.memoryBytes() : undefined;
       // The protobuf size of a message as stored (role, content, seq, create_time).
       const got = await client.get(create(GetRequestSchema, { threadId: "bench-mem-00000" }));
       const encoded = got.messages.map((m) => toBinary(ChatMessageSchema, m).length);
@@ -171,6 +180,10 @@ async function measureStore(
         plateau,
         encodedBytesPerMessage,
         fillSeconds,
+        database:
+          databaseBefore === undefined || databaseAfter === undefined
+            ? undefined
+            : { before: databaseBefore, after: databaseAfter },
       };
     } finally {
       inspector.close();
@@ -182,12 +195,12 @@ async function measureStore(
 }
 
 async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
-  const stores = storesFor(ctx.options, ["memory", "sqlite"]) as StoreKind[];
+  const stores = storesFor(ctx.options, MEMORY_STORES) as StoreKind[];
   const backends = await openStoreBackends(stores, ctx.redisServer);
   const results: StoreResult[] = [];
   try {
     for (const store of stores)
-      results.push(await measureStore(ctx, store, backends.storeFlag(store)));
+      results.push(await measureStore(ctx, store, backends.storeFlag(store), backends.postgres));
   } finally {
     await backends.close();
   }
@@ -198,7 +211,8 @@ async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
       "collections through the inspector protocol (the server runs with --inspect=127.0.0.1:0); " +
       "RSS also includes memory the allocator keeps after a collection, so it is an upper bound. " +
       `Goals: memory store growth per message <= ${GOAL_MEMORY}x the protobuf encoding of a stored message; ` +
-      `SQLite (--sqlite-cache-mb ${ctx.options.size("sqlite-cache-mb")}) bounded by its caches (SQLite's page cache and the store's message cache): ` +
+      `SQLite (--sqlite-cache-mb ${ctx.options.size("sqlite-cache-mb")}) bounded by its caches (SQLite's page cache and the store's message cache), ` +
+      "Postgres (default --postgres-pool-size 10; it caches no messages) bounded by its configuration: " +
       `judged flat when its growth per message over the second half of the fill is below ${FLAT_SHARE * 100}% of a message's protobuf size, ` +
       "else within its budget while its whole growth stays below the caches' budget (the caches still filling).",
     "",
@@ -220,9 +234,11 @@ async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
           : "**misses** (<= 2x)"
         : secondHalf / r.encodedBytesPerMessage <= FLAT_SHARE
           ? "flat in the 2nd half"
-          : r.after.rss - r.before.rss <= cacheBudget
-            ? `still growing in the 2nd half, within its ${mib(cacheBudget)} MiB cache budget`
-            : "**still growing in the 2nd half, past its cache budget**";
+          : r.store === "postgres"
+            ? "**still growing in the 2nd half**"
+            : r.after.rss - r.before.rss <= cacheBudget
+              ? `still growing in the 2nd half, within its ${mib(cacheBudget)} MiB cache budget`
+              : "**still growing in the 2nd half, past its cache budget**";
     lines.push(
       `| ${r.store} | ${r.messages} | ${r.fillSeconds.toFixed(1)} | ${mib(r.before.rss)} | ${mib(r.middle.rss)} | ${mib(r.after.rss)} | ` +
         `${rssPer.toFixed(0)} | ${firstHalf.toFixed(0)} | ${secondHalf.toFixed(0)} | ${heapPer.toFixed(0)} | ${r.encodedBytesPerMessage.toFixed(0)} | ${ratio.toFixed(2)} | ${goal} |`,
@@ -234,6 +250,14 @@ async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
     "",
   );
   for (const r of results) lines.push(`- ${r.store}: ${r.plateau.map(mib).join(", ")}`);
+  for (const r of results) {
+    if (r.database === undefined) continue;
+    lines.push(
+      "",
+      `PostgreSQL's processes (postmaster and backends, Pss summed; shared_buffers 32MB) before and after the fill: ` +
+        `${mib(r.database.before)} -> ${mib(r.database.after)} MiB.`,
+    );
+  }
   lines.push(
     "",
     "Where the resident set grew, after forced collections, before -> halfway -> after (MiB): " +
@@ -254,11 +278,12 @@ async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
 
 export const memoryScenario = {
   title: "memory: resident growth per stored message",
+  usesPostgres: (ctx: ScenarioContext): boolean =>
+    storesFor(ctx.options, MEMORY_STORES).includes("postgres"),
   budgetMs(ctx: ScenarioContext): number {
     const adds = ctx.options.size("messages") / PER_ADD;
     return (
-      storesFor(ctx.options, ["memory", "sqlite"]).length *
-      (adds * 1_000 + 2 * START_TIMEOUT_MS + 120_000)
+      storesFor(ctx.options, MEMORY_STORES).length * (adds * 1_000 + 2 * START_TIMEOUT_MS + 120_000)
     );
   },
   run,

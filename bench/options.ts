@@ -11,7 +11,7 @@ export const SCENARIO_NAMES = [
   "watch",
   "read-path",
   "peer",
-  "sqlite-writes",
+  "durable-writes",
 ] as const;
 export type ScenarioName = (typeof SCENARIO_NAMES)[number];
 
@@ -190,7 +190,8 @@ export function helpText(): string {
     "",
     `Scenarios: ${SCENARIO_NAMES.join(", ")} (default: unary; all: every one, in this order)`,
     "  --quick            smaller sizes and shorter runs, to see that a scenario works",
-    "  --stores LIST      thread-length: memory,sqlite,redis; memory: memory,sqlite",
+    "  --stores LIST      thread-length: memory,sqlite,redis,postgres; memory: memory,sqlite,postgres;",
+    "                     durable-writes: memory,sqlite,postgres (default: all of the scenario's)",
     "  --results FILE     where to write the results (default bench/RESULTS.md)",
     "  --no-results       print only",
     "  --label TEXT       appended to the scenario's section in the results file",

@@ -8,15 +8,28 @@ import { readFileSync } from "node:fs";
  * collection. Nothing in the server is changed for it.
  */
 
-/** VmRSS of a process in bytes, from /proc/PID/status; undefined without /proc. */
-export function residentBytes(pid: number): number | undefined {
+/** A "NAME:  N kB" line of a /proc file, in bytes; undefined when the file or the line is missing. */
+function procKilobytes(file: string, name: "VmRSS" | "Pss"): number | undefined {
   try {
-    const status = readFileSync(`/proc/${pid}/status`, "utf8");
-    const kb = /^VmRSS:\s+(\d+)\s+kB/m.exec(status)?.[1];
+    const kb = new RegExp(`^${name}:\\s+(\\d+)\\s+kB`, "m").exec(readFileSync(file, "utf8"))?.[1];
     return kb === undefined ? undefined : Number(kb) * 1024;
   } catch {
     return undefined;
   }
+}
+
+/** VmRSS of a process in bytes, from /proc/PID/status; undefined without /proc. */
+export function residentBytes(pid: number): number | undefined {
+  return procKilobytes(`/proc/${pid}/status`, "VmRSS");
+}
+
+/**
+ * Pss of a process in bytes, from /proc/PID/smaps_rollup: its resident
+ * pages with each shared page divided among the processes mapping it, so
+ * the Pss of PostgreSQL's processes add up to what they hold together.
+ */
+export function proportionalBytes(pid: number): number | undefined {
+  return procKilobytes(`/proc/${pid}/smaps_rollup`, "Pss");
 }
 
 /** A resident set by kind (RssAnon, RssFile, RssShmem of /proc/PID/status), in bytes. */

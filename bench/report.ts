@@ -9,6 +9,8 @@ export type Target = StoreKind | "bare";
 /** One timed run of one scenario against one server. */
 export interface Measurement {
   readonly scenario: string;
+  /** Calls in flight. */
+  readonly concurrency: number;
   readonly driver: DriverKind;
   readonly target: Target;
   readonly round: number;
@@ -19,7 +21,7 @@ export interface Measurement {
   readonly driverCpuMicros: number;
   /** CPU time the rest of the machine used during the run; undefined without /proc. */
   readonly otherCpuMicros: number | undefined;
-  /** CPU time redis-server used during the run: redis store only, and only with /proc. */
+  /** CPU time redis-server or PostgreSQL used during the run: those stores only, and only with /proc. */
   readonly storeCpuMicros: number | undefined;
   /**
    * Commands Redis ran during the run, by name, including those run inside
@@ -67,9 +69,27 @@ const SATURATED_PERCENT = 90;
 // figures of a 2-core machine unreliable.
 const NOISY_OTHER_PERCENT = 20;
 
+/** Postgres Add throughput over the memory store's the issue asks for (group commit, 64 in flight). */
+export const POSTGRES_ADD_GOAL = 0.5;
+const POSTGRES_GOAL_CONCURRENCY = 64;
+
+/** Whether two rows measured the same call, driver and calls in flight. */
+function sameTurn(
+  a: { scenario: string; concurrency: number; driver: DriverKind },
+  b: { scenario: string; concurrency: number; driver: DriverKind },
+): boolean {
+  return a.scenario === b.scenario && a.concurrency === b.concurrency && a.driver === b.driver;
+}
+
+/** Whether the store runs in processes of its own whose CPU the bench reads. */
+function hasStoreProcess(target: Target): boolean {
+  return target === "redis" || target === "postgres";
+}
+
 /** The rounds of one scenario, driver and server, merged. */
 interface Row {
   readonly scenario: string;
+  readonly concurrency: number;
   readonly driver: DriverKind;
   readonly target: Target;
   readonly calls: number;
@@ -91,6 +111,7 @@ interface Row {
 
 interface Ratio {
   readonly scenario: string;
+  readonly concurrency: number;
   readonly driver: DriverKind;
   readonly store: StoreKind;
   /** real calls/s over bare calls/s. */
@@ -111,7 +132,7 @@ function rows(result: BenchResult): Row[] {
   const out: Row[] = [];
   const groups = new Map<string, Measurement[]>();
   for (const m of result.measurements) {
-    const key = `${m.scenario}/${m.driver}`;
+    const key = `${m.scenario}/${m.concurrency}/${m.driver}`;
     groups.set(key, [...(groups.get(key) ?? []), m]);
   }
   for (const group of groups.values()) {
@@ -131,11 +152,14 @@ function rows(result: BenchResult): Row[] {
       const serverCpu = sumDefined(ms.map((m) => m.serverCpuMicros));
       const otherCpu = sumDefined(ms.map((m) => m.otherCpuMicros));
       const driverCpu = sum(ms.map((m) => m.driverCpuMicros));
-      const storeCpu = target === "redis" ? sumDefined(ms.map((m) => m.storeCpuMicros)) : undefined;
+      const storeCpu = hasStoreProcess(target)
+        ? sumDefined(ms.map((m) => m.storeCpuMicros))
+        : undefined;
       // CPU microseconds over wall milliseconds * 10 is percent of one core.
       const percent = (micros: number): number => micros / (elapsedMs * 10);
       out.push({
         scenario: first.scenario,
+        concurrency: first.concurrency,
         driver: first.driver,
         target,
         calls,
@@ -160,13 +184,12 @@ function ratios(all: readonly Row[]): Ratio[] {
   const out: Ratio[] = [];
   for (const real of all) {
     if (real.target === "bare") continue;
-    const bare = all.find(
-      (r) => r.target === "bare" && r.scenario === real.scenario && r.driver === real.driver,
-    );
+    const bare = all.find((r) => r.target === "bare" && sameTurn(r, real));
     if (bare === undefined) continue;
     const bareCpu = bare.serverCpuUsPerCall;
     out.push({
       scenario: real.scenario,
+      concurrency: real.concurrency,
       driver: real.driver,
       store: real.target,
       throughput: real.callsPerSec / bare.callsPerSec,
@@ -265,12 +288,13 @@ export function formatTable(result: BenchResult): string {
     "driver",
     "server",
     "store",
+    "in flight",
     "calls/s",
     "p50 ms",
     "p99 ms",
     "srv CPU us/call",
     "srv CPU %",
-    "redis CPU us/call",
+    "store CPU us/call",
     "drv CPU us/call",
     "drv CPU %",
     "other CPU %",
@@ -283,12 +307,13 @@ export function formatTable(result: BenchResult): string {
     r.driver,
     r.target === "bare" ? "bare" : "real",
     r.target === "bare" ? "-" : r.target,
+    String(r.concurrency),
     fixed(r.callsPerSec, 0),
     fixed(r.p50Ms, 2),
     fixed(r.p99Ms, 2),
     fixed(r.serverCpuUsPerCall, 1),
     fixed(r.serverCpuPercent, 0),
-    r.target === "redis" ? fixed(r.storeCpuUsPerCall, 1) : "-",
+    hasStoreProcess(r.target) ? fixed(r.storeCpuUsPerCall, 1) : "-",
     fixed(r.driverCpuUsPerCall, 1),
     fixed(r.driverCpuPercent, 0),
     fixed(r.otherCpuPercent, 0),
@@ -313,8 +338,9 @@ export function formatTable(result: BenchResult): string {
     "",
     "CPU % is of one core over the measurement: srv (the server measured), drv (this load driver),",
     "other (the rest of the machine: other processes, noise). A side near 100 % is the bottleneck;",
-    "CPU us/call is the steadier figure when the machine is shared. redis CPU is the bench's",
-    "redis-server, serving the real server on the redis store (not counted in other).",
+    "CPU us/call is the steadier figure when the machine is shared. store CPU is the bench's",
+    "redis-server (redis store) or PostgreSQL's processes (postgres store: postmaster and",
+    "backends), serving the real server (not counted in other).",
     "",
   ];
   const busiest = Math.max(0, ...all.map((r) => r.otherCpuPercent ?? 0));
@@ -327,14 +353,14 @@ export function formatTable(result: BenchResult): string {
   }
   let group = "";
   for (const r of ratios(all)) {
-    if (group !== `${r.scenario}/${r.driver}`) {
-      group = `${r.scenario}/${r.driver}`;
+    if (group !== `${r.scenario}/${r.concurrency}/${r.driver}`) {
+      group = `${r.scenario}/${r.concurrency}/${r.driver}`;
       const bare = r.bareServerCpuPercent;
       const bound =
         bare !== undefined && bare < SATURATED_PERCENT
           ? ` [bare server at ${bare.toFixed(0)}% CPU, not saturated: the driver or the machine held it back, so these ratios are upper bounds]`
           : "";
-      out.push(`${r.scenario}, ${r.driver} driver, real/bare${bound}:`);
+      out.push(`${r.scenario}, ${r.driver} driver, ${r.concurrency} in flight, real/bare${bound}:`);
     }
     const goal =
       r.store === "memory"
@@ -347,11 +373,12 @@ export function formatTable(result: BenchResult): string {
     const withStore =
       r.serverAndStoreCpuPerCall === undefined
         ? ""
-        : ` (${r.serverAndStoreCpuPerCall.toFixed(2)}x with redis-server's)`;
+        : ` (${r.serverAndStoreCpuPerCall.toFixed(2)}x with ${r.store === "redis" ? "redis-server's" : "PostgreSQL's"})`;
     out.push(
-      `  ${`${r.store}:`.padEnd(8)}throughput ${r.throughput.toFixed(3)} (${goal})${cpu}${withStore}`,
+      `  ${`${r.store}:`.padEnd(10)}throughput ${r.throughput.toFixed(3)} (${goal})${cpu}${withStore}`,
     );
   }
+  out.push(...storeOverMemory(all));
   const redis = redisPerCall(result);
   if (redis.length > 0) {
     out.push(
@@ -374,6 +401,33 @@ export function formatTable(result: BenchResult): string {
   return out.join("\n");
 }
 
+/**
+ * Each durable store's throughput over the memory store's, per scenario and
+ * driver, measured side by side; Postgres Add against POSTGRES_ADD_GOAL.
+ */
+function storeOverMemory(all: readonly Row[]): string[] {
+  const out: string[] = [];
+  for (const memory of all.filter((r) => r.target === "memory")) {
+    const others = all.filter(
+      (r) => sameTurn(r, memory) && r.target !== "memory" && r.target !== "bare",
+    );
+    if (others.length === 0) continue;
+    const parts = others.map((r) => {
+      const ratio = r.callsPerSec / memory.callsPerSec;
+      const goal =
+        r.target === "postgres" && r.scenario === "Add"
+          ? ` (goal >= ${POSTGRES_ADD_GOAL} at ${POSTGRES_GOAL_CONCURRENCY} in flight${r.concurrency === POSTGRES_GOAL_CONCURRENCY ? `: ${ratio >= POSTGRES_ADD_GOAL ? "meets" : "BELOW"}` : ""})`
+          : "";
+      return `${r.target} ${ratio.toFixed(3)}${goal}`;
+    });
+    out.push(
+      "",
+      `${memory.scenario}, ${memory.driver} driver, ${memory.concurrency} in flight, throughput over the memory store's: ${parts.join("; ")}`,
+    );
+  }
+  return out;
+}
+
 /** One JSON line with every figure, for the README to quote. */
 export function formatJson(result: BenchResult): string {
   const all = rows(result);
@@ -388,6 +442,7 @@ export function formatJson(result: BenchResult): string {
     bytes: result.bytes,
     results: all.map((r) => ({
       scenario: r.scenario,
+      concurrency: r.concurrency,
       driver: r.driver,
       server: r.target === "bare" ? "bare" : "real",
       store: r.target === "bare" ? null : r.target,
@@ -399,18 +454,19 @@ export function formatJson(result: BenchResult): string {
       driverCpuUsPerCall: round(r.driverCpuUsPerCall, 1),
       driverCpuPercent: round(r.driverCpuPercent, 0),
       otherCpuPercent: round(r.otherCpuPercent, 0),
-      redisCpuUsPerCall: round(r.storeCpuUsPerCall, 1),
+      storeCpuUsPerCall: round(r.storeCpuUsPerCall, 1),
       calls: r.calls,
       errors: r.errors,
       roundCallsPerSec: r.roundCallsPerSec,
     })),
     ratios: ratios(all).map((r) => ({
       scenario: r.scenario,
+      concurrency: r.concurrency,
       driver: r.driver,
       store: r.store,
       throughputRealOverBare: round(r.throughput, 3),
       serverCpuPerCallRealOverBare: round(r.serverCpuPerCall, 2),
-      serverAndRedisCpuPerCallRealOverBare: round(r.serverAndStoreCpuPerCall, 2),
+      serverAndStoreCpuPerCallRealOverBare: round(r.serverAndStoreCpuPerCall, 2),
       goal: r.store === "memory" ? result.goalRatio : null,
       meetsGoal: r.store === "memory" ? r.throughput >= result.goalRatio : null,
       bareServerCpuPercent: round(r.bareServerCpuPercent, 0),

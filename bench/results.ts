@@ -1,6 +1,8 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import * as os from "node:os";
+import { join } from "node:path";
+import { postgresBinDir } from "../test/support/postgres-server.js";
 
 /**
  * bench/RESULTS.md: one section per scenario (and label), each written by the
@@ -45,13 +47,13 @@ export function loadAverage(): string {
     .join(" ");
 }
 
-/** Versions of what the scenarios run: the package, its runtime dependencies, redis-server. */
-export function versions(root: string, redisServer: string | undefined): string {
+/** Versions of what the scenarios run: the package, its runtime dependencies, redis-server, PostgreSQL. */
+export function versions(root: string, redisServer: string | undefined, postgres = false): string {
   const pkg = JSON.parse(readFileSync(`${root}package.json`, "utf8")) as {
     version: string;
     dependencies: Record<string, string>;
   };
-  const deps = ["@grpc/grpc-js", "@bufbuild/protobuf", "better-sqlite3", "redis"]
+  const deps = ["@grpc/grpc-js", "@bufbuild/protobuf", "better-sqlite3", "redis", "pg"]
     .filter((d) => pkg.dependencies[d] !== undefined)
     .map((d) => `${d} ${pkg.dependencies[d]}`);
   const parts = [`windlass-memory ${pkg.version}`, `node ${process.version}`, ...deps];
@@ -59,6 +61,12 @@ export function versions(root: string, redisServer: string | undefined): string 
     const out = spawnSync(redisServer, ["--version"], { encoding: "utf8" });
     const v = /v=(\S+)/.exec(out.stdout ?? "")?.[1];
     parts.push(`redis-server ${v ?? "(not runnable)"}`);
+  }
+  if (postgres) {
+    const out = spawnSync(join(postgresBinDir(), "postgres"), ["--version"], { encoding: "utf8" });
+    // "postgres (PostgreSQL) 15.8 (Debian 15.8-0+deb12u1)"
+    const v = /\(PostgreSQL\) (\S+)/.exec(out.stdout ?? "")?.[1];
+    parts.push(`PostgreSQL ${v ?? "(not runnable)"}`);
   }
   return parts.join(", ");
 }

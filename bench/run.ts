@@ -28,7 +28,7 @@ import { readSettings, runUnary, unaryBudgetMs, unaryEnvPrefix } from "./unary.j
  *   watch          SummaryUpdated fan-out to 1,000 watchers; 100 watchers that never read
  *   read-path      agent loop with a model taking 2 s per fold vs one answering at once
  *   peer           agent-memory-server (working memory API) on the same redis-stack-server
- *   sqlite-writes  SQLite Add at 64 in flight vs memory; Get p99 with and without that load
+ *   durable-writes SQLite and Postgres Add at 64 in flight vs memory; Get p99 with and without that load
  * `--help` lists the flags. Every scenario bounds its calls by count and
  * time, talks to 127.0.0.1 only, and stops the processes it started.
  */
@@ -47,6 +47,8 @@ interface ScenarioModule {
   run(ctx: ScenarioContext): Promise<ScenarioOutcome>;
   /** The redis-server whose version the results name, if the scenario uses one. */
   redisServerOf?(ctx: ScenarioContext): string | undefined;
+  /** Whether the scenario runs a PostgreSQL, whose version the results then name. */
+  usesPostgres?(ctx: ScenarioContext): boolean;
 }
 
 async function scenarioModule(name: ScenarioName): Promise<ScenarioModule> {
@@ -61,6 +63,8 @@ async function scenarioModule(name: ScenarioName): Promise<ScenarioModule> {
           readSettings(process.env, ctx.options.quick).stores.includes("redis")
             ? ctx.redisServer
             : undefined,
+        usesPostgres: (ctx) =>
+          readSettings(process.env, ctx.options.quick).stores.includes("postgres"),
       };
     case "thread-length":
       return (await import("./thread-length.js")).threadLengthScenario;
@@ -72,8 +76,8 @@ async function scenarioModule(name: ScenarioName): Promise<ScenarioModule> {
       return (await import("./read-path.js")).readPathScenario;
     case "peer":
       return (await import("./peer.js")).peerScenario;
-    case "sqlite-writes":
-      return (await import("./sqlite-writes.js")).sqliteWritesScenario;
+    case "durable-writes":
+      return (await import("./durable-writes.js")).durableWritesScenario;
   }
 }
 
@@ -161,7 +165,7 @@ async function main(argv: readonly string[]): Promise<number> {
           `- command: \`${command}\``,
           `- run: ${started}; machine: ${machine.nproc} CPUs (nproc), ${machine.cpuModel}, ` +
             `${machine.memoryGiB} GiB, ${machine.platform}; load average now ${loadAverage()}`,
-          `- versions: ${versions(root, m.redisServerOf?.(c))}`,
+          `- versions: ${versions(root, m.redisServerOf?.(c), m.usesPostgres?.(c))}`,
           ...(c.options.quick
             ? [
                 "- **quick run** (reduced sizes and short timed runs) to show that the scenario " +

@@ -1,12 +1,54 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+// The tests' own PostgreSQL launcher (tsc compiles that file into dist as well).
+import { type PostgresServer, startPostgresServer } from "../test/support/postgres-server.js";
+import { processCpuMicros } from "./cpu-time.js";
+import { proportionalBytes } from "./process-memory.js";
 import { type BenchRedis, startBenchRedis } from "./redis-server.js";
 
 /** The stores the real server is measured on, one server process each. */
-export type StoreKind = "memory" | "sqlite" | "redis";
+export type StoreKind = "memory" | "sqlite" | "redis" | "postgres";
 
-export const ALL_STORES: readonly StoreKind[] = ["memory", "sqlite", "redis"];
+export const ALL_STORES: readonly StoreKind[] = ["memory", "sqlite", "redis", "postgres"];
+
+/**
+ * The bench's PostgreSQL: the tests' launcher (fsync on, shared_buffers
+ * 32MB) with pg_stat_statements loaded, so a run can be profiled by
+ * statement (`SELECT … FROM pg_stat_statements`) without another start.
+ */
+export interface BenchPostgres {
+  /** The database the real server is given, created empty for this run. */
+  readonly url: string;
+  readonly server: PostgresServer;
+  /** User + system CPU of the postmaster and its backends so far, microseconds; undefined without /proc. */
+  cpuMicros(): number | undefined;
+  /** Proportional set size (Pss) of the postmaster and its backends: shared buffers counted once. */
+  memoryBytes(): number | undefined;
+}
+
+async function startBenchPostgres(): Promise<BenchPostgres> {
+  const server = await startPostgresServer({
+    settings: { shared_preload_libraries: "pg_stat_statements" },
+  });
+  try {
+    const url = await server.createDatabase();
+    // A backend that ended between the listing and the read is left out.
+    const sumOver = (read: (pid: number) => number | undefined): number | undefined => {
+      const values = server.processIds().flatMap((pid) => read(pid) ?? []);
+      return values.length === 0 ? undefined : values.reduce((a, b) => a + b, 0);
+    };
+    return {
+      url,
+      server,
+      cpuMicros: () => sumOver(processCpuMicros),
+      memoryBytes: () => sumOver(proportionalBytes),
+    };
+  } catch (err) {
+    await server.stop();
+    throw err;
+  }
+}
 
 /**
  * What the real servers' `--store` values point at: a temporary directory
@@ -18,13 +60,16 @@ export interface StoreBackends {
   storeFlag(kind: StoreKind): string;
   /** The bench's redis-server, when redis is among the stores. */
   readonly redis: BenchRedis | undefined;
+  /** The bench's PostgreSQL, when postgres is among the stores. */
+  readonly postgres: BenchPostgres | undefined;
   /** Stops redis-server and removes the temporary directory. Idempotent. */
   close(): Promise<void>;
 }
 
 /**
  * Prepares what `kinds` need, starting `redisServer` (a path or a name on
- * PATH) for redis; on failure nothing is left behind.
+ * PATH) for redis and a PostgreSQL for postgres; on failure nothing is
+ * left behind.
  */
 export async function openStoreBackends(
   kinds: readonly StoreKind[],
@@ -36,9 +81,12 @@ export async function openStoreBackends(
   // redis-server and this removes the files.
   process.on("exit", removeDir);
   let redis: BenchRedis | undefined;
+  let postgres: BenchPostgres | undefined;
   try {
     if (kinds.includes("redis")) redis = await startBenchRedis(redisServer, join(dir, "redis"));
+    if (kinds.includes("postgres")) postgres = await startBenchPostgres();
   } catch (err) {
+    await redis?.stop();
     removeDir();
     process.off("exit", removeDir);
     throw err;
@@ -46,6 +94,7 @@ export async function openStoreBackends(
   let closed = false;
   return {
     redis,
+    postgres,
     storeFlag(kind) {
       switch (kind) {
         case "memory":
@@ -55,12 +104,16 @@ export async function openStoreBackends(
         case "redis":
           if (redis === undefined) throw new Error("bench: redis is not among the stores");
           return redis.url;
+        case "postgres":
+          if (postgres === undefined) throw new Error("bench: postgres is not among the stores");
+          return postgres.url;
       }
     },
     async close() {
       if (closed) return;
       closed = true;
       await redis?.stop();
+      await postgres?.server.stop();
       removeDir();
       process.off("exit", removeDir);
     },

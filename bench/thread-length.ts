@@ -19,7 +19,8 @@ import { startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
 import { openStoreBackends, type StoreKind } from "./stores.js";
 
 /**
- * Thread length: does a call cost more on a long thread? Per store, one
+ * Thread length: does a call cost more on a long thread? Per store
+ * (memory, SQLite, Redis, Postgres; `--stores` picks some), one
  * server holds a thread of 100,000 messages and one of 100 (same strategy:
  * window 20, max_stored 100,000), and Get (the window) and Add (one message)
  * are timed on each, long and short taking turns round by round. Reported:
@@ -38,6 +39,7 @@ const GOAL = 1.2;
 const LONG_THREAD = "bench-thread-long";
 const SHORT_THREAD = "bench-thread-short";
 const ADD_VARIANTS = 64;
+const THREAD_LENGTH_STORES: readonly StoreKind[] = ["memory", "sqlite", "redis", "postgres"];
 
 type Call = "Get" | "Add";
 type Which = "long" | "short";
@@ -222,7 +224,7 @@ function emptyTimed(store: StoreKind, call: Call, thread: Which): Timed {
 const pct = (t: Timed, q: number): number => quantile(Float64Array.from(t.latencies).sort(), q);
 
 async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
-  const stores = storesFor(ctx.options, ["memory", "sqlite", "redis"]) as StoreKind[];
+  const stores = storesFor(ctx.options, THREAD_LENGTH_STORES) as StoreKind[];
   const backends = await openStoreBackends(stores, ctx.redisServer);
   const timed: Timed[] = [];
   try {
@@ -271,14 +273,14 @@ export const threadLengthScenario = {
   title: "thread-length: Get and Add on a 100,000-message thread vs a 100-message one",
   budgetMs(ctx: ScenarioContext): number {
     const o = ctx.options;
-    const stores = storesFor(o, ["memory", "sqlite", "redis"]).length;
+    const stores = storesFor(o, THREAD_LENGTH_STORES).length;
     const timed = 4 * o.size("rounds") * (o.size("seconds") * 1000 + CALL_TIMEOUT_MS + 1_000);
     const fill = (o.size("long-messages") / FILL_BATCH + 4) * 2_000;
     return stores * (timed + fill + 2 * START_TIMEOUT_MS + 60_000);
   },
   redisServerOf: (ctx: ScenarioContext): string | undefined =>
-    storesFor(ctx.options, ["memory", "sqlite", "redis"]).includes("redis")
-      ? ctx.redisServer
-      : undefined,
+    storesFor(ctx.options, THREAD_LENGTH_STORES).includes("redis") ? ctx.redisServer : undefined,
+  usesPostgres: (ctx: ScenarioContext): boolean =>
+    storesFor(ctx.options, THREAD_LENGTH_STORES).includes("postgres"),
   run,
 };

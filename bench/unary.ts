@@ -35,7 +35,7 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
 
 /**
  * The benchmark: the real windlass-memory gRPC server, once per store
- * (memory, sqlite, redis), against a bare @grpc/grpc-js server that returns
+ * (memory, sqlite, redis, postgres), against a bare @grpc/grpc-js server that returns
  * the same response bytes, on the Add and Get paths, at a fixed number of
  * calls in flight. On the redis store it also counts the Redis commands the
  * server sends per call. It prints figures; it is not a test. Run with
@@ -47,20 +47,22 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
  * each get a core and the server's CPU time per call can be read from /proc.
  * All servers are started the same way, stay up for the whole run, and are
  * measured one after another in each round, the order reversed every other
- * round (memory, sqlite, redis, bare, then bare, redis, sqlite, memory),
- * after a warm-up. The SQLite file and redis-server (no persistence) are the
- * bench's own, fresh for each run, removed and stopped at the end.
+ * round (memory, sqlite, redis, postgres, bare, then the reverse), after a
+ * warm-up. The SQLite file, redis-server (no persistence) and PostgreSQL
+ * (fsync on) are the bench's own, fresh for each run, removed and stopped
+ * at the end.
  *
  * Settings (environment; the defaults take about 2.5 minutes on 2 cores):
  *   BENCH_SECONDS=3            length of one measurement
  *   BENCH_WARMUP_SECONDS=2     warm-up per server, scenario and driver
  *   BENCH_ROUNDS=2             measurements per server, scenario and driver
- *   BENCH_CONCURRENCY=64       unary calls in flight
+ *   BENCH_CONCURRENCY=64       unary calls in flight; a comma list (1,8,64)
+ *                              measures every level on every server in turn
  *   BENCH_CONNECTIONS=4        HTTP/2 connections per server and driver
  *   BENCH_THREADS=300          threads the Add scenario writes to, round-robin
  *   BENCH_DRIVERS=grpc-js,h2   load clients (see load.ts)
  *   BENCH_SCENARIOS=Add,Get
- *   BENCH_STORES=memory,sqlite,redis
+ *   BENCH_STORES=memory,sqlite,redis,postgres
  *                              stores of the real server, one process each;
  *                              the bare server always runs beside them
  *   BENCH_REDIS_COUNT_CALLS=1000
@@ -69,7 +71,7 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
  *   REDIS_SERVER=redis-server  the redis-server binary (7.0 or later)
  *   BENCH_CPU_PROF_DIR, BENCH_SERVER_NODE_ARGS: profiling and node flags of
  *                              the servers (see below)
- * Time: scenarios x drivers x (stores + 1) x (warm-up + rounds x seconds),
+ * Time: scenarios x levels in flight x drivers x (stores + 1) x (warm-up + rounds x seconds),
  * plus about 2 s per server for start-up and seeding.
  */
 
@@ -109,14 +111,6 @@ const SETTINGS = {
     integer: true,
     help: "measurements per server, scenario and driver",
   },
-  concurrency: {
-    env: "BENCH_CONCURRENCY",
-    fallback: 64,
-    min: 1,
-    max: 10_000,
-    integer: true,
-    help: "unary calls in flight",
-  },
   // Four connections rather than one: a server has several clients, and over
   // one connection the two sides wait on each other so neither gets busy
   // (measured with the h2 driver: bare grpc-js 8-10k calls/s on 1, 12-20k on 4).
@@ -146,6 +140,10 @@ const SETTINGS = {
   },
 } satisfies Record<string, NumberSetting>;
 
+/** Unary calls in flight: one level or a comma list, each measured in turn on every server. */
+const CONCURRENCY_ENV = "BENCH_CONCURRENCY";
+const DEFAULT_CONCURRENCY: readonly number[] = [64];
+const MAX_CONCURRENCY = 10_000;
 const DRIVERS_ENV = "BENCH_DRIVERS";
 const ALL_DRIVERS: readonly DriverKind[] = ["grpc-js", "h2"];
 const SCENARIOS_ENV = "BENCH_SCENARIOS";
@@ -162,6 +160,8 @@ const SERVER_NODE_ARGS_ENV = "BENCH_SERVER_NODE_ARGS";
 type UnaryCall = "Add" | "Get";
 
 export type Settings = { readonly [K in keyof typeof SETTINGS]: number } & {
+  /** The levels of calls in flight, in the order given. */
+  readonly concurrency: readonly number[];
   readonly drivers: readonly DriverKind[];
   readonly scenarios: readonly UnaryCall[];
   readonly stores: readonly StoreKind[];
@@ -208,6 +208,7 @@ export function readSettings(env: NodeJS.ProcessEnv, quick = false): Settings {
   const cpuProfDir = env[CPU_PROF_ENV];
   return {
     ...(numbers as { [K in keyof typeof SETTINGS]: number }),
+    concurrency: concurrencySetting(env),
     drivers: listSetting(env, DRIVERS_ENV, ALL_DRIVERS),
     scenarios: listSetting(env, SCENARIOS_ENV, ALL_SCENARIOS),
     stores: listSetting(env, STORES_ENV, ALL_STORES),
@@ -215,6 +216,24 @@ export function readSettings(env: NodeJS.ProcessEnv, quick = false): Settings {
     cpuProfDir: cpuProfDir === undefined || cpuProfDir === "" ? undefined : cpuProfDir,
     serverNodeArgs: (env[SERVER_NODE_ARGS_ENV] ?? "").split(/\s+/).filter((a) => a !== ""),
   };
+}
+
+/** BENCH_CONCURRENCY: whole numbers from 1 to MAX_CONCURRENCY, comma-separated, none twice. */
+function concurrencySetting(env: NodeJS.ProcessEnv): readonly number[] {
+  const text = env[CONCURRENCY_ENV];
+  if (text === undefined || text === "") return DEFAULT_CONCURRENCY;
+  const levels = text.split(",").map((item) => Number(item.trim()));
+  for (const n of levels) {
+    if (!Number.isInteger(n) || n < 1 || n > MAX_CONCURRENCY) {
+      throw new UsageError(
+        `${CONCURRENCY_ENV}="${text}": expected whole numbers from 1 to ${MAX_CONCURRENCY}, comma-separated (unary calls in flight)`,
+      );
+    }
+  }
+  if (new Set(levels).size !== levels.length) {
+    throw new UsageError(`${CONCURRENCY_ENV}="${text}": a level is given twice`);
+  }
+  return levels;
 }
 
 /** A comma-separated subset of `all`, in the order of `all`; unset: all of them. */
@@ -238,6 +257,7 @@ function listSetting<T extends string>(
 export function unaryEnvPrefix(env: NodeJS.ProcessEnv): string {
   return [
     ...Object.values(SETTINGS).map((s: NumberSetting) => s.env),
+    CONCURRENCY_ENV,
     DRIVERS_ENV,
     SCENARIOS_ENV,
     STORES_ENV,
@@ -258,9 +278,13 @@ interface Scenario {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** What a measurement reads of the bench's redis-server, when the redis store is measured. */
-interface RedisWatch {
-  readonly probe: RedisProbe;
+/**
+ * What a measurement reads of the database behind a store, when the redis
+ * or postgres store is measured: its processes' CPU, and Redis's command
+ * counts.
+ */
+interface StoreWatch {
+  readonly probe: RedisProbe | undefined;
   cpuMicros(): number | undefined;
 }
 
@@ -268,25 +292,25 @@ async function measure(
   server: ServerProcess,
   target: Connections,
   scenario: Scenario,
-  settings: Settings,
+  concurrency: number,
   durationMs: number,
-  redis: RedisWatch | undefined,
-): Promise<Omit<Measurement, "scenario" | "target" | "driver" | "round">> {
-  const commandsBefore = await redis?.probe.commandCalls();
-  const storeBefore = redis?.cpuMicros();
+  store: StoreWatch | undefined,
+): Promise<Omit<Measurement, "scenario" | "concurrency" | "target" | "driver" | "round">> {
+  const commandsBefore = await store?.probe?.commandCalls();
+  const storeBefore = store?.cpuMicros();
   const machineBefore = machineBusyMicros();
   const serverBefore = server.cpuMicros();
   const driverBefore = process.cpuUsage();
   const load = await runLoad(target, scenario.path, scenario.requests, {
-    concurrency: settings.concurrency,
+    concurrency,
     durationMs,
     callTimeoutMs: CALL_TIMEOUT_MS,
   });
   const driverUsage = process.cpuUsage(driverBefore);
   const serverAfter = server.cpuMicros();
   const machineAfter = machineBusyMicros();
-  const storeAfter = redis?.cpuMicros();
-  const commandsAfter = await redis?.probe.commandCalls();
+  const storeAfter = store?.cpuMicros();
+  const commandsAfter = await store?.probe?.commandCalls();
   const serverCpuMicros =
     serverBefore === undefined || serverAfter === undefined
       ? undefined
@@ -303,7 +327,7 @@ async function measure(
       machineBefore === undefined ||
       machineAfter === undefined ||
       serverCpuMicros === undefined ||
-      (redis !== undefined && storeCpuMicros === undefined)
+      (store !== undefined && storeCpuMicros === undefined)
         ? undefined
         : Math.max(
             0,
@@ -366,6 +390,9 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
     memory: "memory",
     sqlite: "sqlite:<file in a new temporary directory> (WAL, synchronous=FULL: an fsync per Add)",
     redis: `redis://127.0.0.1:<port>/0 (a ${settings.redisServer} started by the bench, --save "" --appendonly no)`,
+    postgres:
+      "postgres://…/<new database> (a PostgreSQL started by the bench: fsync on, synchronous_commit on, " +
+      "shared_buffers 32MB; server default --postgres-pool-size 10)",
   };
   const design =
     "child processes: each server runs alone in its own node process (real: bin/windlass-memory.js serve " +
@@ -385,7 +412,7 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
       `command:  ${command}`,
       `machine:  node ${machine.node}, ${machine.cpuCount} CPUs, ${machine.cpuModel}, ${machine.platform}`,
       `design:   ${design}`,
-      `load:     ${settings.concurrency} unary calls in flight over ${settings.connections} connection(s) ` +
+      `load:     ${settings.concurrency.join(", ")} unary calls in flight (each level in turn) over ${settings.connections} connection(s) ` +
         `per server; drivers ${settings.drivers.join(", ")}; servers ${targets.join(", ")}; ` +
         `${settings.rounds} x ${settings.seconds} s per server, scenario and driver, in turn, ` +
         `after ${settings.warmupSeconds} s warm-up each`,
@@ -414,12 +441,15 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
     backends = await openStoreBackends(settings.stores, settings.redisServer);
     const storeBackends = backends;
     const redisServer = backends.redis;
-    let redisWatch: RedisWatch | undefined;
+    let redisWatch: StoreWatch | undefined;
     if (redisServer !== undefined) {
       probe = await openRedisProbe(redisServer.url);
       redisWatch = { probe, cpuMicros: () => redisServer.cpuMicros() };
       process.stdout.write(`redis:    redis-server pid ${redisServer.pid} at ${redisServer.url}\n`);
     }
+    const postgres = backends.postgres;
+    const postgresWatch: StoreWatch | undefined =
+      postgres === undefined ? undefined : { probe: undefined, cpuMicros: postgres.cpuMicros };
     const adds = addRequests(settings.threads);
     const processes = new Map<Target, ServerProcess>();
     let captured: { add: Buffer; get: Buffer } | undefined;
@@ -487,8 +517,8 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
       if (c === undefined) throw new Error(`no connections for ${driver}/${target}`);
       return c;
     };
-    const redisOf = (target: Target): RedisWatch | undefined =>
-      target === "redis" ? redisWatch : undefined;
+    const storeWatchOf = (target: Target): StoreWatch | undefined =>
+      target === "redis" ? redisWatch : target === "postgres" ? postgresWatch : undefined;
 
     const scenarios: Scenario[] = [
       { name: "Add" as const, path: ADD_PATH, requests: adds },
@@ -497,44 +527,54 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
     const measurements: Measurement[] = [];
     const redisSent: RedisSentCount[] = [];
     for (const scenario of scenarios) {
-      for (const driver of settings.drivers) {
-        if (settings.warmupSeconds > 0) {
-          for (const target of targets) {
-            process.stdout.write(`warm-up   ${scenario.name} ${driver} ${target}\n`);
-            const w = await measure(
-              processOf(target),
-              connectionsOf(driver, target),
-              scenario,
-              settings,
-              settings.warmupSeconds * 1000,
-              undefined,
-            );
-            if (w.load.errors > 0) throw new Error(`warm-up failed: ${w.load.firstError}`);
-            await sleep(PAUSE_BETWEEN_MS);
+      for (const concurrency of settings.concurrency) {
+        for (const driver of settings.drivers) {
+          const at = `${scenario.name} ${driver} ${concurrency} in flight`;
+          if (settings.warmupSeconds > 0) {
+            for (const target of targets) {
+              process.stdout.write(`warm-up   ${at} ${target}\n`);
+              const w = await measure(
+                processOf(target),
+                connectionsOf(driver, target),
+                scenario,
+                concurrency,
+                settings.warmupSeconds * 1000,
+                undefined,
+              );
+              if (w.load.errors > 0) throw new Error(`warm-up failed: ${w.load.firstError}`);
+              await sleep(PAUSE_BETWEEN_MS);
+            }
           }
-        }
-        for (let round = 0; round < settings.rounds; round++) {
-          // Reversed every other round, so drift over the run (heap and store
-          // growth, other load) hits every server alike.
-          const order = round % 2 === 0 ? targets : [...targets].reverse();
-          for (const target of order) {
-            const m = await measure(
-              processOf(target),
-              connectionsOf(driver, target),
-              scenario,
-              settings,
-              settings.seconds * 1000,
-              redisOf(target),
-            );
-            measurements.push({ scenario: scenario.name, driver, target, round, ...m });
-            const rate = (m.load.calls * 1000) / m.load.elapsedMs;
-            process.stdout.write(
-              `measured  ${scenario.name} ${driver} ${target} round ${round + 1}: ${rate.toFixed(0)} calls/s, ` +
-                `p50 ${quantile(m.load.latenciesMs.slice().sort(), 0.5).toFixed(2)} ms` +
-                (m.load.errors > 0 ? `, ${m.load.errors} errors (${m.load.firstError})` : "") +
-                "\n",
-            );
-            await sleep(PAUSE_BETWEEN_MS);
+          for (let round = 0; round < settings.rounds; round++) {
+            // Reversed every other round, so drift over the run (heap and store
+            // growth, other load) hits every server alike.
+            const order = round % 2 === 0 ? targets : [...targets].reverse();
+            for (const target of order) {
+              const m = await measure(
+                processOf(target),
+                connectionsOf(driver, target),
+                scenario,
+                concurrency,
+                settings.seconds * 1000,
+                storeWatchOf(target),
+              );
+              measurements.push({
+                scenario: scenario.name,
+                concurrency,
+                driver,
+                target,
+                round,
+                ...m,
+              });
+              const rate = (m.load.calls * 1000) / m.load.elapsedMs;
+              process.stdout.write(
+                `measured  ${at} ${target} round ${round + 1}: ${rate.toFixed(0)} calls/s, ` +
+                  `p50 ${quantile(m.load.latenciesMs.slice().sort(), 0.5).toFixed(2)} ms` +
+                  (m.load.errors > 0 ? `, ${m.load.errors} errors (${m.load.firstError})` : "") +
+                  "\n",
+              );
+              await sleep(PAUSE_BETWEEN_MS);
+            }
           }
         }
       }
@@ -565,6 +605,7 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
       machine,
       settings: {
         ...settings,
+        concurrency: settings.concurrency.join(","),
         drivers: settings.drivers.join(","),
         scenarios: settings.scenarios.join(","),
         stores: settings.stores.join(","),
@@ -622,7 +663,7 @@ async function countRedisCommands(
   let errors = 0;
   const commands = await probe.countSent(async () => {
     const load = await runLoad(target, scenario.path, scenario.requests, {
-      concurrency: settings.concurrency,
+      concurrency: Math.max(...settings.concurrency),
       durationMs: COUNT_MAX_MS,
       callTimeoutMs: CALL_TIMEOUT_MS,
       maxCalls: settings.redisCountCalls,
@@ -644,7 +685,11 @@ export function unaryBudgetMs(settings: Settings): number {
     servers * (settings.warmupSeconds + settings.rounds * settings.seconds) * 1000 +
     2 * servers * (settings.rounds + 1) * PAUSE_BETWEEN_MS;
   return (
-    2 * (settings.scenarios.length * settings.drivers.length * perDriverMs) +
+    2 *
+      (settings.scenarios.length *
+        settings.concurrency.length *
+        settings.drivers.length *
+        perDriverMs) +
     settings.scenarios.length * (COUNT_MAX_MS + 10_000) +
     2 * (servers + 1) * SERVER_START_TIMEOUT_MS +
     60_000

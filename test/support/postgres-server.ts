@@ -31,6 +31,8 @@ export interface PostgresServer {
   readonly adminUrl: string;
   /** The postmaster's process id; undefined while stopped. */
   readonly pid: number | undefined;
+  /** The postmaster and its backends now (none while stopped), from /proc. */
+  processIds(): number[];
   /** A new, empty database on this server: its URL. */
   createDatabase(): Promise<string>;
   /** Ends the server (immediate shutdown) and removes its data. Idempotent. */
@@ -53,6 +55,15 @@ export interface PostgresServer {
    * shutdown if it runs (`pg_ctl restart`).
    */
   restart(): Promise<void>;
+}
+
+export interface PostgresServerOptions {
+  /**
+   * More server settings, each passed as `-c NAME=VALUE` after the ones
+   * the tests depend on (a later -c wins): the bench's
+   * shared_preload_libraries=pg_stat_statements, for one.
+   */
+  readonly settings?: Readonly<Record<string, string>>;
 }
 
 const START_TIMEOUT_MS = 30_000;
@@ -104,7 +115,10 @@ function serverUser(): { uid: number; gid: number } | undefined {
 }
 
 /** Starts a PostgreSQL server and waits until it answers `SELECT 1`. */
-export async function startPostgresServer(): Promise<PostgresServer> {
+export async function startPostgresServer(
+  options: PostgresServerOptions = {},
+): Promise<PostgresServer> {
+  const settings = Object.entries(options.settings ?? {}).flatMap(([k, v]) => ["-c", `${k}=${v}`]);
   const bin = postgresBinDir();
   const user = serverUser();
   const dir = mkdtempSync(join(tmpdir(), "windlass-postgres-"));
@@ -123,7 +137,7 @@ export async function startPostgresServer(): Promise<PostgresServer> {
   let child: ChildProcess | undefined;
   for (let attempt = 1; ; attempt++) {
     try {
-      child = await launch(bin, data, dir, port, user);
+      child = await launch(bin, data, dir, port, user, settings);
       break;
     } catch (err) {
       if (!(err instanceof PortInUse) || attempt >= 5) {
@@ -150,6 +164,10 @@ export async function startPostgresServer(): Promise<PostgresServer> {
     adminUrl,
     get pid() {
       return child?.pid;
+    },
+    processIds() {
+      const pid = child?.pid;
+      return pid === undefined ? [] : [pid, ...childrenOf(pid)];
     },
     async createDatabase() {
       const name = `w_${randomBytes(6).toString("hex")}`;
@@ -182,7 +200,7 @@ export async function startPostgresServer(): Promise<PostgresServer> {
       // After a SIGKILL the old backends hold the shared memory until they notice; retried.
       for (let attempt = 1; ; attempt++) {
         try {
-          child = await launch(bin, data, dir, port, user);
+          child = await launch(bin, data, dir, port, user, settings);
           return;
         } catch (err) {
           if (attempt >= 40) throw err;
@@ -247,6 +265,7 @@ async function launch(
   socketDir: string,
   port: number,
   user: { uid: number; gid: number } | undefined,
+  settings: readonly string[],
 ): Promise<ChildProcess> {
   const child = spawn(
     join(bin, "postgres"),
@@ -268,6 +287,7 @@ async function launch(
       // Lets a test tell which rows one transaction wrote (group commit).
       "-c",
       "track_commit_timestamp=on",
+      ...settings,
     ],
     { stdio: ["ignore", "pipe", "pipe"], ...(user ?? {}) },
   );
