@@ -55,65 +55,21 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
     defaultStrategy: defaultStrategy(config, summarizers),
     logger,
     metrics,
-    limits: {
-      maxMessagesPerAdd: config.maxMessagesPerAdd,
-      getFoldWaitMs: config.getFoldWaitMs,
-      progressIntervalMs: config.progressIntervalMs,
-      watchBuffer: config.watchBuffer,
-      maxWatchersPerNamespace: config.maxWatchersPerNamespace,
-      maxConcurrentFolds: config.maxConcurrentFolds,
-      foldLeaseMs: config.foldLeaseMs,
-      defaultTtlMs: config.defaultTtlMs,
-      ttlSweepIntervalMs: config.ttlSweepIntervalMs,
-    },
+    limits: serviceLimits(config),
   });
   const storeHealth = new StoreHealthMonitor(store, {
     intervalMs: config.healthCheckIntervalMs,
     logger,
   });
-  let servers: Awaited<ReturnType<typeof startServers>>;
+  let servers: Servers;
   try {
     // The first check's outcome is known before the ports open.
     await storeHealth.start();
     servers = await startServers({
+      ...serverOptions(config, logger),
       core: service,
       storeHealth,
-      host: config.host,
-      grpcPort: config.grpcPort,
-      httpPort: config.httpPort,
-      maxMessageBytes: config.maxMessageBytes,
-      jsonIgnoreUnknownFields: config.jsonIgnoreUnknownFields,
       metrics,
-      ...(config.metricsPort === undefined ? {} : { metricsPort: config.metricsPort }),
-      ...(config.metricsToken === undefined ? {} : { metricsToken: config.metricsToken }),
-      rateLimit: { ratePerSecond: config.limits.rateLimitRps, burst: config.limits.rateLimitBurst },
-      connectionLimits: {
-        maxConnections: config.limits.maxConnections,
-        firstByteTimeoutMs: config.limits.firstByteTimeoutMs,
-        maxConnectionIdleMs: config.limits.maxConnectionIdleMs,
-        keepaliveTimeMs: config.limits.keepaliveTimeMs,
-        keepaliveTimeoutMs: config.limits.keepaliveTimeoutMs,
-      },
-      watchStallTimeoutMs: config.limits.watchStallTimeoutMs,
-      corsOrigins: config.corsOrigins,
-      ...(config.authTokens === undefined ? {} : { auth: config.authTokens }),
-      ...(config.tls === undefined
-        ? {}
-        : {
-            tls: {
-              cert: readSettingFile("--tls-cert / WINDLASS_TLS_CERT", config.tls.certFile),
-              key: readSettingFile("--tls-key / WINDLASS_TLS_KEY", config.tls.keyFile),
-              ...(config.tls.clientCaFile === undefined
-                ? {}
-                : {
-                    clientCa: readSettingFile(
-                      "--tls-client-ca / WINDLASS_TLS_CLIENT_CA",
-                      config.tls.clientCaFile,
-                    ),
-                  }),
-            },
-          }),
-      logger,
     });
   } catch (err) {
     await storeHealth.stop();
@@ -142,6 +98,64 @@ export async function startApp(config: Config, logger: Logger): Promise<App> {
       })();
       return stopping;
     },
+  };
+}
+
+type Servers = Awaited<ReturnType<typeof startServers>>;
+type ServerOptions = Parameters<typeof startServers>[0];
+
+function serviceLimits(config: Config): Parameters<typeof createMemoryService>[0]["limits"] {
+  return {
+    maxMessagesPerAdd: config.maxMessagesPerAdd,
+    getFoldWaitMs: config.getFoldWaitMs,
+    progressIntervalMs: config.progressIntervalMs,
+    watchBuffer: config.watchBuffer,
+    maxWatchersPerNamespace: config.maxWatchersPerNamespace,
+    maxConcurrentFolds: config.maxConcurrentFolds,
+    foldLeaseMs: config.foldLeaseMs,
+    defaultTtlMs: config.defaultTtlMs,
+    ttlSweepIntervalMs: config.ttlSweepIntervalMs,
+  };
+}
+
+/** The servers' settings from the configuration: everything but the service, health and metrics. */
+function serverOptions(
+  config: Config,
+  logger: Logger,
+): Omit<ServerOptions, "core" | "storeHealth" | "metrics"> {
+  return {
+    host: config.host,
+    grpcPort: config.grpcPort,
+    httpPort: config.httpPort,
+    maxMessageBytes: config.maxMessageBytes,
+    jsonIgnoreUnknownFields: config.jsonIgnoreUnknownFields,
+    ...(config.metricsPort === undefined ? {} : { metricsPort: config.metricsPort }),
+    ...(config.metricsToken === undefined ? {} : { metricsToken: config.metricsToken }),
+    rateLimit: { ratePerSecond: config.limits.rateLimitRps, burst: config.limits.rateLimitBurst },
+    connectionLimits: {
+      maxConnections: config.limits.maxConnections,
+      firstByteTimeoutMs: config.limits.firstByteTimeoutMs,
+      maxConnectionIdleMs: config.limits.maxConnectionIdleMs,
+      keepaliveTimeMs: config.limits.keepaliveTimeMs,
+      keepaliveTimeoutMs: config.limits.keepaliveTimeoutMs,
+    },
+    watchStallTimeoutMs: config.limits.watchStallTimeoutMs,
+    corsOrigins: config.corsOrigins,
+    ...(config.authTokens === undefined ? {} : { auth: config.authTokens }),
+    ...(config.tls === undefined ? {} : { tls: tlsFiles(config.tls) }),
+    logger,
+  };
+}
+
+function tlsFiles(tls: NonNullable<Config["tls"]>): NonNullable<ServerOptions["tls"]> {
+  return {
+    cert: readSettingFile("--tls-cert / WINDLASS_TLS_CERT", tls.certFile),
+    key: readSettingFile("--tls-key / WINDLASS_TLS_KEY", tls.keyFile),
+    ...(tls.clientCaFile === undefined
+      ? {}
+      : {
+          clientCa: readSettingFile("--tls-client-ca / WINDLASS_TLS_CLIENT_CA", tls.clientCaFile),
+        }),
   };
 }
 

@@ -38,9 +38,14 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${helpText()}\n`);
     return 0;
   }
+  return serve(rest);
+}
+
+/** `serve`: runs the server until SIGTERM or SIGINT, then stops it gracefully. */
+async function serve(args: readonly string[]): Promise<number> {
   let config: ReturnType<typeof loadConfig>;
   try {
-    config = loadConfig(rest, process.env);
+    config = loadConfig(args, process.env);
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`windlass-memory: ${err.message}\n`);
@@ -69,26 +74,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     return 1;
   }
   // Handlers go in before the listening line: a supervisor may signal as soon as it sees it.
-  // They stay until the process exits: a signal sent to the process group
-  // reaches this process twice when `npm start` forwards its copy, and the
-  // second one must not kill a shutdown in progress (Node's default action).
-  let requestStop: () => void = () => {};
-  const stopRequested = new Promise<void>((resolve) => {
-    requestStop = resolve;
-  });
-  let stopping = false;
-  const onSignal = (signal: NodeJS.Signals): void => {
-    logger.info(
-      stopping ? "signal received; already shutting down" : "signal received; shutting down",
-      {
-        signal,
-      },
-    );
-    stopping = true;
-    requestStop();
-  };
-  process.on("SIGTERM", onSignal);
-  process.on("SIGINT", onSignal);
+  const stopRequested = stopSignal(logger);
   process.stdout.write(
     `windlass-memory listening: gRPC ${config.host}:${app.grpcPort}, ` +
       `Connect/gRPC-Web/JSON ${config.tls === undefined ? "http" : "https"}://${config.host}:${app.httpPort} ` +
@@ -101,11 +87,30 @@ export async function main(argv: readonly string[]): Promise<number> {
     logger.warn("flushing traces failed", { err });
   });
   logger.info("stopped", {});
-  // The handlers stay until the process has exited (they do not keep it
-  // alive): `npm start` may forward its copy of a group signal late, and
-  // without a handler that copy would kill the process by the signal, which
-  // npm then re-raises on itself instead of exiting 0.
   return 0;
+}
+
+/**
+ * Resolves at the first SIGTERM or SIGINT. The handlers stay until the
+ * process exits (they do not keep it alive): a signal sent to the process
+ * group reaches this process twice when `npm start` forwards its copy, and
+ * the second one must not kill a shutdown in progress (Node's default
+ * action), or npm would re-raise it on itself instead of exiting 0.
+ */
+function stopSignal(logger: ReturnType<typeof createJsonLogger>): Promise<void> {
+  let stopping = false;
+  return new Promise<void>((resolve) => {
+    const onSignal = (signal: NodeJS.Signals): void => {
+      logger.info(
+        stopping ? "signal received; already shutting down" : "signal received; shutting down",
+        { signal },
+      );
+      stopping = true;
+      resolve();
+    };
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
+  });
 }
 
 /**

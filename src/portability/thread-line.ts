@@ -159,36 +159,9 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
   if (strategy.kind !== "summary" && (summary !== "" || summarizedThroughSeq !== 0)) {
     r.fail("summary", `must be empty (and summarized_through_seq 0) for a ${strategy.kind} thread`);
   }
-  let labels: Labels | undefined;
-  if (o.labels !== undefined) {
-    const map = r.object(o.labels, "labels", undefined);
-    for (const [k, v] of Object.entries(map)) r.string(v, `labels.${k}`);
-    try {
-      labels = labelsFrom(map as Record<string, string>, "labels");
-    } catch (err) {
-      throw new ThreadLineError(`${where}: ${(err as Error).message}`);
-    }
-  }
-  if ((o.ttl_ms === undefined) !== (o.expire_time === undefined)) {
-    r.fail("ttl_ms", "and expire_time go together: give both or neither");
-  }
-  const ttl =
-    o.ttl_ms === undefined
-      ? undefined
-      : { ttlMs: r.count(o.ttl_ms, "ttl_ms"), expireTime: r.count(o.expire_time, "expire_time") };
-  if (ttl !== undefined && ttl.ttlMs === 0) r.fail("ttl_ms", "must be positive when given");
-  const list = r.array(o.messages, "messages");
-  const messages = list.map((m, i) => decodeMessage(r, m, `messages[${i}]`));
-  for (const [i, m] of messages.entries()) {
-    // The stores keep a thread's seqs consecutive, ending at last_seq.
-    const expected = lastSeq - messages.length + 1 + i;
-    if (m.seq !== expected) {
-      r.fail(
-        `messages[${i}].seq`,
-        `is ${m.seq}; seqs must be consecutive and end at last_seq (${lastSeq}), so ${expected} was expected`,
-      );
-    }
-  }
+  const labels = o.labels === undefined ? undefined : decodeLabels(r, o.labels, where);
+  const ttl = decodeTtl(r, o.ttl_ms, o.expire_time);
+  const messages = decodeMessages(r, o.messages, lastSeq);
   return {
     namespace,
     threadId,
@@ -203,6 +176,45 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
     ...(ttl ?? {}),
     messages,
   };
+}
+
+function decodeLabels(r: Reader, value: unknown, where: string): Labels | undefined {
+  const map = r.object(value, "labels", undefined);
+  for (const [k, v] of Object.entries(map)) r.string(v, `labels.${k}`);
+  try {
+    return labelsFrom(map as Record<string, string>, "labels");
+  } catch (err) {
+    throw new ThreadLineError(`${where}: ${(err as Error).message}`);
+  }
+}
+
+function decodeTtl(
+  r: Reader,
+  ttlMs: unknown,
+  expireTime: unknown,
+): { ttlMs: number; expireTime: number } | undefined {
+  if ((ttlMs === undefined) !== (expireTime === undefined)) {
+    r.fail("ttl_ms", "and expire_time go together: give both or neither");
+  }
+  if (ttlMs === undefined) return undefined;
+  const ttl = { ttlMs: r.count(ttlMs, "ttl_ms"), expireTime: r.count(expireTime, "expire_time") };
+  if (ttl.ttlMs === 0) r.fail("ttl_ms", "must be positive when given");
+  return ttl;
+}
+
+function decodeMessages(r: Reader, value: unknown, lastSeq: number): StoredMessage[] {
+  const messages = r.array(value, "messages").map((m, i) => decodeMessage(r, m, `messages[${i}]`));
+  for (const [i, m] of messages.entries()) {
+    // The stores keep a thread's seqs consecutive, ending at last_seq.
+    const expected = lastSeq - messages.length + 1 + i;
+    if (m.seq !== expected) {
+      r.fail(
+        `messages[${i}].seq`,
+        `is ${m.seq}; seqs must be consecutive and end at last_seq (${lastSeq}), so ${expected} was expected`,
+      );
+    }
+  }
+  return messages;
 }
 
 function decodeStrategy(r: Reader, value: unknown): Strategy {

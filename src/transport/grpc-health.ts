@@ -66,48 +66,8 @@ export function createGrpcHealth(
     });
   };
 
-  const watch = (call: ServerWritableStream<HealthRequest, HealthResponse>): void => {
-    const name = call.request.service ?? "";
-    // No deadline of its own: grpc-js ends a call at its deadline and reports it as cancelled.
-    const active = calls.begin("stream", undefined, call);
-    const { signal } = active;
-    let blocked = false;
-    let undelivered: WatchedStatus | undefined;
-    const send = (next: WatchedStatus): void => {
-      if (blocked) {
-        undelivered = next;
-        return;
-      }
-      blocked = !call.write({ status: next });
-    };
-    const onDrain = (): void => {
-      blocked = false;
-      const next = undelivered;
-      undelivered = undefined;
-      if (next !== undefined) send(next);
-    };
-    const watcher = (next: ServingStatus): void => send(next);
-    const finish = (): void => {
-      watchers.delete(watcher);
-      call.off("drain", onDrain);
-      active.end();
-      // A client that cancelled (or whose deadline passed) has nobody to tell.
-      if (call.cancelled) return;
-      // The newest status goes before the end, over the limit by one message.
-      if (undelivered !== undefined) call.write({ status: undelivered });
-      const scope = { method: METHOD, signal, logger };
-      call.emit("error", toGrpcStatus(toClientError(signal.reason, scope)));
-    };
-    call.on("drain", onDrain);
-    // The spec: an unknown service gets SERVICE_UNKNOWN and the stream stays open.
-    send(known.has(name) ? current : "SERVICE_UNKNOWN");
-    if (signal.aborted) {
-      finish();
-      return;
-    }
-    if (known.has(name)) watchers.add(watcher);
-    signal.addEventListener("abort", finish, { once: true });
-  };
+  const watch = (call: ServerWritableStream<HealthRequest, HealthResponse>): void =>
+    watchHealth(call, { known, current: () => current, watchers, calls, logger });
 
   return {
     addToServer(server) {
@@ -120,4 +80,65 @@ export function createGrpcHealth(
       for (const watcher of watchers) watcher(next);
     },
   };
+}
+
+/** What one health Watch stream needs of the health service. */
+interface HealthState {
+  readonly known: ReadonlySet<string>;
+  current(): ServingStatus;
+  readonly watchers: Set<(status: ServingStatus) => void>;
+  readonly calls: CallRegistry;
+  readonly logger: Logger;
+}
+
+/**
+ * One Watch stream: the status now, then each change, never more than one
+ * message queued beyond a full socket (a later status replaces an
+ * undelivered one); ends with the call's end reason at shutdown.
+ */
+function watchHealth(
+  call: ServerWritableStream<HealthRequest, HealthResponse>,
+  health: HealthState,
+): void {
+  const name = call.request.service ?? "";
+  const { known } = health;
+  // No deadline of its own: grpc-js ends a call at its deadline and reports it as cancelled.
+  const active = health.calls.begin("stream", undefined, call);
+  const { signal } = active;
+  let blocked = false;
+  let undelivered: WatchedStatus | undefined;
+  const send = (next: WatchedStatus): void => {
+    if (blocked) {
+      undelivered = next;
+      return;
+    }
+    blocked = !call.write({ status: next });
+  };
+  const onDrain = (): void => {
+    blocked = false;
+    const next = undelivered;
+    undelivered = undefined;
+    if (next !== undefined) send(next);
+  };
+  const watcher = (next: ServingStatus): void => send(next);
+  const finish = (): void => {
+    health.watchers.delete(watcher);
+    call.off("drain", onDrain);
+    active.end();
+    // A client that cancelled (or whose deadline passed) has nobody to tell.
+    if (call.cancelled) return;
+    // The newest status goes before the end, over the limit by one message.
+    if (undelivered !== undefined) call.write({ status: undelivered });
+    const scope = { method: METHOD, signal, logger: health.logger };
+    call.emit("error", toGrpcStatus(toClientError(signal.reason, scope)));
+  };
+  call.on("drain", onDrain);
+  // The spec: an unknown service gets SERVICE_UNKNOWN and the stream stays open.
+  send(known.has(name) ? health.current() : "SERVICE_UNKNOWN");
+  if (signal.aborted) {
+    finish();
+    return;
+  }
+  if (known.has(name)) health.watchers.add(watcher);
+  signal.addEventListener("abort", finish, { once: true });
 }
