@@ -59,6 +59,9 @@ func (c *Client) AddWith(ctx context.Context, thread string, msgs []*Message, op
 	for _, o := range opts {
 		o(req)
 	}
+	if err := checkClearing("strategy.clear_tool_results", req.GetStrategy().GetClearToolResults()); err != nil {
+		return nil, err
+	}
 	if req.RequestId == "" {
 		req.RequestId = newRequestID()
 	}
@@ -98,12 +101,17 @@ func Recall(s *Strategy) GetOption {
 }
 
 // Get returns thread shaped by its strategy (or Recall), oldest message first, ready to
-// send to a model. A thread that does not exist has no messages and a nil
-// Thread; that is not an error.
+// send to a model (WithProfile and ClearToolResults shape it further). A
+// thread that does not exist has no messages and a nil Thread; that is not
+// an error. A profile or clearing the server would refuse is refused before
+// the call, with an INVALID_ARGUMENT status naming the field.
 func (c *Client) Get(ctx context.Context, thread string, opts ...GetOption) (*GetResponse, error) {
 	req := &memoryv1.GetRequest{ThreadId: thread}
 	for _, o := range opts {
 		o(req)
+	}
+	if err := checkGet(req); err != nil {
+		return nil, err
 	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()

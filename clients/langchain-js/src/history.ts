@@ -10,7 +10,7 @@ export interface WindlassChatMessageHistoryInput {
   threadId: string;
   /** Strategy of the thread when this history creates it; an existing thread keeps its own. */
   strategy?: StrategyInit;
-  /** Options of every get (limit, allowStale). */
+  /** Options of every get (limit, allowStale, recall, profile, clearToolResults). */
   getOptions?: Omit<GetOptions, "signal">;
 }
 

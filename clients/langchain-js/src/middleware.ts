@@ -11,7 +11,7 @@ export interface WindlassMemoryMiddlewareInput {
   strategy?: StrategyInit;
   /** A fixed thread; without it each run's `configurable.thread_id` names the thread. */
   threadId?: string;
-  /** Options of every get (limit, allowStale). */
+  /** Options of every get (limit, allowStale, recall, profile, clearToolResults). */
   getOptions?: Omit<GetOptions, "signal">;
 }
 

@@ -183,6 +183,49 @@ describe("windlassMemoryMiddleware", () => {
     ]);
   });
 
+  it("passes a provider profile and tool-output clearing through getOptions", async () => {
+    // A thread an Anthropic-style model refuses as stored: it starts on an
+    // assistant turn and has a system message after the first turn.
+    const threadId = thread();
+    await live.client.add(threadId, [
+      { role: Role.ASSISTANT, content: "Welcome back." },
+      { role: Role.USER, content: "Weather in Oslo?" },
+      {
+        role: Role.ASSISTANT,
+        toolCalls: [{ id: "c0", name: "weather", arguments: '{"city":"Oslo"}' }],
+      },
+      {
+        role: Role.TOOL,
+        toolCallId: "c0",
+        content:
+          "4 degrees in Oslo, rain all day, wind from the north at twenty knots, clearing later.",
+      },
+      { role: Role.SYSTEM, content: "Answer in one line." },
+    ]);
+    const model = fakeModel().respond(new AIMessage("Still cold."));
+    const agent = createAgent({
+      model,
+      systemPrompt: "You are a forecaster.",
+      middleware: [
+        windlassMemoryMiddleware({
+          client: live.client,
+          threadId,
+          getOptions: { profile: "anthropic", clearToolResults: { keepToolTurns: 0 } },
+        }),
+      ],
+    });
+    await agent.invoke({ messages: [new HumanMessage("And tomorrow?")] });
+    const given = model.calls[0]?.messages ?? [];
+    // The thread's system message joined the prompt; the list starts on a user turn.
+    expect(given[0]?.text).toBe("You are a forecaster.\n\nAnswer in one line.");
+    expect(shape(given.slice(1))).toEqual([
+      ["human", "Weather in Oslo?"],
+      ["ai", "calls c0"],
+      ["tool", "[tool result cleared: weather call c0, 25 tokens]"],
+      ["human", "And tomorrow?"],
+    ]);
+  });
+
   it("refuses a run without a thread", async () => {
     const agent = createAgent({
       model: fakeModel().respond(new AIMessage("hi")),

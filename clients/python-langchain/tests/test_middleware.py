@@ -20,7 +20,15 @@ from langchain_core.tools import tool
 
 from live_server import Server
 from prompts import Prompts
-from windlass_memory import BufferMemory, Role, SummaryMemory, ToolCall, WindowMemory
+from windlass_memory import (
+    BufferMemory,
+    Message,
+    Role,
+    SummaryMemory,
+    ToolCall,
+    ToolResultClearing,
+    WindowMemory,
+)
 from windlass_memory_langchain import WindlassMemoryMiddleware
 
 
@@ -213,3 +221,44 @@ def test_a_run_without_a_thread_is_refused(server: Server) -> None:
             agent.invoke({"messages": [HumanMessage("hi")]})
         with pytest.raises(TypeError, match="memory: expected a windlass_memory"):
             WindlassMemoryMiddleware("127.0.0.1:50051")  # type: ignore[arg-type]
+
+
+def test_a_memory_objects_profile_and_clearing_shape_what_the_model_gets(server: Server) -> None:
+    # A thread an Anthropic-style model refuses as stored: it starts on an
+    # assistant turn and has a system message after the first turn.
+    tid = thread()
+    report = "4 degrees in Oslo, rain all day, wind from the north at twenty knots, clearing later."
+    with WindowMemory(
+        window=20,
+        profile="anthropic",
+        clear_tool_results=ToolResultClearing(keep_tool_turns=0),
+        target=server.target,
+    ) as memory:
+        memory.add(
+            [
+                Message.assistant("Welcome back."),
+                Message.user("Weather in Oslo?"),
+                Message.assistant("", tool_calls=[ToolCall("c0", "weather", {"city": "Oslo"})]),
+                Message.tool(report, tool_call_id="c0"),
+                Message.system("Answer in one line."),
+            ],
+            thread_id=tid,
+        )
+        prompts = Prompts()
+        agent = create_agent(
+            ScriptedModel(responses=[AIMessage("Still cold.")]),
+            [weather],
+            system_prompt="You are a forecaster.",
+            middleware=[WindlassMemoryMiddleware(memory, thread_id=tid)],
+        )
+        agent.invoke({"messages": [HumanMessage("And tomorrow?")]}, {"callbacks": [prompts]})
+
+    (given,) = prompts.calls
+    # The thread's system message joined the prompt; the list starts on a user turn.
+    assert given[0] == SystemMessage("You are a forecaster.\n\nAnswer in one line.")
+    assert short(given[1:]) == [
+        ("human", "Weather in Oslo?"),
+        ("ai", "calls ['c0']"),
+        ("tool", "[tool result cleared: weather call c0, 25 tokens]"),
+        ("human", "And tomorrow?"),
+    ]

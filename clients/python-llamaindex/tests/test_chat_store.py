@@ -24,8 +24,21 @@ from llama_index.core.llms.mock import MockLLMWithChatMemoryOfLastCall
 from llama_index.core.memory import ChatMemoryBuffer
 
 from live_server import Server
-from windlass_memory import BufferMemory, Message, Role, SummaryMemory, ToolCall, WindowMemory
-from windlass_memory_llamaindex import WindlassChatStore, from_llamaindex, to_llamaindex
+from windlass_memory import (
+    BufferMemory,
+    Message,
+    Role,
+    SummaryMemory,
+    ToolCall,
+    ToolResultClearing,
+    WindowMemory,
+)
+from windlass_memory_llamaindex import (
+    WindlassChatStore,
+    WindlassDBChatStore,
+    from_llamaindex,
+    to_llamaindex,
+)
 
 
 def key() -> str:
@@ -218,3 +231,36 @@ def test_round_trip_without_a_server() -> None:
         },
     )
     assert to_llamaindex(wire) == message
+
+
+def test_a_memory_objects_profile_and_clearing_shape_what_the_store_returns(
+    server: Server,
+) -> None:
+    k = key()
+    report = "4 degrees in Oslo, rain all day, wind from the north at twenty knots, clearing later."
+    stored = [
+        Message.assistant("Welcome back."),
+        Message.user("Weather in Oslo?"),
+        Message.assistant("", tool_calls=[ToolCall("c0", "weather", {"city": "Oslo"})]),
+        Message.tool(report, tool_call_id="c0"),
+        Message.system("Answer in one line."),
+    ]
+    shaped = WindowMemory(
+        window=20,
+        profile="anthropic",
+        clear_tool_results=ToolResultClearing(keep_tool_turns=0),
+        target=server.target,
+    )
+    with shaped, BufferMemory(target=server.target) as plain:
+        plain.add(stored, thread_id=k)
+        store = WindlassChatStore(memory=shaped)
+        got = store.get_messages(k)
+        assert [m.role.value for m in got] == ["system", "user", "assistant", "tool"]
+        assert got[3].content == "[tool result cleared: weather call c0, 25 tokens]"
+        # A rewrite would store the view in place of the messages: refused,
+        # and the thread is as it was.
+        with pytest.raises(NotImplementedError, match="profile or clear_tool_results"):
+            store.delete_last_message(k)
+        with pytest.raises(NotImplementedError, match="profile or clear_tool_results"):
+            asyncio.run(WindlassDBChatStore(memory=shaped).delete_oldest_messages(k, 1))
+        assert plain.get(thread_id=k) == stored

@@ -24,7 +24,7 @@ from openai.types.responses import (
 from openai.types.responses.response_reasoning_item import Summary
 
 from live_server import Server, start_server
-from windlass_memory import BufferMemory, MemoryServiceError, SummaryMemory
+from windlass_memory import BufferMemory, MemoryServiceError, SummaryMemory, ToolResultClearing
 from windlass_memory_openai_agents import ITEM_KEY, WindlassSession
 
 set_tracing_disabled(True)
@@ -275,3 +275,14 @@ def test_a_summary_thread_session(server: Server, session_id: str) -> None:
     items = asyncio.run(session.get_items(limit=10))
     assert len(items) == 7 and items[0]["content"] == "Weather in Oslo?"
     memory.close()
+
+
+def test_a_memory_object_that_shapes_its_reads_is_refused(server: Server, session_id: str) -> None:
+    shaping: list[dict[str, Any]] = [
+        {"profile": "anthropic"},
+        {"clear_tool_results": ToolResultClearing(keep_tool_turns=1)},
+    ]
+    for options in shaping:
+        with BufferMemory(target=server.target, **options) as memory:
+            with pytest.raises(ValueError, match="memory: a memory object with a profile"):
+                WindlassSession(session_id, memory=memory)

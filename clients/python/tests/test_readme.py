@@ -20,6 +20,7 @@ EXPECTED = [
     ["weather {'city': 'Oslo'}"],
     ["['Book me a table for two.']", "''"],
     ["{'role': 'assistant', 'content': None, 'tool_calls': [{'id': 'toolu_1'"],
+    ["['system', 'user', 'assistant', 'tool']", "read_report call r1, 25 tokens]", "1 True"],
     ["summary: "],
     ["summarized through seq 2"],
     ["oops", "1 1", "['one']"],

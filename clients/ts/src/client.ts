@@ -26,6 +26,7 @@ import {
 } from "./gen/windlass/memory/v1/memory_pb.js";
 import type { MessageInit, StrategyInit } from "./messages.js";
 import { newestMessages, popNewest, type RewindOptions, seqArgument } from "./rewind.js";
+import { type ShapingOptions, shapingFields } from "./shaping.js";
 
 /** How createMemoryClient connects. */
 export interface MemoryClientOptions {
@@ -72,8 +73,8 @@ export interface AddOptions {
   timeoutMs?: number;
 }
 
-/** Per-call options of get. */
-export interface GetOptions {
+/** Per-call options of get (profile, clearToolResults: see ShapingOptions). */
+export interface GetOptions extends ShapingOptions {
   /** Overrides the strategy's size for this call (0: all, or for summary: the unfolded messages). */
   limit?: number;
   /** Summary strategy: do not wait for a fold that is due or running. */
@@ -283,18 +284,21 @@ export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
       return newestMessages(this, threadId, count, callOptions.signal);
     },
 
-    get(threadId, callOptions = {}) {
+    async get(threadId, callOptions = {}) {
+      // Built first, so a bad profile or clearing rejects before any call.
+      const request = {
+        threadId,
+        limit: callOptions.limit,
+        allowStale: callOptions.allowStale ?? false,
+        recall: callOptions.recall,
+        ...shapingFields(callOptions),
+      };
       return call(
         () =>
-          raw.get(
-            {
-              threadId,
-              limit: callOptions.limit,
-              allowStale: callOptions.allowStale ?? false,
-              recall: callOptions.recall,
-            },
-            { signal: callOptions.signal, timeoutMs: callOptions.timeoutMs ?? timeoutMs },
-          ),
+          raw.get(request, {
+            signal: callOptions.signal,
+            timeoutMs: callOptions.timeoutMs ?? timeoutMs,
+          }),
         callOptions.signal,
       );
     },

@@ -19,11 +19,13 @@ export {
   EventType,
   type GetResponse,
   MemoryService,
+  Profile,
   type RewindResponse,
   Role,
   type Strategy,
   type Thread,
   type ToolCall,
+  type ToolResultClearing,
   type WatchResponse,
 } from "./gen/windlass/memory/v1/memory_pb.js";
 export {
@@ -42,3 +44,10 @@ export {
   windowStrategy,
 } from "./messages.js";
 export type { RewindOptions } from "./rewind.js";
+export {
+  MAX_KEEP_TOOL_TOKENS,
+  MAX_KEEP_TOOL_TURNS,
+  type ProfileName,
+  type ShapingOptions,
+  type ToolResultClearingInit,
+} from "./shaping.js";

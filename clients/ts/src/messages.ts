@@ -6,6 +6,7 @@ import {
   type StrategySchema,
   type ToolCallSchema,
 } from "./gen/windlass/memory/v1/memory_pb.js";
+import { clearingValue, type ToolResultClearingInit } from "./shaping.js";
 
 /** What add() takes for a message: a ChatMessage or a plain object of its fields. */
 export type MessageInit = MessageInitShape<typeof ChatMessageSchema>;
@@ -82,6 +83,11 @@ export interface StrategyOptions {
   excludeSystem?: boolean;
   /** Most messages kept per thread; the oldest are dropped beyond (server default 1000). */
   maxStored?: number;
+  /**
+   * Tool-output clearing every get() of the thread applies (get's own
+   * `clearToolResults` replaces it). Checked here: a RangeError names the field.
+   */
+  clearToolResults?: ToolResultClearingInit;
 }
 
 /** Everything (or the newest `maxMessages`). */
@@ -121,5 +127,11 @@ export function summaryStrategy(
 }
 
 function common(options: StrategyOptions): StrategyInit {
-  return { excludeSystem: options.excludeSystem ?? false, maxStored: options.maxStored };
+  return {
+    excludeSystem: options.excludeSystem ?? false,
+    maxStored: options.maxStored,
+    ...(options.clearToolResults === undefined
+      ? {}
+      : { clearToolResults: clearingValue(options.clearToolResults, "clearToolResults") }),
+  };
 }

@@ -22,6 +22,7 @@ const blocks = [
 const EXPECTED: RegExp[] = [
   /^1 Book me a table for two\.\n2 For which evening\?\n$/,
   /^weather \{ city: 'Oslo' \} call_1\n$/,
+  /^Answer in one line\. \| Summarise the 2024 report\. \| \(tool call\) \| \[tool result cleared: read_report call r1, 25 tokens\]\n1 true\n$/,
   /^summary through seq [1-9]\d*:\n.+/,
   /^oops\n1 1n 1\n$/,
   /^FAILED_PRECONDITION - .*\nINVALID_ARGUMENT - .*tool_call_id.*\n$/,

@@ -37,3 +37,18 @@ class MemoryBacked(BaseModel):
         """Closes the memory object made from ``target`` (not one passed in)."""
         if self._owns_memory:
             self._memory.close()
+
+
+def check_unshaped(memory: BufferMemory) -> None:
+    """Refuses a rewrite through a memory object whose reads are shaped for a provider.
+
+    A rewrite reads the thread and adds it back: through a profile (merged
+    turns, dropped ones) or tool-output clearing (placeholders) that would
+    store the view in place of the messages.
+    """
+    if memory.profile is not None or memory.clear_tool_results is not None:
+        raise NotImplementedError(
+            "rewriting a thread through a memory object with a profile or clear_tool_results: "
+            "its reads are a view, not the stored messages; rewrite with a memory object "
+            "without them"
+        )

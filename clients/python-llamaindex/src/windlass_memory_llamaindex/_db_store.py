@@ -9,7 +9,7 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 
 from windlass_memory import SummaryMemory
 
-from ._backing import MemoryBacked
+from ._backing import MemoryBacked, check_unshaped
 from ._convert import to_llamaindex
 from ._store import convert_all
 
@@ -134,6 +134,7 @@ class WindlassDBChatStore(MemoryBacked, AsyncDBChatStore):
             raise NotImplementedError(
                 "deleting single messages of a summary thread: its summary cannot be rewritten"
             )
+        check_unshaped(self._memory)
         return list(await self._memory.aget(thread_id=key, limit=0))
 
     async def _rewrite(self, key: str, messages: list[Any]) -> None:

@@ -9,7 +9,7 @@ from llama_index.core.storage.chat_store.base import BaseChatStore
 
 from windlass_memory import SummaryMemory
 
-from ._backing import MemoryBacked
+from ._backing import MemoryBacked, check_unshaped
 from ._convert import from_llamaindex, to_llamaindex
 
 
@@ -107,6 +107,7 @@ class WindlassChatStore(MemoryBacked, BaseChatStore):
             raise NotImplementedError(
                 "deleting single messages of a summary thread: its summary cannot be rewritten"
             )
+        check_unshaped(self._memory)
         # limit=0: every stored message, whatever the window or max_messages.
         return self._memory.get(thread_id=key, limit=0)
 

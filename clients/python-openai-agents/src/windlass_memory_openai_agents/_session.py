@@ -21,7 +21,11 @@ class WindlassSession:
     your own instead (a ``WindowMemory`` or ``SummaryMemory``): new threads
     get its strategy, and ``get_items()`` without a limit returns its view
     (a summary thread's summary comes first, as a system item). Items are
-    stored one per message, losslessly (see ``_items``).
+    stored one per message, losslessly (see ``_items``). A memory object
+    with a ``profile`` or ``clear_tool_results`` is refused: items come back
+    from their stored JSON, so neither could shape them, and a profile that
+    merges messages would merge items away (the SDK's model converts items
+    for its provider itself).
     """
 
     def __init__(
@@ -38,6 +42,14 @@ class WindlassSession:
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise TypeError("session_id: expected a non-empty str (the thread id)")
+        if memory is not None and (
+            getattr(memory, "profile", None) is not None
+            or getattr(memory, "clear_tool_results", None) is not None
+        ):
+            raise ValueError(
+                "memory: a memory object with a profile or clear_tool_results cannot back a "
+                "session (items are returned as stored; a profile would merge them away)"
+            )
         self.session_id = session_id
         self.session_settings = session_settings
         self._owns_memory = memory is None

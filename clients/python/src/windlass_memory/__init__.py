@@ -11,13 +11,16 @@ parameters and methods, with threads kept in the service::
 
 Also: ``watch()`` / ``awatch()``, Watch streams that resume after a broken
 connection with backoff (:class:`ResyncRequired` when they cannot), and
-``to_openai`` / ``from_openai`` / ``to_anthropic`` / ``from_anthropic``.
+``to_openai`` / ``from_openai`` / ``to_anthropic`` / ``from_anthropic``, and the
+Get options ``profile`` (:class:`Profile`) and ``clear_tool_results``
+(:class:`ToolResultClearing`).
 """
 
 from ._errors import MemoryServiceError, ResyncRequired
 from ._formats import from_anthropic, from_openai, to_anthropic, to_openai
 from ._memory import DEFAULT_TARGET, DEFAULT_THREAD, BufferMemory, SummaryMemory, WindowMemory
 from ._rewind import RewindResult
+from ._shaping import History, Profile, ToolResultClearing
 from ._types import Message, MessageLike, Role, ToolCall
 from ._watch import AsyncWatchStream, Backoff, WatchEvent, WatchStream
 
@@ -31,12 +34,15 @@ __all__ = [
     "DEFAULT_TARGET",
     "DEFAULT_THREAD",
     "BufferMemory",
+    "History",
     "MemoryServiceError",
     "Message",
     "MessageLike",
+    "Profile",
     "Role",
     "SummaryMemory",
     "ToolCall",
+    "ToolResultClearing",
     "WindowMemory",
     "from_anthropic",
     "from_openai",

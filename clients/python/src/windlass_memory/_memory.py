@@ -27,7 +27,8 @@ from windlass.memory.v1 import memory_pb2, memory_pb2_grpc
 from ._convert import ACCEPTED, from_chat_message, to_chat_message
 from ._errors import MemoryServiceError
 from ._rewind import RewindMethods
-from ._types import Message, MessageLike
+from ._shaping import History, ProfileLike, ToolResultClearing, clearing_proto, profile_value
+from ._types import MessageLike
 from ._watch import AsyncWatchStream, Backoff, WatchStream, watch_request
 
 DEFAULT_THREAD = "default"
@@ -97,6 +98,13 @@ class BufferMemory(RewindMethods):
         replace_strategy: Make the service adopt this object's strategy for a
             thread created with another one, instead of refusing the Add with
             FAILED_PRECONDITION. The thread's messages stay.
+        profile: Shape every :meth:`get` to a model provider's request rules
+            (a :class:`Profile` or its name: ``"openai_chat"``,
+            ``"openai_responses"``, ``"anthropic"``, ``"gemini"``,
+            ``"bedrock_converse"``); ``get(profile=...)`` overrides it.
+        clear_tool_results: A :class:`ToolResultClearing`: part of this
+            object's strategy, so every :meth:`get` returns old tool results
+            as a placeholder; ``get(clear_tool_results=...)`` overrides it.
 
     Unlike the original, threads are shared: two memory objects (or
     processes) naming one thread see the same messages, and the thread keeps
@@ -116,8 +124,15 @@ class BufferMemory(RewindMethods):
         token: str | None = None,
         timeout: float | None = 30.0,
         replace_strategy: bool = False,
+        profile: ProfileLike | None = None,
+        clear_tool_results: ToolResultClearing | None = None,
     ) -> None:
         _check_int("max_messages", max_messages, optional=True)
+        # Checked first: a bad value fails here, not at the first call.
+        self._profile = None if profile is None else profile_value(profile)
+        self._clearing = None if clear_tool_results is None else clearing_proto(clear_tool_results)
+        self.profile = profile
+        self.clear_tool_results = clear_tool_results
         _check_int("max_stored", max_stored)
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, (int, float))
@@ -151,12 +166,19 @@ class BufferMemory(RewindMethods):
         self._channel = channel
         self._stub = memory_pb2_grpc.MemoryServiceStub(channel)
 
+    # What every kind of strategy this object sends has.
+    def _common_strategy(self) -> dict[str, Any]:
+        return {
+            "exclude_system": not self.return_system,
+            "max_stored": self.max_stored,
+            "clear_tool_results": self._clearing,
+        }
+
     # The strategy every Add sends; subclasses fill in the kind.
     def _strategy(self) -> memory_pb2.Strategy:
         return memory_pb2.Strategy(
             buffer=memory_pb2.BufferStrategy(max_messages=self.max_messages),
-            exclude_system=not self.return_system,
-            max_stored=self.max_stored,
+            **self._common_strategy(),
         )
 
     # ---- requests and responses, shared by the sync and async methods ----
@@ -202,7 +224,12 @@ class BufferMemory(RewindMethods):
         return None
 
     def _get_request(
-        self, thread_id: str, query: str | None, limit: int | None
+        self,
+        thread_id: str,
+        query: str | None,
+        limit: int | None,
+        profile: ProfileLike | None = None,
+        clear_tool_results: ToolResultClearing | None = None,
     ) -> memory_pb2.GetRequest:
         _check_thread_id(thread_id)
         if query is not None and not isinstance(query, str):
@@ -215,6 +242,11 @@ class BufferMemory(RewindMethods):
         request = memory_pb2.GetRequest(
             thread_id=thread_id, query=query or "", recall=self._strategy()
         )
+        chosen_profile = self._profile if profile is None else profile_value(profile)
+        if chosen_profile is not None:
+            request.profile = chosen_profile  # type: ignore[assignment]
+        if clear_tool_results is not None:
+            request.clear_tool_results.CopyFrom(clearing_proto(clear_tool_results))
         if limit is not None:
             # A negative size meant "everything" (window) or "no recent
             # messages" (summary) in the original, as 0 does here.
@@ -222,7 +254,7 @@ class BufferMemory(RewindMethods):
         return request
 
     @staticmethod
-    def _recall(thread_id: str, response: memory_pb2.GetResponse) -> list[Message]:
+    def _recall(thread_id: str, response: memory_pb2.GetResponse) -> History:
         if response.degraded:
             # The original logged and skipped a failed summary; the service
             # says so in the response, and so does this log line.
@@ -231,7 +263,7 @@ class BufferMemory(RewindMethods):
                 thread_id,
                 response.degraded_reason,
             )
-        return [from_chat_message(message) for message in response.messages]
+        return History([from_chat_message(message) for message in response.messages], response)
 
     @staticmethod
     def _clear_request(thread_id: str | None) -> memory_pb2.ClearRequest:
@@ -293,15 +325,21 @@ class BufferMemory(RewindMethods):
         thread_id: str = DEFAULT_THREAD,
         query: str | None = None,
         limit: int | None = None,
-    ) -> list[Message]:
+        profile: ProfileLike | None = None,
+        clear_tool_results: ToolResultClearing | None = None,
+    ) -> History:
         """Return the thread as this object's strategy shapes it, oldest first.
 
         This object's window, ``max_messages`` and ``return_system`` apply,
         whatever strategy the thread was created with. ``limit`` overrides
         the size for this call; ``query`` is ignored (recall is
-        recency-based). A thread that does not exist returns ``[]``.
+        recency-based). ``profile`` and ``clear_tool_results`` override the
+        object's for this call. A thread that does not exist returns ``[]``.
+        The result is a list, a :class:`History` that also says how many
+        tool results were cleared.
         """
-        response = self._call(self._stub.Get, self._get_request(thread_id, query, limit))
+        request = self._get_request(thread_id, query, limit, profile, clear_tool_results)
+        response = self._call(self._stub.Get, request)
         return self._recall(thread_id, response)
 
     async def aget(
@@ -310,9 +348,11 @@ class BufferMemory(RewindMethods):
         thread_id: str = DEFAULT_THREAD,
         query: str | None = None,
         limit: int | None = None,
-    ) -> list[Message]:
+        profile: ProfileLike | None = None,
+        clear_tool_results: ToolResultClearing | None = None,
+    ) -> History:
         """Return the thread as this object's strategy shapes it, oldest first."""
-        request = self._get_request(thread_id, query, limit)
+        request = self._get_request(thread_id, query, limit, profile, clear_tool_results)
         return self._recall(thread_id, await self._acall(self._stub.Get, request))
 
     def clear(self, *, thread_id: str | None = None) -> None:
@@ -455,8 +495,7 @@ class WindowMemory(BufferMemory):
     def _strategy(self) -> memory_pb2.Strategy:
         return memory_pb2.Strategy(
             window=memory_pb2.WindowStrategy(window=self.window),
-            exclude_system=not self.return_system,
-            max_stored=self.max_stored,
+            **self._common_strategy(),
         )
 
 
@@ -513,8 +552,7 @@ class SummaryMemory(BufferMemory):
                 # server's default summariser stands in for it.
                 model=self.llm if isinstance(self.llm, str) else "",
             ),
-            exclude_system=not self.return_system,
-            max_stored=self.max_stored,
+            **self._common_strategy(),
         )
 
     def _upgrade_request(self, response: memory_pb2.AddResponse) -> memory_pb2.AddRequest | None:
