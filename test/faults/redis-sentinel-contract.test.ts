@@ -1,31 +1,30 @@
 import { randomUUID } from "node:crypto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/core/errors.js";
 import { createRedisStore } from "../../src/store/redis/index.js";
-import { runStoreContract } from "../store/store-contract.js";
-import { type SentinelDeployment, startSentinelDeployment } from "../support/redis-sentinel.js";
+import { runContractSuites } from "../store/contract/suites.js";
+import { serverBackend } from "../store/contract/support.js";
+import { startSentinelDeployment } from "../support/redis-sentinel.js";
 import { freePort } from "../support/redis-server.js";
 
 /**
- * The whole Store contract through redis+sentinel:// with a password and
- * minReplicas 1: every call, Watch's readers included, works through the
- * sentinel client, and every acknowledged write is confirmed by the replica.
+ * The whole Store contract (every suite of test/store/contract/) through
+ * redis+sentinel:// with a password and minReplicas 1: every call, Watch's
+ * readers included, works through the sentinel client, and every
+ * acknowledged write is confirmed by the replica.
  */
-let redis: SentinelDeployment;
-beforeAll(async () => {
-  redis = await startSentinelDeployment({ password: "contract-secret" });
-}, 60_000);
-afterAll(async () => {
-  await redis?.stop();
-});
-
-runStoreContract("redis+sentinel, minReplicas 1", (limits) =>
-  createRedisStore(redis.url, limits, {
-    keyPrefix: `contract-${randomUUID()}`,
-    minReplicas: 1,
-    replicaWaitMs: 5000,
-  }),
+const sentinel = serverBackend(
+  "redis+sentinel, minReplicas 1",
+  () => startSentinelDeployment({ password: "contract-secret" }),
+  (redis, limits) =>
+    createRedisStore(redis.url, limits, {
+      keyPrefix: `contract-${randomUUID()}`,
+      minReplicas: 1,
+      replicaWaitMs: 5000,
+    }),
 );
+
+describe("Store contract: redis+sentinel, minReplicas 1", () => runContractSuites(sentinel));
 
 describe("redis+sentinel:// start-up", () => {
   it("fails with unavailable naming the sentinels and the master, never the password, when no sentinel answers", async () => {

@@ -1,12 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { createMemoryStore } from "../../src/store/memory/index.js";
 import { READ_SLACK, type Store } from "../../src/store/store.js";
-import { rewindCmd, rewindContract } from "./contract/rewind.js";
+import { rewindCmd } from "./contract/support.js";
 import { appendCommands, window20 } from "./fixtures.js";
-import { runStoreContract } from "./store-contract.js";
-
-runStoreContract("memory", async (limits) => createMemoryStore(limits));
-rewindContract("memory", async (limits) => createMemoryStore(limits));
 
 const cmd = appendCommands(window20);
 

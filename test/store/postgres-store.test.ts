@@ -14,7 +14,6 @@ import {
 import { freePort } from "../support/redis-server.js";
 import { startTcpProxy } from "../support/tcp-proxy.js";
 import { appendCommands, buffer, summary, user } from "./fixtures.js";
-import { runStoreContract } from "./store-contract.js";
 
 let server: PostgresServer;
 beforeAll(async () => {
@@ -23,11 +22,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await server?.stop();
 });
-
-// A fresh database per store: the contract's stores share nothing.
-runStoreContract("postgres", async (limits) =>
-  createPostgresStore(await server.createDatabase(), limits),
-);
 
 const cmd = appendCommands(buffer);
 

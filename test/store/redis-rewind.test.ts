@@ -5,12 +5,13 @@ import { messageBytes } from "../../src/core/quota.js";
 import { createRedisStore } from "../../src/store/redis/index.js";
 import type { Store } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
-import { rewindCmd } from "./contract/rewind.js";
+import { rewindCmd } from "./contract/support.js";
 import { appendCommands, user, window20 } from "./fixtures.js";
 
 /**
  * What only the Redis store's Rewind has to show (its contract cases are
- * test/store/contract/rewind.ts): one script per Rewind, ordered among
+ * test/store/contract/rewind.ts, run by test/store/contract.test.ts on every
+ * backend): one script per Rewind, ordered among
  * concurrent Adds from several replicas, with the usage hash and the
  * thread's byte count kept as the quotas read them.
  */

@@ -10,13 +10,13 @@ import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
 import type { Store, StoreLimits } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { appendCommands, summary, user, window20 } from "./fixtures.js";
-import { runStoreContract } from "./store-contract.js";
 
 /**
- * The Redis store against a real redis-server: the shared contract (each
- * store gets its own random key prefix, so the cases share one server), then
- * what only a shared, remote store has: one round trip per Add, events from
- * another connection, trimmed history, Redis going away and coming back.
+ * What only the Redis store has to show, against a real redis-server (each
+ * store gets its own random key prefix, so the cases share one server; the
+ * Store contract is test/store/contract.test.ts): one round trip per Add,
+ * events from another connection, trimmed history, Redis going away and
+ * coming back.
  */
 let redis: RedisServer;
 beforeAll(async () => {
@@ -28,8 +28,6 @@ afterAll(async () => {
 
 const open = (limits: Partial<StoreLimits> = {}, prefix = `test-${randomUUID()}`) =>
   createRedisStore(redis.url, limits, { keyPrefix: prefix });
-
-runStoreContract("redis", (limits) => open(limits));
 
 const cmd = appendCommands(window20);
 

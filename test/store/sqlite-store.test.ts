@@ -22,18 +22,11 @@ import {
   type ThreadSnapshot,
 } from "../../src/store/store.js";
 import { appendCommands, buffer, summary, user } from "./fixtures.js";
-import { runStoreContract } from "./store-contract.js";
 
 /** One directory per test file; every store gets a fresh file in it. */
 const dir = mkdtempSync(join(tmpdir(), "windlass-sqlite-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const freshPath = (): string => join(dir, `${randomUUID()}.db`);
-
-runStoreContract("sqlite", async (limits) => createSqliteStore(freshPath(), limits));
-// Again without the message cache, so every read and trim goes to the file.
-runStoreContract("sqlite, no cache", async (limits) =>
-  createSqliteStore(freshPath(), limits, { cacheSize: 0 }),
-);
 
 const cmd = appendCommands(buffer);
 

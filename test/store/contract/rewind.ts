@@ -1,96 +1,26 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { MemoryError } from "../../../src/core/errors.js";
-import type { MemoryEvent, Strategy, ThreadState } from "../../../src/core/types.js";
-import type {
-  RewindCommand,
-  Store,
-  StoreLimits,
-  ThreadSnapshot,
-} from "../../../src/store/store.js";
-import { appendCommands, summary, user, window20 } from "../fixtures.js";
-
-const add = appendCommands(window20);
-
-/** A Rewind of thread "t" of namespace "ns" to `toSeq` at time 2000, changed by `over`. */
-export function rewindCmd(toSeq: number, over: Partial<RewindCommand> = {}): RewindCommand {
-  return {
-    namespace: "ns",
-    threadId: "t",
-    toSeq,
-    expectedLastSeq: undefined,
-    requestId: "",
-    requestHash: "",
-    now: 2000,
-    ...over,
-  };
-}
-
-/** Messages "1" … "n". */
-const numbered = (n: number) => Array.from({ length: n }, (_, i) => user(String(i + 1)));
-
-const seqsOf = (snap: ThreadSnapshot | undefined) => snap?.messages.map((m) => m.seq);
-
-/** Expects `p` to be refused with `code`, naming `field` (undefined: none). */
-async function refused(
-  p: Promise<unknown>,
-  code: string,
-  field: string | undefined,
-): Promise<void> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(MemoryError);
-  expect((err as MemoryError).code).toBe(code);
-  expect((err as MemoryError).field).toBe(field);
-}
-
-/** Folds thread `threadId` of "ns" through `throughSeq` under a lease of its own. */
-async function fold(store: Store, threadId: string, throughSeq: number): Promise<ThreadState> {
-  const thread = await store.getThread("ns", threadId);
-  const token = await store.acquireFoldLease("ns", threadId, 60_000);
-  if (thread === undefined || token === undefined) throw new Error("cannot fold");
-  const folded = await store.commitSummary({
-    namespace: "ns",
-    threadId,
-    incarnation: thread.incarnation,
-    leaseToken: token,
-    fromSeq: thread.summarizedThroughSeq,
-    throughSeq,
-    summary: `through ${throughSeq}`,
-    foldedCount: throughSeq - thread.summarizedThroughSeq,
-    now: 1500,
-  });
-  await store.releaseFoldLease("ns", threadId, token);
-  if (folded === undefined) throw new Error("the fold did not commit");
-  return folded;
-}
-
-async function waitFor(cond: () => boolean, ms = 5000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > until) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
-
 /**
- * Store.rewind's contract (core/rewind.ts decides; the store applies it
- * atomically), written once against the Store interface and run against
- * every backend with its factory.
+ * ThreadStore.rewind (core/rewind.ts decides; the store applies it
+ * atomically): what it drops and keeps, what it refuses, the summary and
+ * fold lease it affects, its event, request ids and quota room.
  */
-export function rewindContract(
-  name: string,
-  factory: (limits: Partial<StoreLimits>) => Promise<Store>,
-): void {
-  describe(`Store contract: rewind (${name})`, () => {
-    let store: Store;
-    beforeEach(async () => {
-      store = await factory({});
-    });
-    afterEach(async () => {
-      await store.close();
-    });
+import { describe, expect, it } from "vitest";
+import type { MemoryEvent, Strategy } from "../../../src/core/types.js";
+import { summary, user, window20 } from "../fixtures.js";
+import {
+  type ContractBackend,
+  cmd,
+  fold,
+  numbered,
+  refused,
+  rewindCmd,
+  seqsOf,
+  storeOfEachCase,
+  waitFor,
+} from "./support.js";
+
+export function rewindContract(backend: ContractBackend): void {
+  describe("rewind", () => {
+    const store = storeOfEachCase(backend);
 
     /** The thread and every event of "ns" after `head`, to show that nothing changed. */
     const everything = async (head: string, threadId = "t") => ({
@@ -99,7 +29,7 @@ export function rewindContract(
     });
 
     it("drops the newest message; reads return only kept messages; the next Add reuses the seq", async () => {
-      await store.append(add({ messages: [user("a"), user("b"), user("c")] }));
+      await store.append(cmd({ messages: [user("a"), user("b"), user("c")] }));
       // Read first, so a store that caches decoded messages has them cached.
       expect(seqsOf(await store.read("ns", "t", { limit: undefined }))).toEqual([1, 2, 3]);
       const r = await store.rewind(rewindCmd(2));
@@ -109,7 +39,7 @@ export function rewindContract(
       expect(seqsOf(await store.read("ns", "t", { limit: undefined }))).toEqual([1, 2]);
       expect(await store.getThread("ns", "t")).toEqual(r.thread);
 
-      const again = await store.append(add({ messages: [user("d")], now: 3000 }));
+      const again = await store.append(cmd({ messages: [user("d")], now: 3000 }));
       expect([again.firstSeq, again.lastSeq]).toEqual([3, 3]);
       for (const snap of [
         await store.read("ns", "t"),
@@ -127,7 +57,7 @@ export function rewindContract(
       const ttlMs = 3_600_000;
       const t0 = Date.now();
       const first = await store.append(
-        add({ messages: numbered(5), labels: { user: "u1" }, ttlMs, now: t0 }),
+        cmd({ messages: numbered(5), labels: { user: "u1" }, ttlMs, now: t0 }),
       );
       const r = await store.rewind(rewindCmd(2, { now: t0 + 1 }));
       expect(r.removedCount).toBe(3);
@@ -139,12 +69,12 @@ export function rewindContract(
       expect(empty.thread.expireTime).toBe(t0 + ttlMs);
       expect((await store.read("ns", "t"))?.messages).toEqual([]);
       expect(await store.listThreads("ns", "", 10, { user: "u1" })).toEqual(["t"]);
-      const next = await store.append(add({ messages: [user("x")], now: t0 + 3 }));
+      const next = await store.append(cmd({ messages: [user("x")], now: t0 + 3 }));
       expect(next.firstSeq).toBe(1);
     });
 
     it("changes nothing and logs nothing when to_seq is already last_seq", async () => {
-      await store.append(add({ messages: numbered(3) }));
+      await store.append(cmd({ messages: numbered(3) }));
       const head = await store.headCursor("ns");
       const before = await everything(head);
       const r = await store.rewind(rewindCmd(3));
@@ -158,7 +88,7 @@ export function rewindContract(
     });
 
     it("refuses a missing thread, a stale expected_last_seq and a to_seq past last_seq, changing nothing", async () => {
-      await store.append(add({ messages: numbered(3) }));
+      await store.append(cmd({ messages: numbered(3) }));
       const head = await store.headCursor("ns");
       const before = await everything(head);
       await refused(store.rewind(rewindCmd(1, { threadId: "none" })), "not_found", "thread_id");
@@ -177,9 +107,9 @@ export function rewindContract(
 
     it("refuses to go back past trimmed messages, or past a summary holding them, changing nothing", async () => {
       const small: Strategy = { ...window20, maxStored: 3 };
-      await store.append(add({ strategy: small, messages: numbered(5) }));
+      await store.append(cmd({ strategy: small, messages: numbered(5) }));
       const folding = { ...summary, maxStored: 3 };
-      await store.append(add({ threadId: "s", strategy: folding, messages: numbered(6) }));
+      await store.append(cmd({ threadId: "s", strategy: folding, messages: numbered(6) }));
       // Folding through 5 trims 1..3: the summary alone holds them now.
       await fold(store, "s", 5);
       expect(seqsOf(await store.read("ns", "s"))).toEqual([4, 5, 6]);
@@ -198,7 +128,7 @@ export function rewindContract(
     });
 
     it("keeps a summary of kept messages only, and drops one that covered a dropped message", async () => {
-      await store.append(add({ strategy: summary, messages: numbered(6) }));
+      await store.append(cmd({ strategy: summary, messages: numbered(6) }));
       const folded = await fold(store, "t", 3);
       const kept = await store.rewind(rewindCmd(4));
       expect(kept).toMatchObject({ removedCount: 2, summaryDropped: false });
@@ -220,7 +150,7 @@ export function rewindContract(
     });
 
     it("fences a fold that took its lease before the Rewind; a lease taken after it commits", async () => {
-      const a = await store.append(add({ strategy: summary, messages: numbered(6) }));
+      const a = await store.append(cmd({ strategy: summary, messages: numbered(6) }));
       const stale = await store.acquireFoldLease("ns", "t", 60_000);
       if (stale === undefined) throw new Error("no lease");
       await store.rewind(rewindCmd(4));
@@ -247,7 +177,7 @@ export function rewindContract(
     });
 
     it("logs thread_rewound, for readEvents and subscribers alike", async () => {
-      await store.append(add({ strategy: summary, messages: numbered(3) }));
+      await store.append(cmd({ strategy: summary, messages: numbered(3) }));
       await fold(store, "t", 3);
       const heard: MemoryEvent[] = [];
       const stop = store.subscribe("ns", (events) => heard.push(...events));
@@ -265,7 +195,7 @@ export function rewindContract(
             summaryDropped: true,
           }),
         ]);
-        await waitFor(() => heard.some((e) => e.type === "thread_rewound"));
+        await waitFor(() => heard.some((e) => e.type === "thread_rewound"), 5000);
         const rewound = heard.filter((e) => e.type === "thread_rewound");
         expect(rewound.map(({ cursor: _, ...e }) => e)).toEqual(
           logged.map(({ cursor: _, ...e }) => e),
@@ -276,11 +206,11 @@ export function rewindContract(
     });
 
     it("replays a repeated request_id with the first result, changing nothing; refuses it for another payload", async () => {
-      await store.append(add({ messages: numbered(4) }));
+      await store.append(cmd({ messages: numbered(4) }));
       const once = { requestId: "r1", requestHash: "rewind-2" };
       const first = await store.rewind(rewindCmd(2, once));
       expect(first).toMatchObject({ removedCount: 2, replayed: false });
-      await store.append(add({ messages: [user("x")], now: 3000 }));
+      await store.append(cmd({ messages: [user("x")], now: 3000 }));
       const head = await store.headCursor("ns");
       const before = await everything(head);
       const again = await store.rewind(rewindCmd(2, { ...once, now: 4000 }));
@@ -293,7 +223,7 @@ export function rewindContract(
       );
       // One id names one request: an Add may not reuse a Rewind's.
       await refused(
-        store.append(add({ requestId: "r1", requestHash: "add-x" })),
+        store.append(cmd({ requestId: "r1", requestHash: "add-x" })),
         "invalid_argument",
         "request_id",
       );
@@ -302,7 +232,7 @@ export function rewindContract(
       // An unchanged Rewind records its id too.
       const unchanged = await store.rewind(rewindCmd(3, { requestId: "r2", requestHash: "h" }));
       expect(unchanged.removedCount).toBe(0);
-      await store.append(add({ messages: [user("y")], now: 5000 }));
+      await store.append(cmd({ messages: [user("y")], now: 5000 }));
       expect(await store.rewind(rewindCmd(3, { requestId: "r2", requestHash: "h" }))).toEqual({
         ...unchanged,
         replayed: true,
@@ -313,14 +243,14 @@ export function rewindContract(
     it("forgets the request id of an Add whose messages it dropped, and only that one", async () => {
       const older = { requestId: "a", requestHash: "add-a", messages: [user("x"), user("y")] };
       const newer = { requestId: "b", requestHash: "add-b", messages: [user("z")] };
-      const a = await store.append(add(older));
-      const b = await store.append(add(newer));
+      const a = await store.append(cmd(older));
+      const b = await store.append(cmd(newer));
       expect([a.lastSeq, b.lastSeq]).toEqual([2, 3]);
       await store.rewind(rewindCmd(2));
       // b's seq now names nothing: a retry of b appends it again.
-      const retriedB = await store.append(add({ ...newer, now: 3000 }));
+      const retriedB = await store.append(cmd({ ...newer, now: 3000 }));
       expect(retriedB).toMatchObject({ firstSeq: 3, lastSeq: 3, replayed: false });
-      const retriedA = await store.append(add({ ...older, now: 3000 }));
+      const retriedA = await store.append(cmd({ ...older, now: 3000 }));
       expect(retriedA).toMatchObject({ firstSeq: 1, lastSeq: 2, replayed: true });
       const snap = await store.read("ns", "t");
       expect(snap?.messages.map((m) => [m.seq, m.content, m.createTime])).toEqual([
@@ -329,28 +259,28 @@ export function rewindContract(
         [3, "z", 3000],
       ]);
       // The retried b is recorded again: once more is a replay.
-      expect((await store.append(add({ ...newer, now: 4000 }))).replayed).toBe(true);
+      expect((await store.append(cmd({ ...newer, now: 4000 }))).replayed).toBe(true);
     });
 
     it("gives the dropped messages' room back to the namespace quotas", async () => {
-      const q = await factory({ maxMessagesPerNamespace: 3, maxBytesPerNamespace: 10 });
+      const q = await backend.open({ maxMessagesPerNamespace: 3, maxBytesPerNamespace: 10 });
       try {
-        await q.append(add({ messages: [user("aaaa"), user("bbbb"), user("c")] }));
-        const more = add({ messages: [user("dd")], now: 3000 });
+        await q.append(cmd({ messages: [user("aaaa"), user("bbbb"), user("c")] }));
+        const more = cmd({ messages: [user("dd")], now: 3000 });
         await refused(q.append(more), "resource_exhausted", undefined);
         await q.rewind(rewindCmd(1));
         expect((await q.append(more)).firstSeq).toBe(2);
         // 6 bytes in 2 messages: one more of 4 bytes fits, then the message quota is full.
-        expect((await q.append(add({ messages: [user("eeee")] }))).lastSeq).toBe(3);
-        await refused(q.append(add({ messages: [user("")] })), "resource_exhausted", undefined);
+        expect((await q.append(cmd({ messages: [user("eeee")] }))).lastSeq).toBe(3);
+        await refused(q.append(cmd({ messages: [user("")] })), "resource_exhausted", undefined);
         // Back to 6 bytes: 5 more would pass the byte quota, 4 fit.
         await q.rewind(rewindCmd(2));
         await refused(
-          q.append(add({ messages: [user("fffff")] })),
+          q.append(cmd({ messages: [user("fffff")] })),
           "resource_exhausted",
           undefined,
         );
-        expect((await q.append(add({ messages: [user("ffff")] }))).lastSeq).toBe(3);
+        expect((await q.append(cmd({ messages: [user("ffff")] }))).lastSeq).toBe(3);
       } finally {
         await q.close();
       }
@@ -358,13 +288,13 @@ export function rewindContract(
 
     it("treats an expired thread as not found", async () => {
       const t0 = Date.now();
-      await store.append(add({ messages: numbered(3), ttlMs: 1000, now: t0 - 5000 }));
+      await store.append(cmd({ messages: numbered(3), ttlMs: 1000, now: t0 - 5000 }));
       await refused(store.rewind(rewindCmd(1, { now: t0 })), "not_found", "thread_id");
     });
 
     it("rewinds one namespace's thread only", async () => {
       for (const namespace of ["a", "b"]) {
-        await store.append(add({ namespace, messages: numbered(3) }));
+        await store.append(cmd({ namespace, messages: numbered(3) }));
       }
       const headB = await store.headCursor("b");
       expect((await store.rewind(rewindCmd(1, { namespace: "a" }))).removedCount).toBe(2);
