@@ -206,6 +206,47 @@ describe("redis store on a cluster", () => {
     expect((await store.readEvents(lost, now, 10)).map((e) => e.type)).toEqual(["messages_added"]);
   });
 
+  it("does an Add and a read in one round trip each (one EVALSHA), with WAIT on the namespace's primary", async () => {
+    for (const minReplicas of [0, 1]) {
+      const prefix = `test-${randomUUID()}`;
+      const store = await track(open({}, { minReplicas }, prefix));
+      const k = keyLayout(prefix, true).namespace("ns");
+      await store.append(cmd({ messages: [user("warm-up")] }));
+      await store.read("ns", "t");
+      const monitor = await primaryClientOf(k.base);
+      const marker = await primaryClientOf(k.base);
+      const lines: string[] = [];
+      await monitor.monitor((line) => lines.push(String(line)));
+      try {
+        for (let i = 0; i < 10; i++) {
+          await store.append(cmd({ messages: [user(`m${i}`)], requestId: `r${i}` }));
+        }
+        await store.read("ns", "t");
+        const end = `end-${randomUUID()}`;
+        await marker.sendCommand(["ECHO", end]);
+        const until = Date.now() + 5000;
+        while (!lines.some((l) => l.includes(end)) && Date.now() < until) {
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        const fromClients = lines
+          .filter((l) => !l.includes(" lua]") && !l.includes(end))
+          .map((l) => /\] "(\w+)"/.exec(l)?.[1]);
+        const evals = fromClients.filter((c) => c === "EVALSHA");
+        expect(evals, `minReplicas ${minReplicas}`).toHaveLength(11);
+        if (minReplicas === 0) {
+          expect(fromClients.filter((c) => c !== "EVALSHA"), "nothing else").toEqual([]);
+        } else {
+          // Each Add waits alone here (one writer): INCR of the namespace's fence, then WAIT.
+          expect(fromClients.filter((c) => c === "WAIT")).toHaveLength(10);
+          expect(lines.filter((l) => l.includes(`"INCR" "${k.replicationFence}"`))).toHaveLength(10);
+        }
+      } finally {
+        await monitor.close();
+        await marker.close();
+      }
+    }
+  });
+
   it("delivers events to subscribers from the node serving the namespace", async () => {
     const prefix = `test-${randomUUID()}`;
     const a = await track(open({}, {}, prefix));
