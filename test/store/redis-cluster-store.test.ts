@@ -247,6 +247,41 @@ describe("redis store on a cluster", () => {
     }
   });
 
+  it("tells subscribers to look again when a slot lost its data, then delivers the new history", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, {}, prefix));
+    const k = keyLayout(prefix, true).namespace("ns");
+    const batches: MemoryEvent[][] = [];
+    const stop = store.subscribe("ns", (events) => batches.push(events));
+    const before = await store.headCursor("ns");
+    await store.append(cmd({ messages: [user("1")] }));
+    const waitFor = async (cond: () => boolean) => {
+      const until = Date.now() + 10_000;
+      while (!cond()) {
+        if (Date.now() > until) throw new Error("condition not met in time");
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    };
+    await waitFor(() => batches.flat().length === 1);
+    const c = await primaryClientOf(k.base);
+    try {
+      const all = (await c.sendCommand(["KEYS", `${k.base}*`])) as string[];
+      await c.sendCommand(["DEL", ...all, k.incarnationMarker]);
+    } finally {
+      await c.close();
+    }
+    // The next head read meets the loss and rotates; the subscriber hears an empty batch.
+    expect(await codeOf(store.readEvents("ns", before, 10))).toBe("out_of_range");
+    await waitFor(() => batches.some((b) => b.length === 0));
+    const after = await store.headCursor("ns");
+    await store.append(cmd({ messages: [user("new")], requestId: "n" }));
+    await waitFor(() => batches.flat().length === 2);
+    stop();
+    const last = batches.flat()[1];
+    expect(last?.type).toBe("messages_added");
+    expect((await store.readEvents("ns", after, 10)).map((e) => e.cursor)).toEqual([last?.cursor]);
+  });
+
   it("delivers events to subscribers from the node serving the namespace", async () => {
     const prefix = `test-${randomUUID()}`;
     const a = await track(open({}, {}, prefix));
