@@ -234,11 +234,16 @@ describe("redis store on a cluster", () => {
         const evals = fromClients.filter((c) => c === "EVALSHA");
         expect(evals, `minReplicas ${minReplicas}`).toHaveLength(11);
         if (minReplicas === 0) {
-          expect(fromClients.filter((c) => c !== "EVALSHA"), "nothing else").toEqual([]);
+          expect(
+            fromClients.filter((c) => c !== "EVALSHA"),
+            "nothing else",
+          ).toEqual([]);
         } else {
           // Each Add waits alone here (one writer): INCR of the namespace's fence, then WAIT.
           expect(fromClients.filter((c) => c === "WAIT")).toHaveLength(10);
-          expect(lines.filter((l) => l.includes(`"INCR" "${k.replicationFence}"`))).toHaveLength(10);
+          expect(lines.filter((l) => l.includes(`"INCR" "${k.replicationFence}"`))).toHaveLength(
+            10,
+          );
         }
       } finally {
         await monitor.close();
@@ -281,6 +286,71 @@ describe("redis store on a cluster", () => {
     expect(last?.type).toBe("messages_added");
     expect((await store.readEvents("ns", after, 10)).map((e) => e.cursor)).toEqual([last?.cursor]);
   });
+
+  it("keeps every acknowledged Add while the namespace's slot migrates to another primary", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, { minReplicas: 1 }, prefix));
+    const k = keyLayout(prefix, true).namespace("moving");
+    const slot = keySlot(k.base);
+    const from = await cluster.primaryOfSlot(slot);
+    const to = (await cluster.primaries()).find((p) => p.port !== from.port);
+    if (to === undefined) throw new Error("no other primary");
+    const acknowledged = new Set<string>();
+    const outcomes = { unavailable: 0, other: 0 };
+    const addOne = async (thread: string, i: number) => {
+      // A client retries UNAVAILABLE with the same request id (the clients in clients/ do).
+      for (let attempt = 0; attempt < 500; attempt++) {
+        try {
+          await store.append({
+            ...cmd({ messages: [user(`${thread}-${i}`)], requestId: `${thread}-${i}` }),
+            namespace: "moving",
+            threadId: thread,
+            expectedLastSeq: undefined,
+          });
+          acknowledged.add(`${thread}-${i}`);
+          return;
+        } catch (err) {
+          if (err instanceof MemoryError && err.code === "unavailable") outcomes.unavailable++;
+          else {
+            outcomes.other++;
+            throw err;
+          }
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      }
+    };
+    const threads = Array.from({ length: 20 }, (_, i) => `t${i}`);
+    const rounds = 8;
+    for (const t of threads) await addOne(t, 0);
+    // Writers run through the migration (a half-moved slot answers TRYAGAIN/ASK: unavailable, retried).
+    let migrating = true;
+    const writers = threads.map(async (t) => {
+      for (let j = 1; j < rounds; j++) {
+        await addOne(t, j);
+        if (migrating) await new Promise((r) => setTimeout(r, 30));
+      }
+    });
+    await cluster.migrateSlot(slot, from, to, {
+      batch: 5,
+      afterBatch: () => new Promise((r) => setTimeout(r, 50)),
+    });
+    migrating = false;
+    await Promise.all(writers);
+    const next = rounds;
+    expect((await cluster.primaryOfSlot(slot)).port).toBe(to.port);
+    expect(outcomes.other).toBe(0);
+    for (const t of threads) {
+      const snap = await store.read("moving", t);
+      const texts = new Set((snap?.messages ?? []).map((m) => String(m.content)));
+      for (let j = 0; j < next; j++) {
+        if (acknowledged.has(`${t}-${j}`)) expect(texts.has(`${t}-${j}`), `${t}-${j}`).toBe(true);
+      }
+      expect(snap?.thread.lastSeq).toBe(texts.size);
+    }
+    expect(acknowledged.size).toBe(threads.length * next);
+    // The Adds did meet the half-moved slot (answered unavailable, then retried).
+    expect(outcomes.unavailable).toBeGreaterThan(0);
+  }, 60_000);
 
   it("delivers events to subscribers from the node serving the namespace", async () => {
     const prefix = `test-${randomUUID()}`;

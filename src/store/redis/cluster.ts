@@ -92,6 +92,10 @@ export function clusterClients(url: string): RedisClients {
       const primary = main.getSlotMaster(keySlot(key));
       return primary === undefined ? "unknown" : `${primary.host}:${primary.port}`;
     },
+    // A command on the cluster client that meets MOVED makes it reload the slot map.
+    moved: (key) => {
+      main.sendCommand(key, false, ["EXISTS", key]).catch(() => {});
+    },
     eachPrimary: async (args) => {
       for (const primary of main.masters) {
         await (await main.nodeClient(primary)).sendCommand([...args]);
