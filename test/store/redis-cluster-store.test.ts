@@ -352,6 +352,57 @@ describe("redis store on a cluster", () => {
     expect(outcomes.unavailable).toBeGreaterThan(0);
   }, 60_000);
 
+  it("keeps every acknowledged Add over a failover of the namespace's primary (min replicas 1)", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, { minReplicas: 1, replicaWaitMs: 500 }, prefix));
+    const k = keyLayout(prefix, true).namespace("failing");
+    const slot = keySlot(k.base);
+    const acknowledged = new Set<string>();
+    const outcomes = { unavailable: 0, other: 0 };
+    const addOne = async (thread: string, i: number) => {
+      for (let attempt = 0; attempt < 600; attempt++) {
+        try {
+          await store.append({
+            ...cmd({ messages: [user(`${thread}-${i}`)], requestId: `${thread}-${i}` }),
+            namespace: "failing",
+            threadId: thread,
+          });
+          acknowledged.add(`${thread}-${i}`);
+          return;
+        } catch (err) {
+          if (!(err instanceof MemoryError && err.code === "unavailable")) throw err;
+          outcomes.unavailable++;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }
+    };
+    const threads = Array.from({ length: 16 }, (_, i) => `t${i}`);
+    const rounds = 12;
+    let killed = false;
+    const writers = threads.map(async (t) => {
+      for (let j = 0; j < rounds; j++) {
+        await addOne(t, j);
+        if (!killed) await new Promise((r) => setTimeout(r, 40));
+      }
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    const primary = await cluster.primaryOfSlot(slot);
+    await cluster.kill(primary);
+    killed = true;
+    // Back as a replica of the promoted node: until then no replica can confirm an Add.
+    await cluster.restart(primary);
+    await Promise.all(writers);
+    expect((await cluster.primaryOfSlot(slot)).port).not.toBe(primary.port);
+    expect(acknowledged.size).toBe(threads.length * rounds);
+    expect(outcomes.unavailable).toBeGreaterThan(0);
+    for (const t of threads) {
+      const snap = await store.read("failing", t);
+      const texts = (snap?.messages ?? []).map((m) => String(m.content));
+      // Every acknowledged Add once, in order: none lost, none stored twice.
+      expect(texts).toEqual(Array.from({ length: rounds }, (_, j) => `${t}-${j}`));
+    }
+  }, 90_000);
+
   it("delivers events to subscribers from the node serving the namespace", async () => {
     const prefix = `test-${randomUUID()}`;
     const a = await track(open({}, {}, prefix));
