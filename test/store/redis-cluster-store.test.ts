@@ -8,7 +8,7 @@ import type { MemoryEvent } from "../../src/core/types.js";
 import { createStore } from "../../src/store/create-store.js";
 import { routingKey } from "../../src/store/redis/cluster.js";
 import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis/index.js";
-import { keySlot } from "../../src/store/redis/key-slot.js";
+import { keySlot, slotTags } from "../../src/store/redis/key-slot.js";
 import { keyLayout } from "../../src/store/redis/keys.js";
 import type { Store, StoreLimits } from "../../src/store/store.js";
 import { type RedisCluster, startRedisCluster } from "../support/redis-cluster.js";
@@ -141,6 +141,14 @@ describe("redis-cluster:// configuration", () => {
       expect(keySlot(key), key).toBe(await cluster.keySlot(key));
     }
     expect(keySlot(keys.ttlFence)).toBe(keySlot(keys.ttlNamespaces));
+    // Every slot has a tag of its own, so each namespace's copy of the incarnation is in its slot.
+    const tags = slotTags();
+    expect(tags.map(keySlot)).toEqual(Array.from({ length: 16384 }, (_, slot) => slot));
+    for (const ns of ["", "a", "n{a}m", "ünï"]) {
+      const k = keys.namespace(ns);
+      expect(await cluster.keySlot(k.incarnationMarker), ns).toBe(await cluster.keySlot(k.base));
+      expect(await cluster.keySlot(k.replicationFence), ns).toBe(await cluster.keySlot(k.base));
+    }
   });
 
   it("opens through createStore from --store, with the redis options", async () => {
