@@ -64,6 +64,8 @@ export interface RedisCluster {
   replicasOf(primary: ClusterNode): Promise<ClusterNode[]>;
   /** CLUSTER KEYSLOT key. */
   keySlot(key: string): Promise<number>;
+  /** Every key matching the SCAN pattern on the live primaries, with its slot and node. */
+  keysMatching(pattern: string): Promise<{ key: string; slot: number; node: ClusterNode }[]>;
   /** The node serving `slot` now. */
   primaryOfSlot(slot: number): Promise<ClusterNode>;
   /** CLUSTER FAILOVER on `replica`; resolves once every node sees it primary and its old primary its replica. */
@@ -199,16 +201,18 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     return /role:master/.test(info) ? "primary" : "replica";
   }
 
+  async function primaries(): Promise<ClusterNode[]> {
+    return (await topology())
+      .filter((s) => s.role === "primary" && !killed.has(s.node) && s.slots.length > 0)
+      .map((s) => s.node);
+  }
+
   return {
     url: `redis-cluster://${nodes.map((n) => `127.0.0.1:${n.port}`).join(",")}`,
     nodes,
     startMs,
     topology,
-    async primaries() {
-      return (await topology())
-        .filter((s) => s.role === "primary" && !killed.has(s.node) && s.slots.length > 0)
-        .map((s) => s.node);
-    },
+    primaries,
     async replicasOf(primary) {
       return (await topology())
         .filter((s) => s.primaryId === primary.id && !killed.has(s.node))
@@ -216,6 +220,31 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     },
     async keySlot(key) {
       return Number(await ask(live()[0]?.port ?? 0, ["CLUSTER", "KEYSLOT", key]));
+    },
+    async keysMatching(pattern) {
+      const found: { key: string; slot: number; node: ClusterNode }[] = [];
+      for (const node of await primaries()) {
+        let cursor = "0";
+        do {
+          const [next, keys] = (await ask(node.port, [
+            "SCAN",
+            cursor,
+            "MATCH",
+            pattern,
+            "COUNT",
+            "1000",
+          ])) as [string, string[]];
+          cursor = next;
+          for (const key of keys) {
+            found.push({
+              key,
+              node,
+              slot: Number(await ask(node.port, ["CLUSTER", "KEYSLOT", key])),
+            });
+          }
+        } while (cursor !== "0");
+      }
+      return found;
     },
     async primaryOfSlot(slot) {
       const owner = (await topology()).find(
