@@ -21,6 +21,7 @@
  */
 import { execFile, execFileSync, spawnSync } from "node:child_process";
 import { promisify } from "node:util";
+import { createClient, ErrorReply } from "redis";
 import { ask, QUICK_REPLICATION, waitForLinkOf, waitUntil } from "./redis-replication.js";
 import { type RedisServer, startRedisServer } from "./redis-server.js";
 
@@ -108,6 +109,8 @@ export interface RedisClusterOptions {
 
 const NODE_COUNT = 6;
 const SETTLE_TIMEOUT_MS = 30_000;
+/** MIGRATE of a batch takes up to its own timeout (5 s); other commands answer at once. */
+const COMMAND_TIMEOUT_MS = 10_000;
 
 export async function startRedisCluster(options: RedisClusterOptions = {}): Promise<RedisCluster> {
   requireBinary();
@@ -159,6 +162,7 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
 }
 
 function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisCluster {
+  const { send, closeAll } = nodeConnections();
   const killed = new Set<ClusterNode>();
   const live = () => nodes.filter((n) => !killed.has(n));
   const byId = (id: string) => nodes.find((n) => n.id === id);
@@ -167,7 +171,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     let lastError: unknown;
     for (const asked of live()) {
       try {
-        return parseNodes(String(await ask(asked.port, ["CLUSTER", "NODES"])), byId);
+        return parseNodes(String(await send(asked.port, ["CLUSTER", "NODES"])), byId);
       } catch (err) {
         lastError = err;
       }
@@ -179,9 +183,9 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     await waitUntil(timeoutMs, "the cluster to settle (state ok, agreed slots)", async () => {
       let agreed: string | undefined;
       for (const n of live()) {
-        const info = String(await ask(n.port, ["CLUSTER", "INFO"]));
+        const info = String(await send(n.port, ["CLUSTER", "INFO"]));
         if (!/cluster_state:ok/.test(info)) return false;
-        const states = parseNodes(String(await ask(n.port, ["CLUSTER", "NODES"])), byId);
+        const states = parseNodes(String(await send(n.port, ["CLUSTER", "NODES"])), byId);
         if (states.some((s) => !killed.has(s.node) && s.failing)) return false;
         const view = slotView(states);
         if (agreed !== undefined && view !== agreed) return false;
@@ -197,7 +201,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
   }
 
   async function roleOf(node: ClusterNode): Promise<NodeState["role"]> {
-    const info = String(await ask(node.port, ["INFO", "replication"]));
+    const info = String(await send(node.port, ["INFO", "replication"]));
     return /role:master/.test(info) ? "primary" : "replica";
   }
 
@@ -219,14 +223,14 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
         .map((s) => s.node);
     },
     async keySlot(key) {
-      return Number(await ask(live()[0]?.port ?? 0, ["CLUSTER", "KEYSLOT", key]));
+      return Number(await send(live()[0]?.port ?? 0, ["CLUSTER", "KEYSLOT", key]));
     },
     async keysMatching(pattern) {
       const found: { key: string; slot: number; node: ClusterNode }[] = [];
       for (const node of await primaries()) {
         let cursor = "0";
         do {
-          const [next, keys] = (await ask(node.port, [
+          const [next, keys] = (await send(node.port, [
             "SCAN",
             cursor,
             "MATCH",
@@ -236,11 +240,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
           ])) as [string, string[]];
           cursor = next;
           for (const key of keys) {
-            found.push({
-              key,
-              node,
-              slot: Number(await ask(node.port, ["CLUSTER", "KEYSLOT", key])),
-            });
+            found.push({ key, node, slot: slotOfKey(key) });
           }
         } while (cursor !== "0");
       }
@@ -257,7 +257,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
       const states = await topology();
       const oldPrimary = byId(states.find((s) => s.node === replica)?.primaryId ?? "");
       if (oldPrimary === undefined) throw new Error(`node ${replica.port} is not a replica`);
-      await ask(replica.port, ["CLUSTER", "FAILOVER"]);
+      await send(replica.port, ["CLUSTER", "FAILOVER"]);
       await waitUntil(SETTLE_TIMEOUT_MS, `node ${replica.port} to take over`, async () => {
         return (await roleOf(replica)) === "primary" && (await roleOf(oldPrimary)) === "replica";
       });
@@ -280,7 +280,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
       await waitUntilSettled();
     },
     async migrateSlot(slot, from, to, options = {}) {
-      return migrate(nodes, slot, from, to, options, async () =>
+      return migrate(send, nodes, slot, from, to, options, async () =>
         (await topology())
           .filter((s) => s.role === "primary" && !killed.has(s.node))
           .map((s) => s.node),
@@ -288,6 +288,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     },
     waitUntilSettled,
     async stop() {
+      closeAll();
       await Promise.all(nodes.map((n) => n.server.stop()));
     },
   };
@@ -295,6 +296,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
 
 /** Moves one slot, as redis-cli's reshard does it; returns how many keys moved. */
 async function migrate(
+  send: Send,
   nodes: readonly ClusterNode[],
   slot: number,
   from: ClusterNode,
@@ -307,19 +309,19 @@ async function migrate(
   }
   const batch = options.batch ?? 100;
   // The target first: once the source says MIGRATING, clients get ASK to it.
-  await ask(to.port, ["CLUSTER", "SETSLOT", String(slot), "IMPORTING", from.id]);
-  await ask(from.port, ["CLUSTER", "SETSLOT", String(slot), "MIGRATING", to.id]);
+  await send(to.port, ["CLUSTER", "SETSLOT", String(slot), "IMPORTING", from.id]);
+  await send(from.port, ["CLUSTER", "SETSLOT", String(slot), "MIGRATING", to.id]);
   await options.afterBatch?.();
   let moved = 0;
   for (;;) {
-    const keys = (await ask(from.port, [
+    const keys = (await send(from.port, [
       "CLUSTER",
       "GETKEYSINSLOT",
       String(slot),
       String(batch),
     ])) as string[];
     if (keys.length === 0) break;
-    await ask(from.port, [
+    await send(from.port, [
       "MIGRATE",
       "127.0.0.1",
       String(to.port),
@@ -335,9 +337,93 @@ async function migrate(
   // The target, then the source, then everyone else (the order redis-cli uses).
   const others = (await primaries()).filter((n) => n !== to && n !== from);
   for (const n of [to, from, ...others]) {
-    await ask(n.port, ["CLUSTER", "SETSLOT", String(slot), "NODE", to.id]);
+    await send(n.port, ["CLUSTER", "SETSLOT", String(slot), "NODE", to.id]);
   }
   return moved;
+}
+
+type Send = (port: number, args: string[]) => Promise<unknown>;
+
+interface NodeClient {
+  sendCommand(args: string[]): Promise<unknown>;
+  destroy(): void;
+}
+
+/**
+ * One connection per node, kept for the cluster's life (a fresh one per
+ * command would cost more than the command: a migration sends thousands);
+ * a connection that fails is dropped and the next command opens another.
+ */
+function nodeConnections(): { send: Send; closeAll(): void } {
+  const open = new Map<number, Promise<NodeClient>>();
+  const drop = (port: number, client: Promise<NodeClient>) => {
+    if (open.get(port) === client) open.delete(port);
+    void client.then(
+      (c) => c.destroy(),
+      () => {},
+    );
+  };
+  const connect = async (port: number): Promise<NodeClient> => {
+    const client = createClient({
+      socket: { host: "127.0.0.1", port, connectTimeout: 1000, reconnectStrategy: false },
+      RESP: 2,
+    });
+    client.on("error", () => {});
+    await client.connect();
+    return client;
+  };
+  return {
+    async send(port, args) {
+      let client = open.get(port);
+      if (client === undefined) {
+        client = connect(port);
+        open.set(port, client);
+      }
+      const current = client;
+      let timer: NodeJS.Timeout | undefined;
+      // A node killed under a command may never answer it: give up, drop the connection.
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`node ${port}: no answer in ${COMMAND_TIMEOUT_MS} ms`)),
+          COMMAND_TIMEOUT_MS,
+        );
+      });
+      try {
+        return await Promise.race([current.then((c) => c.sendCommand(args)), timeout]);
+      } catch (err) {
+        // A reply error (MOVED, a refused command) leaves the connection usable.
+        if (!(err instanceof ErrorReply)) drop(port, current);
+        throw err;
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    closeAll() {
+      for (const [port, client] of open) drop(port, client);
+    },
+  };
+}
+
+/** CRC16 (XMODEM) of the key's hash tag, or of the key without one, mod 16384: CLUSTER KEYSLOT. */
+export function slotOfKey(key: string): number {
+  const bytes = Buffer.from(key, "utf8");
+  let start = 0;
+  let end = bytes.length;
+  const open = bytes.indexOf(0x7b); // {
+  if (open !== -1) {
+    const close = bytes.indexOf(0x7d, open + 1); // }
+    if (close > open + 1) {
+      start = open + 1;
+      end = close;
+    }
+  }
+  let crc = 0;
+  for (let i = start; i < end; i++) {
+    crc ^= (bytes[i] ?? 0) << 8;
+    for (let bit = 0; bit < 8; bit++)
+      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc % 16384;
 }
 
 /** Parses CLUSTER NODES: `id host:port@bus flags primary ping pong epoch link slot…`. */

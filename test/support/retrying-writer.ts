@@ -17,6 +17,8 @@ export class RetryingWriter {
   failures = 0;
   /** Longest a failed attempt took to fail, in ms. */
   slowestFailureMs = 0;
+  /** The last failure ("CODE: message"), for a test's diagnostics. */
+  lastFailure = "";
   #stop = false;
   #running: Promise<void> | undefined;
 
@@ -56,6 +58,7 @@ export class RetryingWriter {
           const code = err instanceof CallFailed ? err.code : "";
           if (code !== "UNAVAILABLE" && code !== "DEADLINE_EXCEEDED") throw err;
           this.failures += 1;
+          this.lastFailure = String(err instanceof Error ? err.message : err);
           this.slowestFailureMs = Math.max(this.slowestFailureMs, Date.now() - began);
           await new Promise((r) => setTimeout(r, 20));
         }
