@@ -20,6 +20,7 @@ export class RetryingWriter {
   /** The last failure ("CODE: message"), for a test's diagnostics. */
   lastFailure = "";
   #stop = false;
+  #abandon = false;
   #running: Promise<void> | undefined;
 
   constructor(
@@ -36,6 +37,13 @@ export class RetryingWriter {
   async stop(): Promise<void> {
     this.#stop = true;
     await this.#running;
+  }
+
+  /** Gives up at once, the Add in flight unacknowledged: a failed test's clean-up. */
+  async abandon(): Promise<void> {
+    this.#stop = true;
+    this.#abandon = true;
+    await this.#running?.catch(() => {});
   }
 
   async #run(): Promise<void> {
@@ -60,6 +68,7 @@ export class RetryingWriter {
           this.failures += 1;
           this.lastFailure = String(err instanceof Error ? err.message : err);
           this.slowestFailureMs = Math.max(this.slowestFailureMs, Date.now() - began);
+          if (this.#abandon) return;
           await new Promise((r) => setTimeout(r, 20));
         }
       }
