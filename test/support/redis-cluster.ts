@@ -23,7 +23,7 @@ import { execFile, execFileSync, spawnSync } from "node:child_process";
 import { promisify } from "node:util";
 import { createClient, ErrorReply } from "redis";
 import { ask, QUICK_REPLICATION, waitForLinkOf, waitUntil } from "./redis-replication.js";
-import { type RedisServer, startRedisServer } from "./redis-server.js";
+import { freePort, type RedisServer, startRedisServer } from "./redis-server.js";
 
 const CLI_BINARY = process.env.REDIS_CLI ?? "redis-cli";
 const run = promisify(execFile);
@@ -128,8 +128,12 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     ...QUICK_REPLICATION,
     ...(options.args ?? []),
   ];
+  // The bus port is the client port + 10000 unless set: above 55535 that is
+  // no port at all, so each node gets a free one of its own.
   const servers = await Promise.all(
-    Array.from({ length: NODE_COUNT }, () => startRedisServer({ args })),
+    Array.from({ length: NODE_COUNT }, async () =>
+      startRedisServer({ args: [...args, "--cluster-port", String(await freePort())] }),
+    ),
   );
   try {
     await run(CLI_BINARY, [

@@ -48,6 +48,12 @@ func startRedisCluster() (*redisCluster, error) {
 			r.stop()
 			return nil, err
 		}
+		// The bus port is the port + 10000 unless set: above 55535 no port at all.
+		busPort, err := freePort()
+		if err != nil {
+			r.stop()
+			return nil, err
+		}
 		nodeDir := filepath.Join(dir, strconv.Itoa(port))
 		if err := os.Mkdir(nodeDir, 0o755); err != nil {
 			r.stop()
@@ -56,7 +62,8 @@ func startRedisCluster() (*redisCluster, error) {
 		cmd := exec.Command(binary, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 			"--appendonly", "no", "--dir", nodeDir, "--protected-mode", "no", "--loglevel", "warning",
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "1000", "--shutdown-timeout", "0")
+			"--cluster-node-timeout", "1000", "--shutdown-timeout", "0",
+			"--cluster-port", strconv.Itoa(busPort))
 		if err := cmd.Start(); err != nil {
 			r.stop()
 			return nil, err

@@ -575,6 +575,8 @@ class RedisCluster:
                 [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                  "--dir", node_dir, "--protected-mode", "no", "--loglevel", "warning",
                  "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 # The bus port is the port + 10000 unless set: above 55535 no port at all.
+                 "--cluster-port", str(free_port()),
                  "--cluster-node-timeout", "1000", "--shutdown-timeout", "0"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             ))  # fmt: skip
