@@ -9,6 +9,7 @@ import {
   clusterCli,
   nodeCli,
   type RedisCluster,
+  slotOfKey,
   startRedisCluster,
 } from "../support/redis-cluster.js";
 
@@ -39,6 +40,10 @@ describe("the Redis Cluster harness", () => {
   it("names a key's slot and its primary", async () => {
     // The hash tag alone decides the slot.
     expect(await cluster.keySlot("a{thread-1}b")).toBe(await cluster.keySlot("{thread-1}"));
+    // The local CRC16 the key listing uses agrees with CLUSTER KEYSLOT.
+    for (const key of ["", "a", "wm:{ns-ZGVmYXVsdA}:threads", "{}x", "x{y}z{w}", "ü{}"]) {
+      expect(slotOfKey(key), key).toBe(await cluster.keySlot(key));
+    }
     const slot = await cluster.keySlot("{thread-1}");
     const primary = await cluster.primaryOfSlot(slot);
     const state = (await cluster.topology()).find((s) => s.node === primary);

@@ -21,33 +21,22 @@
  */
 import { execFile, execFileSync, spawnSync } from "node:child_process";
 import { promisify } from "node:util";
+import {
+  type ClusterNode,
+  type NodeState,
+  nodeConnections,
+  parseNodes,
+  type Send,
+  slotOfKey,
+  slotView,
+} from "./redis-cluster-nodes.js";
 import { ask, QUICK_REPLICATION, waitForLinkOf, waitUntil } from "./redis-replication.js";
-import { type RedisServer, startRedisServer } from "./redis-server.js";
+import { freePort, startRedisServer } from "./redis-server.js";
 
 const CLI_BINARY = process.env.REDIS_CLI ?? "redis-cli";
 const run = promisify(execFile);
 
-/** One of the six processes; its role and slots change (failover, migration): ask `topology()`. */
-export interface ClusterNode {
-  readonly port: number;
-  /** The cluster node id (40 hex digits); kept across restarts (nodes.conf stays in its directory). */
-  readonly id: string;
-  /** The running process's id; undefined while killed. */
-  readonly pid: number | undefined;
-  readonly server: RedisServer;
-}
-
-/** What the cluster says of one node now. */
-export interface NodeState {
-  readonly node: ClusterNode;
-  readonly role: "primary" | "replica";
-  /** The primary a replica follows; undefined for a primary. */
-  readonly primaryId: string | undefined;
-  /** Inclusive slot ranges a primary serves. */
-  readonly slots: readonly (readonly [number, number])[];
-  /** Marked fail (or pfail) by the node asked. */
-  readonly failing: boolean;
-}
+export { type ClusterNode, type NodeState, slotOfKey };
 
 export interface RedisCluster {
   /** `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,…` (all six nodes, seeds for the client) */
@@ -64,6 +53,8 @@ export interface RedisCluster {
   replicasOf(primary: ClusterNode): Promise<ClusterNode[]>;
   /** CLUSTER KEYSLOT key. */
   keySlot(key: string): Promise<number>;
+  /** Every key matching the SCAN pattern on the live primaries, with its slot and node. */
+  keysMatching(pattern: string): Promise<{ key: string; slot: number; node: ClusterNode }[]>;
   /** The node serving `slot` now. */
   primaryOfSlot(slot: number): Promise<ClusterNode>;
   /** CLUSTER FAILOVER on `replica`; resolves once every node sees it primary and its old primary its replica. */
@@ -123,8 +114,12 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     ...QUICK_REPLICATION,
     ...(options.args ?? []),
   ];
+  // The bus port is the client port + 10000 unless set: above 55535 that is
+  // no port at all, so each node gets a free one of its own.
   const servers = await Promise.all(
-    Array.from({ length: NODE_COUNT }, () => startRedisServer({ args })),
+    Array.from({ length: NODE_COUNT }, async () =>
+      startRedisServer({ args: [...args, "--cluster-port", String(await freePort())] }),
+    ),
   );
   try {
     await run(CLI_BINARY, [
@@ -157,6 +152,7 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
 }
 
 function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisCluster {
+  const { send, closeAll } = nodeConnections();
   const killed = new Set<ClusterNode>();
   const live = () => nodes.filter((n) => !killed.has(n));
   const byId = (id: string) => nodes.find((n) => n.id === id);
@@ -165,7 +161,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     let lastError: unknown;
     for (const asked of live()) {
       try {
-        return parseNodes(String(await ask(asked.port, ["CLUSTER", "NODES"])), byId);
+        return parseNodes(String(await send(asked.port, ["CLUSTER", "NODES"])), byId);
       } catch (err) {
         lastError = err;
       }
@@ -177,10 +173,15 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     await waitUntil(timeoutMs, "the cluster to settle (state ok, agreed slots)", async () => {
       let agreed: string | undefined;
       for (const n of live()) {
-        const info = String(await ask(n.port, ["CLUSTER", "INFO"]));
+        const info = String(await send(n.port, ["CLUSTER", "INFO"]));
         if (!/cluster_state:ok/.test(info)) return false;
-        const states = parseNodes(String(await ask(n.port, ["CLUSTER", "NODES"])), byId);
+        const states = parseNodes(String(await send(n.port, ["CLUSTER", "NODES"])), byId);
         if (states.some((s) => !killed.has(s.node) && s.failing)) return false;
+        // A killed primary still holding slots has not been failed over yet
+        // (cluster_state stays ok while it is only suspected, PFAIL).
+        if (states.some((s) => killed.has(s.node) && s.role === "primary" && s.slots.length > 0)) {
+          return false;
+        }
         const view = slotView(states);
         if (agreed !== undefined && view !== agreed) return false;
         agreed = view;
@@ -189,14 +190,26 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     });
     const states = await topology();
     for (const s of states) {
-      if (s.role === "replica" && !killed.has(s.node))
-        await waitForLinkOf(s.node.server, timeoutMs);
+      if (s.role !== "replica" || killed.has(s.node)) continue;
+      await waitForLinkOf(s.node.server, timeoutMs).catch(async (err: unknown) => {
+        // What the replica says of its link, for the failure's message.
+        const info = await send(s.node.port, ["INFO", "replication"]).catch((e: unknown) => e);
+        throw new Error(
+          `${String(err)}; its INFO replication: ${String(info).replaceAll("\r\n", " ")}`,
+        );
+      });
     }
   }
 
   async function roleOf(node: ClusterNode): Promise<NodeState["role"]> {
-    const info = String(await ask(node.port, ["INFO", "replication"]));
+    const info = String(await send(node.port, ["INFO", "replication"]));
     return /role:master/.test(info) ? "primary" : "replica";
+  }
+
+  async function primaries(): Promise<ClusterNode[]> {
+    return (await topology())
+      .filter((s) => s.role === "primary" && !killed.has(s.node) && s.slots.length > 0)
+      .map((s) => s.node);
   }
 
   return {
@@ -204,18 +217,35 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     nodes,
     startMs,
     topology,
-    async primaries() {
-      return (await topology())
-        .filter((s) => s.role === "primary" && !killed.has(s.node) && s.slots.length > 0)
-        .map((s) => s.node);
-    },
+    primaries,
     async replicasOf(primary) {
       return (await topology())
         .filter((s) => s.primaryId === primary.id && !killed.has(s.node))
         .map((s) => s.node);
     },
     async keySlot(key) {
-      return Number(await ask(live()[0]?.port ?? 0, ["CLUSTER", "KEYSLOT", key]));
+      return Number(await send(live()[0]?.port ?? 0, ["CLUSTER", "KEYSLOT", key]));
+    },
+    async keysMatching(pattern) {
+      const found: { key: string; slot: number; node: ClusterNode }[] = [];
+      for (const node of await primaries()) {
+        let cursor = "0";
+        do {
+          const [next, keys] = (await send(node.port, [
+            "SCAN",
+            cursor,
+            "MATCH",
+            pattern,
+            "COUNT",
+            "1000",
+          ])) as [string, string[]];
+          cursor = next;
+          for (const key of keys) {
+            found.push({ key, node, slot: slotOfKey(key) });
+          }
+        } while (cursor !== "0");
+      }
+      return found;
     },
     async primaryOfSlot(slot) {
       const owner = (await topology()).find(
@@ -228,7 +258,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
       const states = await topology();
       const oldPrimary = byId(states.find((s) => s.node === replica)?.primaryId ?? "");
       if (oldPrimary === undefined) throw new Error(`node ${replica.port} is not a replica`);
-      await ask(replica.port, ["CLUSTER", "FAILOVER"]);
+      await send(replica.port, ["CLUSTER", "FAILOVER"]);
       await waitUntil(SETTLE_TIMEOUT_MS, `node ${replica.port} to take over`, async () => {
         return (await roleOf(replica)) === "primary" && (await roleOf(oldPrimary)) === "replica";
       });
@@ -239,10 +269,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
       await node.server.kill();
       killed.add(node);
       if (!wasPrimary) return;
-      await waitUntil(SETTLE_TIMEOUT_MS, `a replica of ${node.port} to be promoted`, async () => {
-        const states = await topology();
-        return states.every((s) => s.node !== node || s.failing || s.role === "replica");
-      });
+      // Settled means: a live node has taken over every slot the killed one served.
       await waitUntilSettled();
     },
     async restart(node) {
@@ -251,7 +278,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
       await waitUntilSettled();
     },
     async migrateSlot(slot, from, to, options = {}) {
-      return migrate(nodes, slot, from, to, options, async () =>
+      return migrate(send, nodes, slot, from, to, options, async () =>
         (await topology())
           .filter((s) => s.role === "primary" && !killed.has(s.node))
           .map((s) => s.node),
@@ -259,6 +286,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     },
     waitUntilSettled,
     async stop() {
+      closeAll();
       await Promise.all(nodes.map((n) => n.server.stop()));
     },
   };
@@ -266,6 +294,7 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
 
 /** Moves one slot, as redis-cli's reshard does it; returns how many keys moved. */
 async function migrate(
+  send: Send,
   nodes: readonly ClusterNode[],
   slot: number,
   from: ClusterNode,
@@ -278,19 +307,19 @@ async function migrate(
   }
   const batch = options.batch ?? 100;
   // The target first: once the source says MIGRATING, clients get ASK to it.
-  await ask(to.port, ["CLUSTER", "SETSLOT", String(slot), "IMPORTING", from.id]);
-  await ask(from.port, ["CLUSTER", "SETSLOT", String(slot), "MIGRATING", to.id]);
+  await send(to.port, ["CLUSTER", "SETSLOT", String(slot), "IMPORTING", from.id]);
+  await send(from.port, ["CLUSTER", "SETSLOT", String(slot), "MIGRATING", to.id]);
   await options.afterBatch?.();
   let moved = 0;
   for (;;) {
-    const keys = (await ask(from.port, [
+    const keys = (await send(from.port, [
       "CLUSTER",
       "GETKEYSINSLOT",
       String(slot),
       String(batch),
     ])) as string[];
     if (keys.length === 0) break;
-    await ask(from.port, [
+    await send(from.port, [
       "MIGRATE",
       "127.0.0.1",
       String(to.port),
@@ -306,44 +335,9 @@ async function migrate(
   // The target, then the source, then everyone else (the order redis-cli uses).
   const others = (await primaries()).filter((n) => n !== to && n !== from);
   for (const n of [to, from, ...others]) {
-    await ask(n.port, ["CLUSTER", "SETSLOT", String(slot), "NODE", to.id]);
+    await send(n.port, ["CLUSTER", "SETSLOT", String(slot), "NODE", to.id]);
   }
   return moved;
-}
-
-/** Parses CLUSTER NODES: `id host:port@bus flags primary ping pong epoch link slot…`. */
-function parseNodes(text: string, byId: (id: string) => ClusterNode | undefined): NodeState[] {
-  const states: NodeState[] = [];
-  for (const line of text.split("\n")) {
-    const fields = line.trim().split(" ");
-    const [id, , flags = "", primary = "-"] = fields;
-    const node = id === undefined ? undefined : byId(id);
-    if (node === undefined) continue;
-    const slots: [number, number][] = [];
-    for (const field of fields.slice(8)) {
-      if (field.startsWith("[")) continue; // a slot being migrated or imported
-      const [a, b = a] = field.split("-").map(Number);
-      if (a !== undefined && b !== undefined) slots.push([a, b]);
-    }
-    const isPrimary = flags.split(",").includes("master");
-    states.push({
-      node,
-      role: isPrimary ? "primary" : "replica",
-      primaryId: isPrimary || primary === "-" ? undefined : primary,
-      slots,
-      failing: /fail/.test(flags),
-    });
-  }
-  return states;
-}
-
-/** Which primary serves which slots, in one string to compare the nodes' views. */
-function slotView(states: readonly NodeState[]): string {
-  return states
-    .filter((s) => s.role === "primary" && s.slots.length > 0)
-    .map((s) => `${s.node.id}:${s.slots.map(([a, b]) => `${a}-${b}`).join(",")}`)
-    .sort()
-    .join(" ");
 }
 
 function requireBinary(): void {
