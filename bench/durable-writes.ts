@@ -11,7 +11,7 @@ import {
   getRequest,
   getSeedRequests,
 } from "./scenarios.js";
-import { startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
+import { serveArgs, startServerProcess } from "./server-process.js";
 import { type BenchPostgres, openStoreBackends, type StoreKind } from "./stores.js";
 
 /**
@@ -94,18 +94,7 @@ async function start(
   const server = await startServerProcess({
     label: `windlass (${store} store)`,
     script: `${ctx.root}bin/windlass-memory.js`,
-    args: [
-      "serve",
-      ...UNLIMITED_SERVE_FLAGS,
-      "--port",
-      "0",
-      "--http-port",
-      "0",
-      "--store",
-      flag,
-      "--log-level",
-      "warn",
-    ],
+    args: serveArgs(flag, ["--log-level", "warn"]),
     startTimeoutMs: START_TIMEOUT_MS,
   });
   const address = `127.0.0.1:${server.grpcPort}`;

@@ -12,6 +12,7 @@ export const SCENARIO_NAMES = [
   "read-path",
   "peer",
   "durable-writes",
+  "cluster-add",
 ] as const;
 export type ScenarioName = (typeof SCENARIO_NAMES)[number];
 
@@ -157,6 +158,34 @@ export const SIZE_FLAGS = {
     min: 10,
     max: 1_000_000,
     help: "peer: appends, then reads, per server",
+  },
+  "cluster-servers": {
+    full: 3,
+    quick: 2,
+    min: 1,
+    max: 8,
+    help: "cluster-add: service processes sharing the store",
+  },
+  "cluster-concurrency": {
+    full: 64,
+    quick: 16,
+    min: 1,
+    max: 1024,
+    help: "cluster-add: Add calls in flight, over all service processes",
+  },
+  "cluster-seconds": {
+    full: 5,
+    quick: 1,
+    min: 0.2,
+    max: 600,
+    help: "cluster-add: length of one timed run",
+  },
+  "cluster-rounds": {
+    full: 3,
+    quick: 1,
+    min: 1,
+    max: 20,
+    help: "cluster-add: timed runs per target, one Redis and the cluster taking turns",
   },
   "peer-concurrency": {
     full: 8,

@@ -29,6 +29,7 @@ import { readSettings, runUnary, unaryBudgetMs, unaryEnvPrefix } from "./unary.j
  *   read-path      agent loop with a model taking 2 s per fold vs one answering at once
  *   peer           agent-memory-server (working memory API) on the same redis-stack-server
  *   durable-writes SQLite and Postgres Add at 64 in flight vs memory; Get p99 with and without that load
+ *   cluster-add    Add throughput on one Redis primary vs a 3-primary Redis Cluster, several service processes
  * `--help` lists the flags. Every scenario bounds its calls by count and
  * time, talks to 127.0.0.1 only, and stops the processes it started.
  */
@@ -78,6 +79,8 @@ async function scenarioModule(name: ScenarioName): Promise<ScenarioModule> {
       return (await import("./peer.js")).peerScenario;
     case "durable-writes":
       return (await import("./durable-writes.js")).durableWritesScenario;
+    case "cluster-add":
+      return (await import("./cluster-add.js")).clusterAddScenario;
   }
 }
 

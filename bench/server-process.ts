@@ -49,6 +49,21 @@ export const UNLIMITED_SERVE_FLAGS: readonly string[] = [
   "0",
 ];
 
+/** `serve` on free ports of 127.0.0.1 over `store`, unlimited, with `more` flags after. */
+export function serveArgs(store: string, more: readonly string[] = []): string[] {
+  return [
+    "serve",
+    ...UNLIMITED_SERVE_FLAGS,
+    "--port",
+    "0",
+    "--http-port",
+    "0",
+    "--store",
+    store,
+    ...more,
+  ];
+}
+
 const LISTENING = /gRPC \S+:(\d+)\b/;
 const HTTP_LISTENING = /http:\/\/\S+:(\d+)\b/;
 const STDERR_TAIL_BYTES = 4096;

@@ -72,7 +72,7 @@ export type StoreConfig =
   | { kind: "sqlite"; path: string; cacheMb: number }
   | {
       kind: "redis";
-      /** redis://, rediss:// or redis+sentinel:// (see parseRedisSentinelUrl). */
+      /** redis://, rediss://, redis+sentinel:// (parseRedisSentinelUrl) or redis-cluster:// (parseRedisClusterUrl). */
       url: string;
       /** Replicas that must confirm an acknowledged write (WAIT); 0: no wait. */
       minReplicas: number;
@@ -80,6 +80,14 @@ export type StoreConfig =
       replicaWaitMs: number;
     }
   | { kind: "postgres"; url: string; poolSize: number };
+
+/** A `redis-cluster://` store URL, parsed: the seed nodes. */
+export interface RedisClusterUrl {
+  nodes: { host: string; port: number }[];
+  /** For every node of the cluster; never logged. */
+  username: string | undefined;
+  password: string | undefined;
+}
 
 /** A `redis+sentinel://` store URL, parsed. */
 export interface RedisSentinelUrl {
@@ -103,7 +111,7 @@ import {
 import { SETTINGS, type Setting, type SettingKey } from "./config/settings.js";
 
 export { ConfigError } from "./config/config-error.js";
-export { parseRedisSentinelUrl } from "./config/parsers.js";
+export { parseRedisClusterUrl, parseRedisSentinelUrl } from "./config/parsers.js";
 export { SETTINGS };
 
 /** Reads settings by key: flag, else environment, else default; each checked as it is read. */

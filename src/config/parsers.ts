@@ -1,4 +1,4 @@
-import type { RedisSentinelUrl, StoreConfig } from "../config.js";
+import type { RedisClusterUrl, RedisSentinelUrl, StoreConfig } from "../config.js";
 import { ConfigError } from "./config-error.js";
 import { SETTINGS, type Setting } from "./settings.js";
 
@@ -91,19 +91,24 @@ export function parseStore(
     parseRedisSentinelUrl(v);
     return { kind: "redis", url: v, ...redis };
   }
+  if (v.startsWith(CLUSTER_SCHEME)) {
+    parseRedisClusterUrl(v);
+    return { kind: "redis", url: v, ...redis };
+  }
   if (/^postgres(ql)?:\/\/\S+$/.test(v)) {
     return { kind: "postgres", url: v, poolSize: postgresPoolSize };
   }
   throw new ConfigError(
-    `--store / WINDLASS_STORE: "${redact(v)}" is not memory, sqlite:PATH, redis://HOST:PORT/DB, redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER or postgres://USER@HOST:PORT/DB`,
+    `--store / WINDLASS_STORE: "${redact(v)}" is not memory, sqlite:PATH, redis://HOST:PORT/DB, redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER, redis-cluster://HOST:PORT[,HOST:PORT…] or postgres://USER@HOST:PORT/DB`,
   );
 }
 
 const SENTINEL_SCHEME = "redis+sentinel://";
+const CLUSTER_SCHEME = "redis-cluster://";
 
 /** The URL with its userinfo (it may hold a password) replaced, for error messages. */
 function redact(url: string): string {
-  return url.replace(/^([a-z+]+:\/\/)[^/]*@/, "$1***@");
+  return url.replace(/^([a-z+-]+:\/\/)[^/]*@/, "$1***@");
 }
 
 /**
@@ -112,43 +117,78 @@ function redact(url: string): string {
  * ConfigError naming --store (never echoing the password).
  */
 export function parseRedisSentinelUrl(url: string): RedisSentinelUrl {
-  const bad = (why: string) =>
-    new ConfigError(`--store / WINDLASS_STORE: "${redact(url)}": ${why}`);
+  const bad = badStoreUrl(url);
   if (!url.startsWith(SENTINEL_SCHEME)) throw bad("does not start with redis+sentinel://");
   const rest = url.slice(SENTINEL_SCHEME.length);
   const at = rest.lastIndexOf("@");
-  const userinfo = at === -1 ? undefined : rest.slice(0, at);
   const slash = rest.indexOf("/", at + 1);
   if (slash === -1) throw bad("names no master (…/MASTER after the sentinels)");
-  const hosts = rest.slice(at + 1, slash);
-  const decode = (part: string, what: string) => {
-    try {
-      return decodeURIComponent(part);
-    } catch {
-      throw bad(`its ${what} is not valid percent-encoding`);
-    }
-  };
-  const masterName = decode(rest.slice(slash + 1), "master name");
+  const masterName = decodeUrlPart(bad, rest.slice(slash + 1), "master name");
   if (!/^[A-Za-z0-9._-]+$/.test(masterName)) {
     throw bad("the master name must be letters, digits, '.', '_' or '-'");
   }
-  const sentinels = hosts.split(",").map((hostPort) => {
+  const sentinels = parseHostList(bad, rest.slice(at + 1, slash), "sentinel");
+  return {
+    sentinels,
+    masterName,
+    ...parseUserinfo(bad, at === -1 ? undefined : rest.slice(0, at)),
+  };
+}
+
+/**
+ * `redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT…][/]`: seed nodes
+ * of a Redis Cluster (the client learns the rest from them). Throws
+ * ConfigError naming --store (never echoing the password).
+ */
+export function parseRedisClusterUrl(url: string): RedisClusterUrl {
+  const bad = badStoreUrl(url);
+  if (!url.startsWith(CLUSTER_SCHEME)) throw bad("does not start with redis-cluster://");
+  const rest = url.slice(CLUSTER_SCHEME.length);
+  const at = rest.lastIndexOf("@");
+  const hosts = rest.slice(at + 1).replace(/\/$/, "");
+  if (hosts.includes("/")) throw bad("a cluster has no database number or path (only database 0)");
+  const nodes = parseHostList(bad, hosts, "cluster node");
+  return { nodes, ...parseUserinfo(bad, at === -1 ? undefined : rest.slice(0, at)) };
+}
+
+type BadUrl = (why: string) => ConfigError;
+
+function badStoreUrl(url: string): BadUrl {
+  return (why) => new ConfigError(`--store / WINDLASS_STORE: "${redact(url)}": ${why}`);
+}
+
+function decodeUrlPart(bad: BadUrl, part: string, what: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw bad(`its ${what} is not valid percent-encoding`);
+  }
+}
+
+/** "HOST:PORT[,HOST:PORT…]", IPv6 hosts in brackets. */
+function parseHostList(bad: BadUrl, hosts: string, what: string): { host: string; port: number }[] {
+  return hosts.split(",").map((hostPort) => {
     const m = /^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/.exec(hostPort);
     const port = Number(m?.[2]);
     if (m?.[1] === undefined || !(port >= 1 && port <= 65535)) {
-      throw bad(`"${hostPort}" is not a sentinel HOST:PORT`);
+      throw bad(`"${hostPort}" is not a ${what} HOST:PORT`);
     }
     return { host: m[1].replace(/^\[(.*)\]$/, "$1"), port };
   });
-  let username: string | undefined;
-  let password: string | undefined;
-  if (userinfo !== undefined) {
-    const colon = userinfo.indexOf(":");
-    const user = decode(colon === -1 ? userinfo : userinfo.slice(0, colon), "user name");
-    username = user === "" ? undefined : user;
-    password = colon === -1 ? undefined : decode(userinfo.slice(colon + 1), "password");
-  }
-  return { sentinels, masterName, username, password };
+}
+
+/** "[USER][:PASSWORD]", percent-decoded; an empty user is none. */
+function parseUserinfo(
+  bad: BadUrl,
+  userinfo: string | undefined,
+): { username: string | undefined; password: string | undefined } {
+  if (userinfo === undefined) return { username: undefined, password: undefined };
+  const colon = userinfo.indexOf(":");
+  const user = decodeUrlPart(bad, colon === -1 ? userinfo : userinfo.slice(0, colon), "user name");
+  return {
+    username: user === "" ? undefined : user,
+    password: colon === -1 ? undefined : decodeUrlPart(bad, userinfo.slice(colon + 1), "password"),
+  };
 }
 
 // scheme://host[:port], as a browser sends it in Origin: no path, no slash at the end.

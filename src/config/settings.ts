@@ -38,7 +38,7 @@ export const SETTINGS = {
     flag: "store",
     env: "WINDLASS_STORE",
     default: "memory",
-    help: "memory | sqlite:PATH | redis://HOST:PORT/DB | redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER | postgres://USER@HOST:PORT/DB",
+    help: "memory | sqlite:PATH | redis://HOST:PORT/DB | redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER | redis-cluster://HOST:PORT[,HOST:PORT…] | postgres://USER@HOST:PORT/DB",
   },
   redisMinReplicas: {
     flag: "redis-min-replicas",

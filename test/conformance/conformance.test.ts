@@ -1,7 +1,7 @@
 /**
  * The TypeScript runner of the conformance suite: every case of
  * test/conformance/cases against the compiled command, per store
- * (CONFORMANCE_STORES, default memory, sqlite, redis, postgres), over gRPC (grpc-js) and
+ * (CONFORMANCE_STORES, default memory, sqlite, redis, postgres, redis-cluster), over gRPC (grpc-js) and
  * over the Connect protocol (connect-node, JSON over HTTP/1.1).
  */
 import { mkdtempSync, rmSync } from "node:fs";
@@ -25,6 +25,7 @@ import {
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { CallFailed, connectDriver, type Driver, grpcDriver } from "../integration/drivers.js";
 import { type PostgresServer, startPostgresServer } from "../support/postgres-server.js";
+import { type RedisCluster, startRedisCluster } from "../support/redis-cluster.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { type ServerProcess, startServerProcess } from "./server-process.js";
 import {
@@ -143,14 +144,18 @@ describe.each(STORES)("conformance on the %s store", (store) => {
   const servers = new Map<string, ServerProcess>();
   let redis: RedisServer | undefined;
   let postgres: PostgresServer | undefined;
+  let cluster: RedisCluster | undefined;
   let dir: string | undefined;
 
   beforeAll(async () => {
     if (store === "redis") redis = await startRedisServer();
     if (store === "postgres") postgres = await startPostgresServer();
+    if (store === "redis-cluster") cluster = await startRedisCluster();
     if (store === "sqlite") dir = mkdtempSync(join(tmpdir(), "windlass-conformance-"));
     for (const [i, key] of SERVER_KEYS.entries()) {
       // One database (or file) per server, so servers of one store never share state.
+      // A cluster has one database: its servers share it, and the cases, which run
+      // one at a time and each start with Clear {all: true}, never meet.
       const spec =
         store === "memory"
           ? "memory"
@@ -158,16 +163,19 @@ describe.each(STORES)("conformance on the %s store", (store) => {
             ? `sqlite:${join(dir ?? "", `server-${i}.db`)}`
             : store === "postgres"
               ? await postgresDatabase(postgres)
-              : `redis://127.0.0.1:${redis?.port}/${i}`;
+              : store === "redis-cluster"
+                ? (cluster?.url ?? "")
+                : `redis://127.0.0.1:${redis?.port}/${i}`;
       const [flags, env] = JSON.parse(key) as [string[], Record<string, string>];
       servers.set(key, await startServerProcess(spec, flags, env));
     }
-  }, 60_000);
+  }, 90_000);
 
   afterAll(async () => {
     for (const s of servers.values()) await s.stop();
     await redis?.stop();
     await postgres?.stop();
+    await cluster?.stop();
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 

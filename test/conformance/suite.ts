@@ -449,16 +449,19 @@ function describeRead(read: StreamRead): string {
   }
 }
 
-/** CONFORMANCE_STORES, default all four (the Go and Python runners know the first three). */
+/** Every store the runners know, in the order they run: CONFORMANCE_STORES' default. */
+export const CONFORMANCE_STORES = ["memory", "sqlite", "redis", "postgres", "redis-cluster"];
+
+/** CONFORMANCE_STORES, default all five (each runner knows the same five). */
 export function storesFromEnv(env: NodeJS.ProcessEnv = process.env): string[] {
-  const raw = env.CONFORMANCE_STORES || "memory,sqlite,redis,postgres";
+  const raw = env.CONFORMANCE_STORES || CONFORMANCE_STORES.join(",");
   const stores = raw
     .split(",")
     .map((s) => s.trim())
     .filter((s) => s !== "");
   for (const s of stores) {
-    if (!["memory", "sqlite", "redis", "postgres"].includes(s)) {
-      throw new Error(`CONFORMANCE_STORES: unknown store ${s} (memory, sqlite, redis, postgres)`);
+    if (!CONFORMANCE_STORES.includes(s)) {
+      throw new Error(`CONFORMANCE_STORES: unknown store ${s} (${CONFORMANCE_STORES.join(", ")})`);
     }
   }
   return stores;

@@ -1,10 +1,11 @@
 import { createClient } from "redis";
 import { afterAll, describe, expect, it } from "vitest";
-import { EventType, Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
+import { Role } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { CallFailed, connectDriver, type Driver, grpcDriver } from "../integration/drivers.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { type Replica, startReplica } from "../support/replica-process.js";
 import { RetryingWriter } from "../support/retrying-writer.js";
+import { Follower } from "../support/watch-follower.js";
 
 /**
  * Watch when the Redis store fails, through the real `windlass-memory serve`
@@ -19,8 +20,6 @@ import { RetryingWriter } from "../support/retrying-writer.js";
  */
 
 const PROGRESS_MS = 200;
-/** A stream silent for this long (25 progress intervals) has stalled. */
-const STALL_MS = 5000;
 
 const started: { stop(): Promise<unknown> }[] = [];
 afterAll(async () => {
@@ -64,77 +63,6 @@ async function until(what: string, cond: () => boolean | Promise<boolean>, ms: n
 
 const user = (content: string) => ({ role: Role.USER, content });
 const code = (err: unknown) => (err instanceof CallFailed ? err.code : `CLIENT ${String(err)}`);
-
-/**
- * One client following the namespace's MessagesAdded events as an agent
- * platform would: on UNAVAILABLE it opens the stream again from its last
- * resume token. It records every seq it is told of, per thread.
- */
-class Follower {
-  readonly seen = new Map<string, number[]>();
-  token = "";
-  resumes = 0;
-  stalls = 0;
-  /** Set when the stream ended with anything but UNAVAILABLE. */
-  ended: string | undefined;
-  #stop = false;
-  #running: Promise<void> | undefined;
-  #cancel: (() => void) | undefined;
-
-  constructor(readonly driver: Driver) {}
-
-  /** Opens the stream and resolves once it has said it is live (first Progress). */
-  async start(): Promise<void> {
-    let live!: () => void;
-    const isLive = new Promise<void>((r) => {
-      live = r;
-    });
-    this.#running = this.#run(live);
-    await isLive;
-  }
-
-  async #run(live: () => void): Promise<void> {
-    while (!this.#stop) {
-      const stream = this.driver.watch({
-        resumeToken: this.token,
-        eventTypes: [EventType.MESSAGES_ADDED],
-      });
-      this.#cancel = () => stream.cancel();
-      try {
-        while (!this.#stop) {
-          const e = await stream.next(STALL_MS);
-          if (e.resumeToken !== "") this.token = e.resumeToken;
-          if (e.event.case === "progress") live();
-          if (e.event.case === "messagesAdded") {
-            const list = this.seen.get(e.threadId) ?? [];
-            for (let s = Number(e.event.value.firstSeq); s <= Number(e.event.value.lastSeq); s++) {
-              list.push(s);
-            }
-            this.seen.set(e.threadId, list);
-          }
-        }
-      } catch (err) {
-        stream.cancel();
-        if (this.#stop) return;
-        const c = code(err);
-        if (c === "TIMEOUT") this.stalls += 1;
-        if (c !== "UNAVAILABLE" && c !== "TIMEOUT") {
-          this.ended = c;
-          live();
-          return;
-        }
-        this.resumes += 1;
-        await sleep(50);
-      }
-    }
-  }
-
-  async stop(): Promise<void> {
-    this.#stop = true;
-    this.#cancel?.();
-    await this.#running;
-  }
-}
 
 describe("Watch across Redis outages (data kept)", () => {
   it("keeps every stream delivering or resumable over 20 SIGKILL-and-restart cycles, with no gap and no event twice", async () => {

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Role, type WatchResponse } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { type FakeLlm, type RecordedRequest, startFakeLlm } from "../support/fake-llm.js";
 import { startPostgresServer } from "../support/postgres-server.js";
+import { startRedisCluster } from "../support/redis-cluster.js";
 import { startRedisServer } from "../support/redis-server.js";
 import { type Replica, startReplica } from "../support/replica-process.js";
 import { createGrpcClient } from "../transport/clients.js";
@@ -10,7 +11,8 @@ import { type Driver, grpcDriver } from "./drivers.js";
 
 /**
  * Two replicas of the compiled command over one shared store, a real
- * redis-server and then a real PostgreSQL, with one scripted model server:
+ * redis-server, a real six-node Redis Cluster and then a real PostgreSQL,
+ * with one scripted model server:
  * what the README promises of the shared stores (seqs, folds, Watch resume,
  * replicas) checked through real gRPC clients, across processes.
  */
@@ -34,6 +36,26 @@ const BACKENDS: { name: string; start(): Promise<SharedStore> }[] = [
       const redis = await startRedisServer();
       // This redis-server keeps nothing on disk: it comes back empty.
       return { url: redis.url, keepsData: false, ...lifecycle(redis) };
+    },
+  },
+  {
+    name: "Redis Cluster",
+    async start() {
+      const cluster = await startRedisCluster();
+      // Its nodes keep nothing on disk but their nodes.conf: all six come back
+      // empty, as the same cluster (same slots and roles).
+      return {
+        url: cluster.url,
+        keepsData: false,
+        kill: async () => {
+          await Promise.all(cluster.nodes.map((n) => n.server.kill()));
+        },
+        restart: async () => {
+          await Promise.all(cluster.nodes.map((n) => n.server.restart()));
+          await cluster.waitUntilSettled();
+        },
+        stop: () => cluster.stop(),
+      };
     },
   },
   {

@@ -17,7 +17,10 @@ export class RetryingWriter {
   failures = 0;
   /** Longest a failed attempt took to fail, in ms. */
   slowestFailureMs = 0;
+  /** The last failure ("CODE: message"), for a test's diagnostics. */
+  lastFailure = "";
   #stop = false;
+  #abandon = false;
   #running: Promise<void> | undefined;
 
   constructor(
@@ -34,6 +37,13 @@ export class RetryingWriter {
   async stop(): Promise<void> {
     this.#stop = true;
     await this.#running;
+  }
+
+  /** Gives up at once, the Add in flight unacknowledged: a failed test's clean-up. */
+  async abandon(): Promise<void> {
+    this.#stop = true;
+    this.#abandon = true;
+    await this.#running?.catch(() => {});
   }
 
   async #run(): Promise<void> {
@@ -56,7 +66,9 @@ export class RetryingWriter {
           const code = err instanceof CallFailed ? err.code : "";
           if (code !== "UNAVAILABLE" && code !== "DEADLINE_EXCEEDED") throw err;
           this.failures += 1;
+          this.lastFailure = String(err instanceof Error ? err.message : err);
           this.slowestFailureMs = Math.max(this.slowestFailureMs, Date.now() - began);
+          if (this.#abandon) return;
           await new Promise((r) => setTimeout(r, 20));
         }
       }

@@ -12,7 +12,7 @@ export async function clearThread(
   now: number,
 ): Promise<boolean> {
   const k = ctx.keys.namespace(namespace);
-  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
   const reply = await ctx.io.run(
     CLEAR,
     [
@@ -36,7 +36,7 @@ export async function clearAll(ctx: RedisContext, namespace: string, now: number
   // Chunks keep each script short, so one big namespace never blocks Redis
   // for long; each chunk is atomic on its own.
   let total = 0;
-  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
   for (;;) {
     const n = Number(
       await ctx.io.run(

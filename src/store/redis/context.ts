@@ -2,10 +2,10 @@ import { MemoryError } from "../../core/errors.js";
 import type { StoreLimits } from "../store.js";
 import type { DecodedMessages } from "./codec.js";
 import type { Commands } from "./commands.js";
-import type { AcknowledgedWrite, ReplicaConfirmation } from "./connection.js";
 import { storeError } from "./errors.js";
 import type { Incarnation } from "./incarnation.js";
-import type { KeyLayout } from "./keys.js";
+import type { KeyLayout, NamespaceKeys } from "./keys.js";
+import type { AcknowledgedWrite, ReplicaConfirmation } from "./replica-confirmation.js";
 
 /** What the Redis store's reads, writes, leases and event log share (index.ts wires it). */
 export interface RedisContext {
@@ -25,10 +25,13 @@ export interface RedisContext {
  * (a session one WAIT confirms). Callers use `ctx.unconfirmed` without
  * awaiting when ctx.replicas is unset, so the write is queued in the call.
  */
-export async function beginWrite(ctx: RedisContext): Promise<AcknowledgedWrite> {
+export async function beginWrite(
+  ctx: RedisContext,
+  k: Pick<NamespaceKeys, "base" | "replicationFence">,
+): Promise<AcknowledgedWrite> {
   if (ctx.replicas === undefined) return ctx.unconfirmed;
   try {
-    return await ctx.replicas.begin();
+    return await ctx.replicas.begin(k.base, k.replicationFence);
   } catch (err) {
     throw storeError(err, ctx.io.target);
   }

@@ -8,9 +8,13 @@ import { MemoryError } from "../../core/errors.js";
  * the target ("host:port"), never the URL (it may carry a password).
  */
 
-/** Server replies that mean "not now" rather than "wrong": the call may be retried. */
+/**
+ * Server replies that mean "not now" rather than "wrong": the call may be
+ * retried. MOVED and ASK reach here only from a WAIT session, which is
+ * bound to one primary (the cluster client follows them everywhere else).
+ */
 const TRANSIENT_REPLY =
-  /^(LOADING|BUSY|MASTERDOWN|READONLY|CLUSTERDOWN|TRYAGAIN|NOREPLICAS|MISCONF|OOM)\b/;
+  /^(LOADING|BUSY|MASTERDOWN|READONLY|CLUSTERDOWN|TRYAGAIN|NOREPLICAS|MISCONF|OOM|MOVED|ASK)\b/;
 
 /** A command Redis did not answer in time (commands.ts withTimeout). */
 export class CommandTimeout extends Error {

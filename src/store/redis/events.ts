@@ -28,15 +28,16 @@ export async function readEvents(
 ): Promise<MemoryEvent[]> {
   const position = ctx.incarnation.tokens.open(namespace, cursor);
   const issuedIn = ctx.incarnation.value;
+  const k = ctx.keys.namespace(namespace);
   const reply = await ctx.io.run(
     READ_EVENTS,
-    [ctx.keys.namespace(namespace).events, ctx.keys.incarnation],
+    [k.events, k.incarnationMarker],
     [`0-${position}`, String(Math.max(1, limit)), issuedIn],
   );
   const [status, entries] = asArray(reply);
   if (status === "lost") {
     // The key no longer holds the incarnation the cursor was checked against.
-    await ctx.incarnation.check();
+    await ctx.incarnation.markerMissed(issuedIn, k.incarnationMarker, entries, false);
     throw historyLost();
   }
   if (status === "ahead") {
@@ -57,16 +58,21 @@ export async function readEvents(
 }
 
 /** The namespace's head stream id and the incarnation it belongs to, adopting a changed one. */
-export async function head(ctx: RedisContext, namespace: string): Promise<string> {
-  const [last, found] = asArray(
-    await ctx.io.run(HEAD, [ctx.keys.namespace(namespace).events, ctx.keys.incarnation], []),
-  );
+export async function head(ctx: RedisContext, namespace: string, attempt = 0): Promise<string> {
+  const k = ctx.keys.namespace(namespace);
+  const [last, found] = asArray(await ctx.io.run(HEAD, [k.events, k.incarnationMarker], []));
   if (found !== ctx.incarnation.value) {
-    await ctx.incarnation.check();
-    return head(ctx, namespace);
+    // Another replica may be rotating at the same time: a few rounds, then unavailable.
+    if (attempt >= HEAD_ATTEMPTS) {
+      throw new MemoryError("unavailable", "the redis store's incarnation is changing; retry");
+    }
+    await ctx.incarnation.markerMissed(ctx.incarnation.value, k.incarnationMarker, found, true);
+    return head(ctx, namespace, attempt + 1);
   }
   return asString(last);
 }
+
+const HEAD_ATTEMPTS = 5;
 
 export async function headCursor(ctx: RedisContext, namespace: string): Promise<string> {
   const at = await head(ctx, namespace);

@@ -14,9 +14,9 @@
  */
 import type { MemoryError } from "../../core/errors.js";
 import { historyLostError, newStoreId, newTokenSecret, ResumeTokens } from "../resume-token.js";
-import { asString } from "./codec.js";
-import type { Commands } from "./commands.js";
-import { ROTATE_INCARNATION } from "./lua/events.js";
+import { asArray, asString } from "./codec.js";
+import { type Commands, sleep } from "./commands.js";
+import { MARK_SLOT, ROTATE_INCARNATION } from "./lua/events.js";
 
 /** How often a replica checks the store's incarnation, besides reconnects and Watch reads. */
 export const DEFAULT_INCARNATION_CHECK_MS = 1000;
@@ -49,11 +49,20 @@ export async function currentIncarnation(
   return held === null ? proposal : asString(held);
 }
 
+/** How often, and how long apart, a recorded but unmarked slot copy is looked at again. */
+const MARK_WAITS = 3;
+const MARK_WAIT_MS = 20;
+
+/** Slot copies re-marked at a time after a rotation (each one script call, pipelined). */
+const MARKER_BATCH = 256;
+
 /** The incarnation this replica has adopted, and how it moves to another. */
 export class Incarnation {
   #value: string;
   #tokens: ResumeTokens;
   #checking: Promise<void> | undefined;
+  /** Slot copies being recorded or marked (markerMissed), by key: at most one each. */
+  readonly #marking = new Map<string, Promise<void>>();
   /**
    * Whether this replica may vouch for its view of the store: false from a
    * reconnect until the incarnation has been checked on it (health reports
@@ -67,6 +76,8 @@ export class Incarnation {
     initial: string,
     /** Called after a change: drop what belongs to the old history. */
     private readonly onChange: () => void,
+    /** Redis Cluster: the set of the slots' copies of the incarnation (keys.ts). */
+    private readonly markerRegistry?: string,
   ) {
     this.#value = initial;
     this.#tokens = tokensOf(initial, "it refers to the history of another database");
@@ -88,11 +99,13 @@ export class Incarnation {
   check(): Promise<void> {
     this.#checking ??= (async () => {
       try {
+        const before = this.#value;
         this.adopt(
           await currentIncarnation(this.key, (args) =>
             this.io.send(this.io.main, args, this.io.timeoutMs),
           ),
         );
+        if (this.#value !== before) await this.#remark(before);
         this.checked = true;
       } finally {
         this.#checking = undefined;
@@ -123,5 +136,72 @@ export class Incarnation {
   async rotate(found: string): Promise<void> {
     const next = `${newStoreId()}.${newTokenSecret()}`;
     this.adopt(asString(await this.io.run(ROTATE_INCARNATION, [this.key], [found, next])));
+    await this.#remark(found);
+  }
+
+  /** Redis Cluster: moves every recorded slot copy from `from` to the incarnation in force. */
+  async #remark(from: string): Promise<void> {
+    const registry = this.markerRegistry;
+    if (registry === undefined) return;
+    let cursor = "0";
+    do {
+      const [next, found] = asArray(
+        await this.io.command(["SSCAN", registry, cursor, "COUNT", String(MARKER_BATCH)]),
+      );
+      cursor = asString(next);
+      await Promise.all(
+        asArray(found).map((m) => this.io.run(MARK_SLOT, [asString(m)], [from, this.#value])),
+      );
+    } while (cursor !== "0");
+  }
+
+  /**
+   * A script found `marker`, the namespace's copy of the incarnation
+   * (keys.ts), holding `found` (null: missing) instead of `issuedIn`. On one
+   * node that copy is the deployment key: the check adopts what it holds.
+   * On a cluster, with the deployment key still at `issuedIn`: a slot never
+   * recorded is new (a head read, `mayBeNew`: it is recorded, then marked);
+   * a recorded one missing or stale lost its data (a primary restarted
+   * empty), so the incarnation rotates and no cursor of the lost history
+   * resumes in the new one.
+   */
+  async markerMissed(
+    issuedIn: string,
+    marker: string,
+    found: unknown,
+    mayBeNew: boolean,
+  ): Promise<void> {
+    await this.check();
+    const registry = this.markerRegistry;
+    if (registry === undefined || this.#value !== issuedIn) return;
+    // One at a time per slot copy here: head reads of one new slot meet it together.
+    const running = this.#marking.get(marker);
+    if (running !== undefined) return running;
+    const marking = this.#mark(registry, issuedIn, marker, found, mayBeNew).finally(() =>
+      this.#marking.delete(marker),
+    );
+    this.#marking.set(marker, marking);
+    return marking;
+  }
+
+  async #mark(
+    registry: string,
+    issuedIn: string,
+    marker: string,
+    found: unknown,
+    mayBeNew: boolean,
+  ): Promise<void> {
+    // Recorded before marked, so a marked slot is always a recorded one.
+    const recordedNow = Number(await this.io.command(["SADD", registry, marker])) === 1;
+    if (mayBeNew && recordedNow) {
+      await this.io.run(MARK_SLOT, [marker], [typeof found === "string" ? found : "", issuedIn]);
+      return;
+    }
+    // Recorded by another replica that may not have marked it yet: give it a moment.
+    for (let i = 0; mayBeNew && i < MARK_WAITS; i++) {
+      if ((await this.io.command(["GET", marker])) === issuedIn) return;
+      await sleep(MARK_WAIT_MS);
+    }
+    await this.rotate(issuedIn);
   }
 }

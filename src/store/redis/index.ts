@@ -15,14 +15,10 @@ import type {
 } from "../store.js";
 import { DEFAULT_STORE_LIMITS } from "../store.js";
 import { clearAll, clearThread, sweepExpired } from "./clears.js";
+import { CLUSTER_SCHEME, clusterClients } from "./cluster.js";
 import { DECODED_MESSAGES_KEPT, DecodedMessages } from "./codec.js";
 import { Commands, connectWithin, sleep, withTimeout } from "./commands.js";
-import {
-  type RedisClients,
-  type RedisConnection,
-  ReplicaConfirmation,
-  redisClients,
-} from "./connection.js";
+import { type RedisClients, type RedisConnection, redisClients } from "./connection.js";
 import type { RedisContext } from "./context.js";
 import { storeError } from "./errors.js";
 import { headCursor, readEvents } from "./events.js";
@@ -31,6 +27,7 @@ import { DEFAULT_KEY_PREFIX, type KeyLayout, keyLayout } from "./keys.js";
 import { acquireFoldLease, commitSummary, recordFoldFailure, releaseFoldLease } from "./leases.js";
 import { ALL_SCRIPTS } from "./lua/index.js";
 import { getThread, listThreads, readThread } from "./reads.js";
+import { ReplicaConfirmation } from "./replica-confirmation.js";
 import { rewind } from "./rewind.js";
 import { StreamReaders } from "./stream-readers.js";
 import { append, importThread } from "./writes.js";
@@ -87,8 +84,9 @@ export interface RedisStoreOptions {
  * happens when Redis loses its data in incarnation.ts. The client is a
  * single-node client (one primary, or a proxy in front of a cluster) or,
  * for redis+sentinel://, follows the primary the sentinels name through
- * failovers (connection.ts, which also confirms writes with WAIT when
- * options.minReplicas asks for it).
+ * failovers (connection.ts); for redis-cluster:// it is node-redis's cluster
+ * client (cluster.ts). Writes are confirmed with WAIT on the primary that
+ * took them when options.minReplicas asks for it (replica-confirmation.ts).
  *
  * Failures: the client does not queue commands while disconnected, so with
  * Redis unreachable every call fails at once with unavailable, while the
@@ -100,9 +98,11 @@ export async function createRedisStore(
   limits: Partial<StoreLimits> = {},
   options: RedisStoreOptions = {},
 ): Promise<Store> {
-  const keys = keyLayout(options.keyPrefix ?? DEFAULT_KEY_PREFIX);
-  // Single node or Sentinel (connection.ts); `redis.duplicate()` gives the readers theirs.
-  const redis = redisClients(url);
+  const clustered = url.startsWith(CLUSTER_SCHEME);
+  const keys = keyLayout(options.keyPrefix ?? DEFAULT_KEY_PREFIX, clustered);
+  // Single node or Sentinel (connection.ts), or a cluster (cluster.ts);
+  // `redis.duplicate()` gives the readers theirs.
+  const redis = clustered ? clusterClients(url) : redisClients(url);
   const client: RedisConnection = redis.main;
   // node-redis emits every connection failure as an event; the calls report
   // them (as unavailable), so the events are only noted here, for start-up.
@@ -113,7 +113,7 @@ export async function createRedisStore(
   await connectWithin(client, options.connectWaitMs ?? 5000, redis.target, () => lastError);
   let incarnation: string;
   try {
-    incarnation = await prepare(client, redis.target, keys);
+    incarnation = await prepare(redis, keys);
   } catch (err) {
     client.destroy();
     throw err;
@@ -122,7 +122,9 @@ export async function createRedisStore(
 }
 
 /** Checks the server's version, loads the scripts and returns the incarnation in force. */
-async function prepare(client: RedisConnection, target: string, keys: KeyLayout): Promise<string> {
+async function prepare(redis: RedisClients, keys: KeyLayout): Promise<string> {
+  const client = redis.main;
+  const target = redis.target;
   const info = String(await client.sendCommand(["INFO", "server"]));
   const version = /redis_version:(\d+)\.(\d+)/.exec(info);
   if (version === null || Number(version[1]) < 7) {
@@ -130,7 +132,7 @@ async function prepare(client: RedisConnection, target: string, keys: KeyLayout)
       `redis store: ${target} runs Redis ${version === null ? "of unknown version" : `${version[1]}.${version[2]}`}; 7.0 or later is needed`,
     );
   }
-  for (const s of ALL_SCRIPTS) await client.sendCommand(["SCRIPT", "LOAD", s.source]);
+  for (const s of ALL_SCRIPTS) await redis.eachPrimary(["SCRIPT", "LOAD", s.source]);
   return currentIncarnation(keys.incarnation, (args) => client.sendCommand(args));
 }
 
@@ -156,18 +158,31 @@ class RedisStore implements Store {
       keys,
       lim,
       decoded,
-      incarnation: new Incarnation(io, keys.incarnation, incarnation, () => {
-        decoded.clear();
-        this.#streams.restartAll();
-      }),
+      incarnation: new Incarnation(
+        io,
+        keys.incarnation,
+        incarnation,
+        () => {
+          decoded.clear();
+          this.#streams.restartAll();
+        },
+        keys.markerRegistry,
+      ),
       replicas:
         minReplicas > 0
-          ? new ReplicaConfirmation(() => redis.openPrimarySession(), io.send.bind(io), {
-              replicas: minReplicas,
-              waitMs: options.replicaWaitMs ?? 1000,
-              commandTimeoutMs: io.timeoutMs,
-              fenceKey: keys.replicationFence,
-            })
+          ? new ReplicaConfirmation(
+              {
+                open: (key) => redis.openPrimarySession(key),
+                primaryOf: (key) => redis.primaryOf(key),
+                moved: (key) => redis.moved(key),
+              },
+              io.send.bind(io),
+              {
+                replicas: minReplicas,
+                waitMs: options.replicaWaitMs ?? 1000,
+                commandTimeoutMs: io.timeoutMs,
+              },
+            )
           : undefined,
       unconfirmed: { link: redis.main, confirm: async () => {} },
     };

@@ -41,14 +41,39 @@
  * namespaces that have had a thread with a ttl: what the sweep walks;
  * written before the Add that sets the ttl, so no expiring thread is ever
  * missed) and `<prefix>:replication-fence` (a counter each WAIT increments
- * first, connection.ts ReplicaConfirmation).
+ * first, replica-confirmation.ts).
+ *
+ * On Redis Cluster (redis-cluster://) the deployment keys live in slots of
+ * their own, so no script reads one beside a namespace's keys (that would
+ * be CROSSSLOT). Two keys move into the namespace's slot instead:
+ * - `B replication-fence`: the fence of a WAIT after a write to this
+ *   namespace, so the INCR runs on the primary that took the write
+ *   (`{<prefix>:ttl-namespaces}:replication-fence` likewise for the sweep's set);
+ * and the incarnation gets a copy in every hash slot,
+ * `<prefix>:{<tag of slot s>}:resume-token-key` (key-slot.ts slotTags: a
+ * tag that hashes to slot s), which READ_EVENTS and HEAD read in place of
+ * the deployment key, in the namespace's slot. A slot's copy is made by
+ * the first head read of a namespace in it, after the slot is recorded in
+ * `{<prefix>:resume-token-key}:slot-copies`; a primary that restarts
+ * empty loses the copies of its slots with their data, and the first read
+ * that misses a recorded one rotates the incarnation (incarnation.ts), so
+ * no token of the lost history resumes into the new one.
  */
+
+import { keySlot, slotTags } from "./key-slot.js";
 
 export const DEFAULT_KEY_PREFIX = "wm";
 
 /** The keys of one namespace, and of its threads. */
 export interface NamespaceKeys {
   readonly base: string;
+  /**
+   * The key that holds the incarnation for this namespace's scripts: the
+   * deployment's key on one node, its slot's marker on a cluster (see above).
+   */
+  readonly incarnationMarker: string;
+  /** The counter a WAIT for this namespace's writes increments first (on its primary). */
+  readonly replicationFence: string;
   readonly threads: string;
   readonly events: string;
   readonly usage: string;
@@ -64,29 +89,52 @@ export interface NamespaceKeys {
 
 /** The keys of one deployment. */
 export interface KeyLayout {
+  /** Whether the keys are laid out for Redis Cluster (per-slot fences and epochs). */
+  readonly clustered: boolean;
   readonly incarnation: string;
   readonly ttlNamespaces: string;
-  readonly replicationFence: string;
+  /** The fence of a WAIT after a write of `ttlNamespaces` (in its slot on a cluster). */
+  readonly ttlFence: string;
+  /**
+   * Redis Cluster: the set of the slot copies of the incarnation ever made
+   * (in the incarnation key's slot, so lost with it); undefined on one node.
+   */
+  readonly markerRegistry: string | undefined;
   namespace(namespace: string): NamespaceKeys;
 }
 
-/** The layout under `prefix`, which must be non-empty and brace-free (its hash tag must come first). */
-export function keyLayout(prefix: string): KeyLayout {
+/**
+ * The layout under `prefix`, which must be non-empty and brace-free (its
+ * hash tag must come first); `clustered` for Redis Cluster.
+ */
+export function keyLayout(prefix: string, clustered = false): KeyLayout {
   if (prefix === "" || /[{}]/.test(prefix)) {
     throw new Error("redis store: the key prefix must be non-empty and contain no braces");
   }
+  const fence = `${prefix}:replication-fence`;
+  const incarnation = `${prefix}:resume-token-key`;
+  const marker = (tag: string) => `${prefix}:{${tag}}:resume-token-key`;
   return {
-    incarnation: `${prefix}:resume-token-key`,
+    clustered,
+    incarnation,
     ttlNamespaces: `${prefix}:ttl-namespaces`,
-    replicationFence: `${prefix}:replication-fence`,
-    namespace: (namespace) => namespaceKeys(prefix, namespace),
+    // `{K}x` hashes like the key K when K has no braces: the same slot.
+    ttlFence: clustered ? `{${prefix}:ttl-namespaces}:replication-fence` : fence,
+    markerRegistry: clustered ? `{${incarnation}}:slot-copies` : undefined,
+    namespace: (namespace) => {
+      const base = `${prefix}:{ns-${Buffer.from(namespace, "utf8").toString("base64url")}}:`;
+      return clustered
+        ? namespaceKeys(base, marker(slotTags()[keySlot(base)] ?? ""), `${base}replication-fence`)
+        : namespaceKeys(base, incarnation, fence);
+    },
   };
 }
 
-function namespaceKeys(prefix: string, namespace: string): NamespaceKeys {
-  const base = `${prefix}:{ns-${Buffer.from(namespace, "utf8").toString("base64url")}}:`;
+function namespaceKeys(base: string, incarnationMarker: string, fence: string): NamespaceKeys {
   return {
     base,
+    incarnationMarker,
+    replicationFence: fence,
     threads: `${base}threads`,
     events: `${base}log`,
     usage: `${base}usage`,

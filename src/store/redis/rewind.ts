@@ -27,7 +27,7 @@ export const REWIND_REFUSALS: Readonly<Record<string, ErrorCode>> = {
 export async function rewind(ctx: RedisContext, cmd: RewindCommand): Promise<RewindResult> {
   const k = ctx.keys.namespace(cmd.namespace);
   const id = cmd.threadId;
-  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
   refuseLate(cmd.deadline, "Rewind");
   const keep = requestsToKeep(cmd.now, ctx.lim);
   const reply = await ctx.io.run(

@@ -15,6 +15,7 @@ import { unexpectedReply } from "./errors.js";
 import { APPEND } from "./lua/append.js";
 import { EXPIRE_THREAD } from "./lua/clears.js";
 import { IMPORT_THREAD } from "./lua/import.js";
+import type { AcknowledgedWrite } from "./replica-confirmation.js";
 
 /**
  * The Redis store's Add and import: each one script (lua/append.ts,
@@ -26,10 +27,10 @@ import { IMPORT_THREAD } from "./lua/import.js";
 export async function append(ctx: RedisContext, cmd: AppendCommand): Promise<AppendResult> {
   const k = ctx.keys.namespace(cmd.namespace);
   const id = cmd.threadId;
-  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
   refuseLate(cmd.deadline, "Add");
   if ((cmd.ttlMs ?? 0) > 0 || (cmd.defaultTtlMs ?? 0) > 0) {
-    await ctx.io.command(["SADD", ctx.keys.ttlNamespaces, cmd.namespace], write.link);
+    await noteTtlNamespace(ctx, cmd.namespace, write);
   }
   let reply = await appendOnce(ctx, cmd, write.link);
   if (asArray(reply)[0] === "expired") {
@@ -53,6 +54,30 @@ export async function append(ctx: RedisContext, cmd: AppendCommand): Promise<App
       return decodeResult(asString(value), true);
   }
   throw appendRefusal(cmd, reply);
+}
+
+/**
+ * Adds the namespace to the set the TTL sweep walks (keys.ts), before the
+ * write that sets a ttl. On one primary it goes on the write's own session
+ * (one WAIT confirms both); on a cluster the set has a slot of its own,
+ * maybe on another primary, so it gets that primary's session and WAIT.
+ */
+async function noteTtlNamespace(
+  ctx: RedisContext,
+  namespace: string,
+  write: AcknowledgedWrite,
+): Promise<void> {
+  const sadd = ["SADD", ctx.keys.ttlNamespaces, namespace];
+  if (!ctx.keys.clustered) {
+    await ctx.io.command(sadd, write.link);
+    return;
+  }
+  const own = await beginWrite(ctx, {
+    base: ctx.keys.ttlNamespaces,
+    replicationFence: ctx.keys.ttlFence,
+  });
+  await ctx.io.command(sadd, own.link);
+  await own.confirm();
 }
 
 /** The error of an APPEND reply that refused the Add. */
@@ -125,10 +150,8 @@ export async function importThread(ctx: RedisContext, cmd: ImportThreadCommand):
     cmd.ttlMs === undefined || cmd.expireTime === undefined
       ? undefined
       : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime };
-  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx);
-  if (ttl !== undefined) {
-    await ctx.io.command(["SADD", ctx.keys.ttlNamespaces, cmd.namespace], write.link);
-  }
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
+  if (ttl !== undefined) await noteTtlNamespace(ctx, cmd.namespace, write);
   let bytes = 0;
   const entries = cmd.messages.map((m) => {
     const b = messageBytes(m);

@@ -569,6 +569,7 @@ type serverPool struct {
 	servers   map[string]*serverProcess
 	perStore  map[string]int
 	redis     *redisServer
+	cluster   *redisCluster
 	postgres  *postgresServer
 	sqliteDir string
 }
@@ -606,6 +607,17 @@ func (p *serverPool) get(store string, c Case) (*serverProcess, error) {
 		}
 		// One database per server, so servers of one store never share state.
 		spec = fmt.Sprintf("redis://127.0.0.1:%d/%d", p.redis.port, index)
+	case "redis-cluster":
+		if p.cluster == nil {
+			r, err := startRedisCluster()
+			if err != nil {
+				return nil, err
+			}
+			p.cluster = r
+		}
+		// A cluster has one database: its servers share it, and the cases, which run one
+		// at a time and each start with Clear {all: true}, never meet.
+		spec = p.cluster.url
 	case "postgres":
 		if p.postgres == nil {
 			pg, err := startPostgresServer()
@@ -635,6 +647,9 @@ func (p *serverPool) close() {
 	}
 	if p.redis != nil {
 		p.redis.stop()
+	}
+	if p.cluster != nil {
+		p.cluster.stop()
 	}
 	if p.postgres != nil {
 		p.postgres.stop()

@@ -106,21 +106,21 @@ func loadCases(dir string) ([]Case, error) {
 	return out, nil
 }
 
-// storesFromEnv is CONFORMANCE_STORES, default all four.
+// storesFromEnv is CONFORMANCE_STORES, default all five.
 func storesFromEnv() ([]string, error) {
 	raw := os.Getenv("CONFORMANCE_STORES")
 	if raw == "" {
-		raw = "memory,sqlite,redis,postgres"
+		raw = "memory,sqlite,redis,postgres,redis-cluster"
 	}
 	var stores []string
 	for _, s := range strings.Split(raw, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
 		case "":
-		case "memory", "sqlite", "redis", "postgres":
+		case "memory", "sqlite", "redis", "postgres", "redis-cluster":
 			stores = append(stores, s)
 		default:
-			return nil, fmt.Errorf("CONFORMANCE_STORES: unknown store %s (memory, sqlite, redis, postgres)", s)
+			return nil, fmt.Errorf("CONFORMANCE_STORES: unknown store %s (memory, sqlite, redis, postgres, redis-cluster)", s)
 		}
 	}
 	return stores, nil

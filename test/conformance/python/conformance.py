@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import grpc
 from google.protobuf import json_format
@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 CASES_DIR = HERE.parent / "cases"
 REPO_ROOT = HERE.parents[2]
 LISTENING = re.compile(r"gRPC [^\s,]+:(\d+), Connect/gRPC-Web/JSON http://[^\s:]+:(\d+)")
-STORES = ("memory", "sqlite", "redis", "postgres")
+STORES = ("memory", "sqlite", "redis", "postgres", "redis-cluster")
 
 
 @dataclass
@@ -554,6 +554,75 @@ class RedisServer:
         self._dir.cleanup()
 
 
+class RedisCluster:
+    """Six cluster-enabled redis-server (three primaries, a replica each) on free ports without
+    persistence, joined by redis-cli --cluster create, as test/support/redis-cluster.ts starts them."""
+
+    def __init__(self) -> None:
+        binary = os.environ.get("REDIS_SERVER") or require_tool(
+            "redis-server", "apt-get install redis-server (.ci/run does), or set REDIS_SERVER"
+        )
+        cli = os.environ.get("REDIS_CLI") or require_tool(
+            "redis-cli", "apt-get install redis-tools (.ci/run does), or set REDIS_CLI"
+        )
+        self._dir = tempfile.TemporaryDirectory(prefix="windlass-redis-cluster-")
+        self.ports = [free_port() for _ in range(6)]
+        self._procs = []
+        for port in self.ports:
+            node_dir = os.path.join(self._dir.name, str(port))
+            os.mkdir(node_dir)
+            self._procs.append(subprocess.Popen(
+                [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", node_dir, "--protected-mode", "no", "--loglevel", "warning",
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 # The bus port is the port + 10000 unless set: above 55535 no port at all.
+                 "--cluster-port", str(free_port()),
+                 "--cluster-node-timeout", "1000", "--shutdown-timeout", "0"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))  # fmt: skip
+        try:
+            self._wait_for(lambda port: self._ask(port, b"PING").startswith(b"+PONG"), "answer PING")
+            subprocess.run(
+                [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
+                 "--cluster-replicas", "1", "--cluster-yes"],
+                check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+            )  # fmt: skip
+            self._wait_for(lambda port: b"cluster_state:ok" in self._ask(port, b"CLUSTER INFO"), "say cluster_state:ok")
+        except BaseException:
+            self.stop()
+            raise
+        self.url = "redis-cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def _wait_for(self, holds: Callable[[int], bool], what: str) -> None:
+        deadline = time.monotonic() + 30
+        for port in self.ports:
+            while not holds(port):
+                if any(p.poll() is not None for p in self._procs) or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis cluster node {port} did not {what}")
+                time.sleep(0.05)
+
+    @staticmethod
+    def _ask(port: int, command: bytes) -> bytes:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(command + b"\r\n")
+                return s.recv(4096)
+        except OSError:
+            return b""
+
+    def stop(self) -> None:
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._dir.cleanup()
+
+
 def postgres_bin_dir() -> Path:
     """The directory of initdb and postgres, found as test/support/postgres-server.ts
     finds it: POSTGRES_BIN, else `pg_config --bindir`, else the newest
@@ -706,6 +775,7 @@ class ServerPool:
         self._servers: dict[tuple[str, str], ServerProcess] = {}
         self._redis: Optional[RedisServer] = None
         self._postgres: Optional[PostgresServer] = None
+        self._cluster: Optional[RedisCluster] = None
         self._sqlite_dir: Optional[tempfile.TemporaryDirectory[str]] = None
 
     def get(self, store: str, case: Case) -> ServerProcess:
@@ -727,6 +797,12 @@ class ServerPool:
                 self._postgres = PostgresServer()
             # A fresh database per server, so servers of one store never share state.
             return self._postgres.create_database()
+        if store == "redis-cluster":
+            if self._cluster is None:
+                self._cluster = RedisCluster()
+            # A cluster has one database: its servers share it, and the cases, which run one at
+            # a time and each start with Clear {all: true}, never meet.
+            return self._cluster.url
         if self._redis is None:
             self._redis = RedisServer()
         # One database per server, so servers of one store never share state.
@@ -740,6 +816,8 @@ class ServerPool:
             self._redis.stop()
         if self._postgres is not None:
             self._postgres.stop()
+        if self._cluster is not None:
+            self._cluster.stop()
         if self._sqlite_dir is not None:
             self._sqlite_dir.cleanup()
 

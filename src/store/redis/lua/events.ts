@@ -89,3 +89,19 @@ end
 return current
 `,
 );
+
+/**
+ * Redis Cluster: sets one slot's copy of the incarnation (keys.ts) to
+ * ARGV[2] when it is missing or still ARGV[1] (the incarnation replaced;
+ * "" when none is), so a late writer of an older one never overwrites a
+ * newer one. KEYS: the slot's marker.
+ */
+export const MARK_SLOT = script(
+  "mark_slot",
+  [],
+  `
+local current = redis.call('GET', KEYS[1])
+if not current or current == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) end
+return 1
+`,
+);

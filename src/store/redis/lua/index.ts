@@ -1,6 +1,6 @@
 import { APPEND } from "./append.js";
 import { CLEAR, CLEAR_CHUNK, EXPIRE_DUE, EXPIRE_THREAD } from "./clears.js";
-import { HEAD, READ_EVENTS, ROTATE_INCARNATION } from "./events.js";
+import { HEAD, MARK_SLOT, READ_EVENTS, ROTATE_INCARNATION } from "./events.js";
 import { ACQUIRE_LEASE, COMMIT_SUMMARY, RECORD_FOLD_FAILURE, RELEASE_LEASE } from "./folds.js";
 import type { LuaScript } from "./fragment.js";
 import { IMPORT_THREAD } from "./import.js";
@@ -38,4 +38,5 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   READ_EVENTS,
   HEAD,
   ROTATE_INCARNATION,
+  MARK_SLOT,
 ];
