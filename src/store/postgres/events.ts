@@ -7,8 +7,17 @@ import { type EventRow, eventBody, toEvent } from "./codec.js";
 /** The channel new events are announced on; the payload is the namespace, never the event. */
 export const EVENTS_CHANNEL = "windlass_events";
 
-/** A query on one connection: the rows. */
-export type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+/**
+ * A query on one connection: the rows. `name` makes it a prepared statement
+ * of that connection (parsed and planned once per connection); give one only
+ * to a constant SQL text with explicit column lists, since a `SELECT *`
+ * prepared before a migration adds a column fails after it.
+ */
+export type Query = <R = Record<string, unknown>>(
+  sql: string,
+  params?: unknown[],
+  name?: string,
+) => Promise<R[]>;
 
 /** A namespace's row as a write transaction holds it (locked FOR UPDATE). */
 export interface NamespaceRow {
@@ -49,7 +58,7 @@ export class NamespaceLog {
     if (held !== undefined) return held;
     const select = `SELECT last_event, dropped_through, threads, messages, bytes
       FROM namespaces WHERE namespace = $1 FOR UPDATE`;
-    let rows = await this.#q<NsColumns>(select, [namespace]);
+    let rows = await this.#q<NsColumns>(select, [namespace], "windlass_lock_namespace");
     if (rows.length === 0) {
       await this.#q(
         `INSERT INTO namespaces (namespace, last_event, dropped_through, threads, messages, bytes)
@@ -67,6 +76,11 @@ export class NamespaceLog {
     };
     this.#rows.set(namespace, row);
     return row;
+  }
+
+  /** The row of a namespace this transaction has locked, if it has. */
+  held(namespace: string): NamespaceRow | undefined {
+    return this.#rows.get(namespace);
   }
 
   /** Logs an event of a locked namespace; its position in the namespace's log. */
@@ -125,20 +139,24 @@ export class NamespaceLog {
         await this.#q("DELETE FROM events WHERE namespace = $1 AND seq <= $2", [namespace, cut]);
         row.droppedThrough = cut;
       }
-      await this.#q(FLUSH, [
-        namespace,
-        events.map((_, i) => first + i),
-        events.map((e) => e.threadId),
-        events.map((e) => e.time),
-        events.map((e) => e.body.type),
-        events.map((e) => eventBody(e.body)),
-        row.lastEvent,
-        row.droppedThrough,
-        row.usage.threads,
-        row.usage.messages,
-        row.usage.bytes,
-        events.length > 0,
-      ]);
+      await this.#q(
+        FLUSH,
+        [
+          namespace,
+          events.map((_, i) => first + i),
+          events.map((e) => e.threadId),
+          events.map((e) => e.time),
+          events.map((e) => e.body.type),
+          events.map((e) => eventBody(e.body)),
+          row.lastEvent,
+          row.droppedThrough,
+          row.usage.threads,
+          row.usage.messages,
+          row.usage.bytes,
+          events.length > 0,
+        ],
+        "windlass_flush_log",
+      );
       if (events.length > 0) logged.push({ namespace, first });
     }
     return logged;
