@@ -1,5 +1,6 @@
 import type { BatchWrites } from "./add-batch.js";
 import { extraOf } from "./codec.js";
+import { logStatementParts } from "./events.js";
 
 /**
  * The set-wise statements of add-batch.ts: each one covers every Add of a
@@ -21,9 +22,12 @@ export const LOAD_RECORDS = `SELECT r.thread_id, r.request_id, r.hash, r.time, r
     ON r.thread_id = k.thread_id AND r.request_id = k.request_id
   WHERE r.namespace = $1`;
 
+const LOG = logStatementParts(28);
+
 /**
- * The batch's messages ($2-$7), request-id records ($8-$13) and thread
- * rows ($14-$27), in one statement: three tables, so no row is written
+ * The batch's messages ($2-$7), request-id records ($8-$13), thread rows
+ * ($14-$27), and the namespace's events and row with the NOTIFY ($28-$38,
+ * NamespaceLog.take), in one statement: five tables, so no row is written
  * twice by it.
  */
 export const WRITE_ADDS = `
@@ -37,7 +41,7 @@ WITH m AS (
     $13::bigint[])
   ON CONFLICT (namespace, thread_id, request_id) DO UPDATE SET hash = excluded.hash,
     result = excluded.result, time = excluded.time, last_seq = excluded.last_seq
-)
+), t AS (
 INSERT INTO threads (namespace, ${THREAD_COLUMNS})
 SELECT $1, * FROM unnest($14::text[], $15::text[], $16::text[], $17::bigint[], $18::bigint[],
   $19::bytea[], $20::bigint[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[],
@@ -47,7 +51,9 @@ ON CONFLICT (namespace, thread_id) DO UPDATE SET incarnation = excluded.incarnat
   summarized_through_seq = excluded.summarized_through_seq, summary = excluded.summary,
   summary_time = excluded.summary_time, create_time = excluded.create_time,
   update_time = excluded.update_time, stored = excluded.stored, bytes = excluded.bytes,
-  labels = excluded.labels, ttl_ms = excluded.ttl_ms, expire_at = excluded.expire_at`;
+  labels = excluded.labels, ttl_ms = excluded.ttl_ms, expire_at = excluded.expire_at
+), ${LOG.ctes}
+${LOG.update}`;
 
 /** The parameters of WRITE_ADDS. */
 export function writeAddsParams(namespace: string, w: BatchWrites): unknown[] {

@@ -49,9 +49,9 @@ const NO_TRIM = { count: 0, bytes: 0, through: 0 };
  * (an Add sees the ones before it: consecutive seqs, a replay of a request
  * recorded earlier in the batch); a refusal changes nothing, so it needs no
  * savepoint. `write` then stores them all in a fixed number of statements,
- * whatever their count: messages, thread rows and records in one, the
- * retention of records in one (when any was recorded), labels in one (when
- * any Add set some), and the namespace's log and row in one.
+ * whatever their count: messages, thread rows, records and the namespace's
+ * log and row in one, the retention of records in one (when any was
+ * recorded) and labels in one (when any Add set some).
  *
  * An Add whose decision needs more than those rows is left to writes.ts
  * append (`decide` answers undefined; the caller writes the batch first):
@@ -165,8 +165,13 @@ export class AddBatch {
   async write(): Promise<LoggedFrom[]> {
     const w = this.#writes;
     this.#writes = emptyWrites();
+    const logged: LoggedFrom[] = [];
     if (w.threads.size > 0) {
-      await this.#q(WRITE_ADDS, writeAddsParams(this.namespace, w), "windlass_write_adds");
+      const log = await this.#log.take(this.namespace);
+      if (log === undefined) throw new Error("postgres store: a batch of an unlocked namespace");
+      const params = [...writeAddsParams(this.namespace, w), ...log.params];
+      await this.#q(WRITE_ADDS, params, "windlass_write_adds");
+      logged.push(...log.logged);
     }
     if (w.pruneThrough.size > 0) {
       const keepNewest = requestsToKeep(0, this.#lim).keepNewest;
@@ -192,7 +197,9 @@ export class AddBatch {
         "windlass_replace_labels",
       );
     }
-    return this.#log.flush([this.namespace]);
+    // Nothing written yet (every Add refused or replayed): the log's own statement.
+    if (w.threads.size === 0) logged.push(...(await this.#log.flush([this.namespace])));
+    return logged;
   }
 
   /** Records the Add's first result (writes.ts recordRequest's row), for retries in and after the batch. */

@@ -127,39 +127,47 @@ export class NamespaceLog {
   async flush(touched: readonly string[]): Promise<LoggedFrom[]> {
     const logged: LoggedFrom[] = [];
     for (const namespace of touched) {
-      const row = this.#rows.get(namespace);
-      if (row === undefined) continue;
-      const events = this.#pending.get(namespace) ?? [];
-      this.#pending.delete(namespace);
-      const first = row.lastEvent - events.length + 1;
-      // Retention in chunks, so dropping costs O(1) per event amortised.
-      const excess = row.lastEvent - row.droppedThrough - this.#retention;
-      if (excess > 0 && (excess >= 64 || excess > this.#retention)) {
-        const cut = row.lastEvent - this.#retention;
-        await this.#q("DELETE FROM events WHERE namespace = $1 AND seq <= $2", [namespace, cut]);
-        row.droppedThrough = cut;
-      }
-      await this.#q(
-        FLUSH,
-        [
-          namespace,
-          events.map((_, i) => first + i),
-          events.map((e) => e.threadId),
-          events.map((e) => e.time),
-          events.map((e) => e.body.type),
-          events.map((e) => eventBody(e.body)),
-          row.lastEvent,
-          row.droppedThrough,
-          row.usage.threads,
-          row.usage.messages,
-          row.usage.bytes,
-          events.length > 0,
-        ],
-        "windlass_flush_log",
-      );
-      if (events.length > 0) logged.push({ namespace, first });
+      const taken = await this.take(namespace);
+      if (taken === undefined) continue;
+      await this.#q(FLUSH, [namespace, ...taken.params], "windlass_flush_log");
+      logged.push(...taken.logged);
     }
     return logged;
+  }
+
+  /**
+   * Takes the namespace's pending events and row, for a statement that
+   * writes them with other rows (FLUSH_COLUMNS, after the namespace: $2 on
+   * in FLUSH); undefined when the namespace is not locked. Drops the events
+   * past retention first, when due.
+   */
+  async take(namespace: string): Promise<{ params: unknown[]; logged: LoggedFrom[] } | undefined> {
+    const row = this.#rows.get(namespace);
+    if (row === undefined) return undefined;
+    const events = this.#pending.get(namespace) ?? [];
+    this.#pending.delete(namespace);
+    const first = row.lastEvent - events.length + 1;
+    // Retention in chunks, so dropping costs O(1) per event amortised.
+    const excess = row.lastEvent - row.droppedThrough - this.#retention;
+    if (excess > 0 && (excess >= 64 || excess > this.#retention)) {
+      const cut = row.lastEvent - this.#retention;
+      await this.#q("DELETE FROM events WHERE namespace = $1 AND seq <= $2", [namespace, cut]);
+      row.droppedThrough = cut;
+    }
+    const params = [
+      events.map((_, i) => first + i),
+      events.map((e) => e.threadId),
+      events.map((e) => e.time),
+      events.map((e) => e.body.type),
+      events.map((e) => eventBody(e.body)),
+      row.lastEvent,
+      row.droppedThrough,
+      row.usage.threads,
+      row.usage.messages,
+      row.usage.bytes,
+      events.length > 0,
+    ];
+    return { params, logged: events.length > 0 ? [{ namespace, first }] : [] };
   }
 }
 
@@ -177,17 +185,33 @@ interface NsColumns {
   bytes: number;
 }
 
-/** One round trip: the events, the namespace row and (when there were events) the NOTIFY. */
-const FLUSH = `
-WITH logged AS (
+/**
+ * The log's part of a statement ($1 the namespace, then the 11 parameters
+ * of NamespaceLog.take from `$from` on): CTEs that insert the events and
+ * send the NOTIFY (when there were events), and the UPDATE of the
+ * namespace's row that ends the statement.
+ */
+export function logStatementParts(from: number): { ctes: string; update: string } {
+  const p = (i: number) => `$${from + i}`;
+  return {
+    ctes: `logged AS (
   INSERT INTO events (namespace, seq, thread_id, time, type, body)
-  SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[])
+  SELECT $1, * FROM unnest(${p(0)}::bigint[], ${p(1)}::text[], ${p(2)}::bigint[], ${p(3)}::text[],
+    ${p(4)}::text[])
 ), notified AS (
-  SELECT CASE WHEN $12::boolean THEN pg_notify('${EVENTS_CHANNEL}', $1) END AS n
-)
-UPDATE namespaces SET last_event = $7, dropped_through = $8, threads = $9, messages = $10,
-  bytes = $11
-FROM notified WHERE namespace = $1`;
+  SELECT CASE WHEN ${p(10)}::boolean THEN pg_notify('${EVENTS_CHANNEL}', $1) END AS n
+)`,
+    update: `UPDATE namespaces SET last_event = ${p(5)}, dropped_through = ${p(6)}, threads = ${p(7)},
+  messages = ${p(8)}, bytes = ${p(9)}
+FROM notified WHERE namespace = $1`,
+  };
+}
+
+const LOG = logStatementParts(2);
+
+/** One round trip: the events, the namespace row and (when there were events) the NOTIFY. */
+const FLUSH = `WITH ${LOG.ctes}
+${LOG.update}`;
 
 /**
  * Events of `namespace` after position `after`, at most `limit`. A position
