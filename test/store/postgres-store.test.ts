@@ -300,6 +300,8 @@ async function statementsRun(url: string): Promise<number> {
   return Number(row?.calls);
 }
 
+const byBytes = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
+
 const outcomeCode = (o: PromiseSettledResult<unknown> | undefined) =>
   o?.status === "rejected" ? (o.reason as { code?: string }).code : "ok";
 
@@ -454,6 +456,25 @@ describe("Postgres store set-wise group commit", () => {
       expect(await contents("e")).toEqual(["e-new", "e-next"]);
       expect(await contents("u")).toEqual(["u1", "u2"]);
       expect(await namespaceUsage(url)).toEqual([4, 8]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("starts a group with ids holding quotes and backslashes, which its first round trip spells as literals", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    const namespace = "o'ne\\ns";
+    const ids = ["it's", "back\\slash", "''; DROP TABLE threads; --", "\\'"];
+    try {
+      for (let round = 1; round <= 2; round++) {
+        const results = await Promise.all(
+          ids.map((threadId) => store.append(cmd({ namespace, threadId }))),
+        );
+        expect(results.map((r) => r.lastSeq)).toEqual(Array(ids.length).fill(round));
+      }
+      expect(await store.listThreads(namespace, "", 100)).toEqual([...ids].sort(byBytes));
+      expect(await store.listThreads("ns", "", 100)).toEqual([]);
     } finally {
       await store.close();
     }

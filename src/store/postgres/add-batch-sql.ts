@@ -1,6 +1,7 @@
+import pg from "pg";
 import type { BatchWrites } from "./add-batch.js";
 import { extraOf } from "./codec.js";
-import { logStatementParts } from "./events.js";
+import { lockStatement, logStatementParts } from "./events.js";
 
 /**
  * The set-wise statements of add-batch.ts: each one covers every Add of a
@@ -12,9 +13,26 @@ import { logStatementParts } from "./events.js";
 const THREAD_COLUMNS = `thread_id, incarnation, strategy, last_seq, summarized_through_seq,
   summary, summary_time, create_time, update_time, stored, bytes, labels, ttl_ms, expire_at`;
 
-/** The batch's threads that exist ($1 namespace, $2 thread ids). */
-export const LOAD_THREADS = `SELECT ${THREAD_COLUMNS} FROM threads
-  WHERE namespace = $1 AND thread_id = ANY ($2::text[])`;
+/** The batch's threads that exist (`namespace`, `ids`: $1 and $2, or literals). */
+export function loadThreads(namespace: string, ids: string): string {
+  return `SELECT ${THREAD_COLUMNS} FROM threads
+  WHERE namespace = ${namespace} AND thread_id = ANY (${ids}::text[])`;
+}
+
+export const LOAD_THREADS = loadThreads("$1", "$2");
+
+/**
+ * BEGIN, the namespace's lock and the read of its threads in one round
+ * trip, as one simple-protocol query of three statements: each statement
+ * takes its snapshot when it starts, so the read sees what the holders of
+ * the lock before it committed. Without parameters, so its values are
+ * literals (pg.escapeLiteral); not a prepared statement.
+ */
+export function beginLockAndLoad(namespace: string, ids: readonly string[]): string {
+  const ns = pg.escapeLiteral(namespace);
+  const list = `ARRAY[${ids.map((id) => pg.escapeLiteral(id)).join(", ")}]`;
+  return `BEGIN; ${lockStatement(ns)}; ${loadThreads(ns, list)}`;
+}
 
 /** The request-id records of ($2[i], $3[i]) pairs that exist. */
 export const LOAD_RECORDS = `SELECT r.thread_id, r.request_id, r.hash, r.time, r.result, r.last_seq

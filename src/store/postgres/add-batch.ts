@@ -6,6 +6,7 @@ import type { Labels, StoredMessage, ThreadState } from "../../core/types.js";
 import { appendDelta } from "../../core/usage.js";
 import type { AppendCommand, AppendResult, StoreLimits } from "../store.js";
 import {
+  beginLockAndLoad,
   LOAD_RECORDS,
   LOAD_THREADS,
   PRUNE_RECORDS,
@@ -14,7 +15,7 @@ import {
   writeAddsParams,
 } from "./add-batch-sql.js";
 import { type ThreadRow, toThread } from "./codec.js";
-import type { LoggedFrom, NamespaceLog, Query } from "./events.js";
+import type { LoggedFrom, NamespaceLog, NsColumns, Query } from "./events.js";
 import { type RequestRecord, replayOf } from "./requests.js";
 import { stateAfterAdd } from "./writes.js";
 
@@ -24,6 +25,9 @@ export interface ThreadEntry {
   stored: number;
   bytes: number;
 }
+
+/** A simple-protocol query of several statements on the group's connection: each one's rows. */
+export type SimpleQuery = (sql: string) => Promise<Record<string, unknown>[][]>;
 
 /** What an Add's request-id record keeps: its first result. */
 type RecordedAdd = Omit<AppendResult, "replayed">;
@@ -43,8 +47,9 @@ const NO_TRIM = { count: 0, bytes: 0, through: 0 };
 
 /**
  * Adds of one namespace decided together and written set-wise: the
- * namespace's row is locked (by the caller) and the Adds' threads and
- * request-id records read in two statements; each Add is then decided in
+ * namespace's row is locked and the Adds' threads and request-id records
+ * read in two statements (the lock and the threads' read in the same round
+ * trip as BEGIN when the batch starts the group: beginAndLoad); each Add is then decided in
  * memory, in arrival order, by the same core functions as writes.ts append
  * (an Add sees the ones before it: consecutive seqs, a replay of a request
  * recorded earlier in the batch); a refusal changes nothing, so it needs no
@@ -77,7 +82,7 @@ export class AddBatch {
     this.namespace = namespace;
   }
 
-  /** Reads the threads and request-id records the Adds `cmds` refer to. */
+  /** With the namespace locked, reads the threads and request-id records the Adds `cmds` refer to. */
   async load(cmds: readonly AppendCommand[]): Promise<void> {
     const ids = [...new Set(cmds.map((c) => c.threadId))];
     const rows = await this.#q<ThreadRow>(
@@ -85,6 +90,30 @@ export class AddBatch {
       [this.namespace, ids],
       "windlass_load_threads",
     );
+    await this.#adopt(cmds, rows);
+  }
+
+  /**
+   * As `load`, as the transaction's first statements: BEGIN, the lock and
+   * the read of the threads in one round trip (beginLockAndLoad). A
+   * namespace without its row yet is locked as NamespaceLog.lock does (it
+   * creates the row) and read again.
+   */
+  async beginAndLoad(simple: SimpleQuery, cmds: readonly AppendCommand[]): Promise<void> {
+    const ids = [...new Set(cmds.map((c) => c.threadId))];
+    const [, locked, rows] = await simple(beginLockAndLoad(this.namespace, ids));
+    const ns = locked?.[0] as NsColumns | undefined;
+    if (ns === undefined) {
+      await this.#log.lock(this.namespace);
+      await this.load(cmds);
+      return;
+    }
+    this.#log.adopt(this.namespace, ns);
+    await this.#adopt(cmds, (rows ?? []) as unknown as ThreadRow[]);
+  }
+
+  /** Takes the threads read, then reads the request-id records of the Adds that have one. */
+  async #adopt(cmds: readonly AppendCommand[], rows: readonly ThreadRow[]): Promise<void> {
     for (const r of rows) {
       this.#threads.set(r.thread_id, { state: toThread(r), stored: r.stored, bytes: r.bytes });
     }

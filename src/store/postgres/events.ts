@@ -56,8 +56,7 @@ export class NamespaceLog {
   async lock(namespace: string): Promise<NamespaceRow> {
     const held = this.#rows.get(namespace);
     if (held !== undefined) return held;
-    const select = `SELECT last_event, dropped_through, threads, messages, bytes
-      FROM namespaces WHERE namespace = $1 FOR UPDATE`;
+    const select = lockStatement("$1");
     let rows = await this.#q<NsColumns>(select, [namespace], "windlass_lock_namespace");
     if (rows.length === 0) {
       await this.#q(
@@ -69,6 +68,11 @@ export class NamespaceLog {
     }
     const r = rows[0];
     if (r === undefined) throw new Error("postgres store: the namespace row vanished");
+    return this.adopt(namespace, r);
+  }
+
+  /** Holds the namespace's row as read by `lockStatement` in this transaction. */
+  adopt(namespace: string, r: NsColumns): NamespaceRow {
     const row: NamespaceRow = {
       lastEvent: r.last_event,
       droppedThrough: r.dropped_through,
@@ -177,7 +181,13 @@ export interface LoggedFrom {
   first: number;
 }
 
-interface NsColumns {
+/** The statement that locks a namespace's row (`namespace`: a parameter or a literal). */
+export function lockStatement(namespace: string): string {
+  return `SELECT last_event, dropped_through, threads, messages, bytes
+    FROM namespaces WHERE namespace = ${namespace} FOR UPDATE`;
+}
+
+export interface NsColumns {
   last_event: number;
   dropped_through: number;
   threads: number;

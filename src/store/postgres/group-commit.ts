@@ -1,6 +1,7 @@
 import type pg from "pg";
 import { MemoryError } from "../../core/errors.js";
 import type { StoreLimits } from "../store.js";
+import type { SimpleQuery } from "./add-batch.js";
 import { type LoggedFrom, NamespaceLog, type Query } from "./events.js";
 import { type GroupRun, type Queued, runGroupWrites } from "./group-run.js";
 import {
@@ -248,9 +249,8 @@ export class GroupCommitter {
     const { client, q } = conn;
     let run: GroupRun;
     try {
-      await q("BEGIN");
       const log = new NamespaceLog(q, this.#lim.eventRetention);
-      run = await runGroupWrites({ q, log, lim: this.#lim }, sorted);
+      run = await runGroupWrites({ q, simple: simpleQuery(client), log, lim: this.#lim }, sorted);
     } catch (err) {
       // The transaction is gone before COMMIT: nothing of it is stored.
       this.#release(client, err);
@@ -329,6 +329,14 @@ export class GroupCommitter {
     const logged = [...batches, ...written.flatMap((w) => w.logged ?? [])];
     if (logged.length > 0) this.#committed(logged);
   }
+}
+
+/** Several statements in one round trip on `client`: each one's rows. */
+function simpleQuery(client: pg.PoolClient): SimpleQuery {
+  return async (sql) => {
+    const answer = (await client.query(sql)) as unknown as pg.QueryResult | pg.QueryResult[];
+    return Array.isArray(answer) ? answer.map((r) => r.rows) : [answer.rows];
+  };
 }
 
 /** Byte order of namespaces: the order every group locks them in. */

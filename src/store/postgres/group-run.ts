@@ -1,6 +1,6 @@
 import { MemoryError } from "../../core/errors.js";
 import type { StoreLimits } from "../store.js";
-import { AddBatch } from "./add-batch.js";
+import { AddBatch, type SimpleQuery } from "./add-batch.js";
 import type { LoggedFrom, NamespaceLog, Query } from "./events.js";
 import { connectionLost, queuedPastDeadline } from "./write-errors.js";
 import { namespaceOf, runWrite, type WriteOp } from "./writes.js";
@@ -35,12 +35,15 @@ export interface GroupRun {
 
 interface Tx {
   q: Query;
+  /** Several statements in one round trip (no parameters). */
+  simple: SimpleQuery;
   log: NamespaceLog;
   lim: StoreLimits;
 }
 
 /**
- * Runs a group's writes, sorted by namespace, in the open transaction.
+ * Runs a group's writes, sorted by namespace, in a transaction it begins
+ * (with the first batch's lock and read when the group starts with Adds).
  * The Adds of a namespace go through one AddBatch (a fixed number of
  * statements for all of them); any other write, and an Add the batch leaves
  * to writes.ts, runs in a SAVEPOINT of its own after the batch so far is
@@ -50,6 +53,11 @@ interface Tx {
  */
 export async function runGroupWrites(tx: Tx, sorted: readonly Queued[]): Promise<GroupRun> {
   const run: GroupRun = { done: [], alone: [], logged: [] };
+  let begun = false;
+  const begin = async () => {
+    if (!begun) await tx.q("BEGIN");
+    begun = true;
+  };
   let batch: AddBatch | undefined;
   const writeBatch = async () => {
     if (batch !== undefined) run.logged.push(...(await batch.write()));
@@ -65,9 +73,15 @@ export async function runGroupWrites(tx: Tx, sorted: readonly Queued[]): Promise
     }
     if (w.op.kind === "append") {
       if (batch === undefined) {
-        await tx.log.lock(namespace);
         batch = new AddBatch(tx.q, tx.log, tx.lim, namespace);
-        await batch.load(addsFrom(sorted, i, namespace));
+        const adds = addsFrom(sorted, i, namespace);
+        if (begun) {
+          await tx.log.lock(namespace);
+          await batch.load(adds);
+        } else {
+          begun = true;
+          await batch.beginAndLoad(tx.simple, adds);
+        }
       }
       try {
         const value = batch.decide(w.op.cmd);
@@ -82,9 +96,11 @@ export async function runGroupWrites(tx: Tx, sorted: readonly Queued[]): Promise
       }
     }
     await writeBatch();
+    await begin();
     await runInSavepoint(tx, w, run);
   }
   await writeBatch();
+  await begin();
   return run;
 }
 
