@@ -17,11 +17,15 @@ import { appendCommands, buffer, summary, user } from "./fixtures.js";
 
 let server: PostgresServer;
 beforeAll(async () => {
-  server = await startPostgresServer();
+  // pg_stat_statements: the set-wise group commit's statements are counted.
+  server = await startPostgresServer({
+    settings: { shared_preload_libraries: "pg_stat_statements" },
+  });
 }, 60_000);
+// Stopping removes every test's database: tens of seconds on a loaded machine.
 afterAll(async () => {
   await server?.stop();
-});
+}, 60_000);
 
 const cmd = appendCommands(buffer);
 
@@ -52,6 +56,30 @@ function until(
       return n;
     };
   });
+}
+
+/** Makes PostgreSQL refuse a message whose content is "poison", on its INSERT or at COMMIT. */
+async function refusePoison(url: string, when: "at insert" | "at commit") {
+  const trigger =
+    when === "at insert"
+      ? "CREATE TRIGGER poison BEFORE INSERT ON messages"
+      : "CREATE CONSTRAINT TRIGGER poison AFTER INSERT ON messages DEFERRABLE INITIALLY DEFERRED";
+  await query(
+    url,
+    `CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN IF NEW.content = 'poison' THEN RAISE EXCEPTION 'poison ${when}'; END IF;
+     RETURN NEW; END $$;
+     ${trigger} FOR EACH ROW EXECUTE FUNCTION refuse_poison();`,
+  );
+}
+
+/** The threads and messages namespace "ns" counts for its quotas. */
+async function namespaceUsage(url: string): Promise<number[]> {
+  const [usage] = await query<{ threads: string; messages: string }>(
+    url,
+    "SELECT threads, messages FROM namespaces WHERE namespace = 'ns'",
+  );
+  return [Number(usage?.threads), Number(usage?.messages)];
 }
 
 describe("Postgres store", () => {
@@ -100,14 +128,7 @@ describe("Postgres store", () => {
     try {
       await store.append(cmd({ threadId: "seed" }));
       // A check PostgreSQL runs at COMMIT only: a message "poison" makes the COMMIT fail.
-      await query(
-        url,
-        `CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN IF NEW.content = 'poison' THEN RAISE EXCEPTION 'poison at commit'; END IF;
-         RETURN NEW; END $$;
-         CREATE CONSTRAINT TRIGGER poison AFTER INSERT ON messages
-           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_poison();`,
-      );
+      await refusePoison(url, "at commit");
       const outcomes = await Promise.allSettled(
         Array.from({ length: 10 }, (_, i) =>
           store.append(cmd({ threadId: `c${i}`, messages: [user(i === 5 ? "poison" : "ok")] })),
@@ -247,6 +268,253 @@ describe("Postgres store", () => {
       await own.stop();
     }
   }, 60_000);
+});
+
+/**
+ * Runs `writes` as one group: queued behind an Add that waits on the
+ * namespace's lock (one group at a time with poolSize 2), then let go.
+ */
+async function oneGroup<T>(url: string, store: Store, writes: () => Promise<T>[]) {
+  const lock = await holdNamespace(url, "ns");
+  const blocker = store.append(cmd({ threadId: "blocker" }));
+  const outcomes = Promise.allSettled(writes());
+  await lock.release();
+  await blocker;
+  return outcomes;
+}
+
+/** The statements run in the database of `url` so far (pg_stat_statements), less this count's. */
+async function statementsRun(url: string): Promise<number> {
+  const [row] = await query<{ calls: string }>(
+    url,
+    `SELECT sum(calls) AS calls FROM pg_stat_statements
+     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND query NOT LIKE '%pg_stat_statements%'`,
+  );
+  return Number(row?.calls);
+}
+
+const byBytes = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
+
+const outcomeCode = (o: PromiseSettledResult<unknown> | undefined) =>
+  o?.status === "rejected" ? (o.reason as { code?: string }).code : "ok";
+
+describe("Postgres store set-wise group commit", () => {
+  it("runs a group of Adds in as many statements whatever their number", async () => {
+    const counts: number[] = [];
+    for (const n of [4, 40]) {
+      const url = await server.createDatabase();
+      await query(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+      const store = await createPostgresStore(url, {}, { poolSize: 2 });
+      try {
+        await store.append(cmd({ threadId: "seed" }));
+        const outcomes = await oneGroup(url, store, () =>
+          Array.from({ length: n }, (_, i) =>
+            store.append(
+              cmd({
+                threadId: `t${i}`,
+                requestId: `r${i}`,
+                requestHash: `h${i}`,
+                labels: { team: i % 2 === 0 ? "even" : "odd" },
+              }),
+            ),
+          ),
+        );
+        expect(outcomes.map(outcomeCode)).toEqual(Array(n).fill("ok"));
+        counts.push(await statementsRun(url));
+        expect(await store.listThreads("ns", "", 100, { team: "even" })).toHaveLength(n / 2);
+      } finally {
+        await store.close();
+      }
+    }
+    expect(counts[1]).toBe(counts[0]);
+  });
+
+  it("decides each Add of one group in arrival order, a refusal or replay changing nothing else", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, { maxThreadsPerNamespace: 4 }, { poolSize: 2 });
+    try {
+      const keyed = (threadId: string, requestId: string, content: string) =>
+        cmd({
+          threadId,
+          requestId,
+          requestHash: `${requestId}:${content}`,
+          messages: [user(content)],
+        });
+      await store.append(keyed("a", "r1", "a1"));
+      const head = await store.headCursor("ns");
+      const outcomes = await oneGroup(url, store, () => [
+        store.append(cmd({ threadId: "a", messages: [user("a2")] })),
+        store.append(cmd({ threadId: "a", messages: [user("no")], expectedLastSeq: 0 })),
+        store.append(cmd({ threadId: "a", messages: [user("a3")] })),
+        store.append(keyed("a", "r1", "a1")), // a retry of the first Add: replayed
+        store.append(keyed("b", "r2", "b1")),
+        store.append(cmd({ threadId: "c", messages: [user("c1")] })),
+        store.append(cmd({ threadId: "d", messages: [user("d1")] })), // a fifth thread
+        store.append(keyed("b", "r2", "b1")), // a retry of one recorded in this group
+        store.append(cmd({ threadId: "a", messages: [user("a4")] })),
+        store.append(keyed("b", "r1", "b2")), // ids are per thread
+        store.append(keyed("a", "r1", "other")), // the id of another payload
+      ]);
+      expect(outcomes.map(outcomeCode)).toEqual([
+        "ok",
+        "aborted",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "resource_exhausted",
+        "ok",
+        "ok",
+        "ok",
+        "invalid_argument",
+      ]);
+      const value = (i: number) =>
+        (
+          outcomes[i] as PromiseFulfilledResult<{
+            firstSeq: number;
+            lastSeq: number;
+            replayed: boolean;
+          }>
+        ).value;
+      expect([0, 2, 8].map((i) => value(i).lastSeq)).toEqual([2, 3, 4]);
+      expect(value(3)).toMatchObject({ firstSeq: 1, lastSeq: 1, replayed: true });
+      expect(value(7)).toMatchObject({ firstSeq: 1, lastSeq: 1, replayed: true });
+      expect(value(9)).toMatchObject({ firstSeq: 2, lastSeq: 2, replayed: false });
+      const contents = async (t: string) =>
+        (await store.read("ns", t))?.messages.map((m) => [m.seq, m.content]);
+      expect(await contents("a")).toEqual([
+        [1, "a1"],
+        [2, "a2"],
+        [3, "a3"],
+        [4, "a4"],
+      ]);
+      expect(await contents("b")).toEqual([
+        [1, "b1"],
+        [2, "b2"],
+      ]);
+      expect(await store.listThreads("ns", "", 100)).toEqual(["a", "b", "blocker", "c"]);
+      expect(await namespaceUsage(url)).toEqual([4, 8]);
+      const events = await store.readEvents("ns", head, 100);
+      expect(events.map((e) => [e.threadId, e.type === "messages_added" && e.lastSeq])).toEqual([
+        ["blocker", 1],
+        ["a", 2],
+        ["a", 3],
+        ["b", 1],
+        ["c", 1],
+        ["a", 4],
+        ["b", 2],
+      ]);
+      // One transaction for the whole group, the savepoint of the retry included.
+      const [tx] = await query<{ n: string }>(
+        url,
+        `SELECT count(DISTINCT pg_xact_commit_timestamp(xmin)) AS n FROM messages
+         WHERE thread_id <> 'blocker' AND seq > CASE WHEN thread_id = 'a' THEN 1 ELSE 0 END`,
+      );
+      expect(Number(tx?.n)).toBe(1);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("runs trims and expired threads one by one among a group's Adds to the same threads", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    const small = { ...buffer, maxStored: 3 };
+    try {
+      for (const c of ["t1", "t2", "t3"]) {
+        await store.append(cmd({ threadId: "t", defaultStrategy: small, messages: [user(c)] }));
+      }
+      await store.append(cmd({ threadId: "e", ttlMs: 500, now: 1000 }));
+      const later = 2000;
+      const outcomes = await oneGroup(url, store, () => [
+        store.append(
+          cmd({ threadId: "t", defaultStrategy: small, messages: [user("t4")], now: later }),
+        ),
+        store.append(cmd({ threadId: "u", messages: [user("u1")], now: later })),
+        store.append(
+          cmd({ threadId: "t", defaultStrategy: small, messages: [user("t5")], now: later }),
+        ),
+        store.append(cmd({ threadId: "e", messages: [user("e-new")], now: later })),
+        store.append(cmd({ threadId: "e", messages: [user("e-next")], now: later })),
+        store.append(cmd({ threadId: "u", messages: [user("u2")], now: later })),
+      ]);
+      expect(outcomes.map(outcomeCode)).toEqual(Array(6).fill("ok"));
+      const seqs = outcomes.map(
+        (o) => (o as PromiseFulfilledResult<{ lastSeq: number }>).value.lastSeq,
+      );
+      expect(seqs).toEqual([4, 1, 5, 1, 2, 2]);
+      const contents = async (t: string) =>
+        (await store.read("ns", t, undefined))?.messages.map((m) => m.content);
+      expect(await contents("t")).toEqual(["t3", "t4", "t5"]);
+      expect(await contents("e")).toEqual(["e-new", "e-next"]);
+      expect(await contents("u")).toEqual(["u1", "u2"]);
+      expect(await namespaceUsage(url)).toEqual([4, 8]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("starts a group with ids holding quotes and backslashes, which its first round trip spells as literals", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    const namespace = "o'ne\\ns";
+    const ids = ["it's", "back\\slash", "''; DROP TABLE threads; --", "\\'"];
+    try {
+      for (let round = 1; round <= 2; round++) {
+        const results = await Promise.all(
+          ids.map((threadId) => store.append(cmd({ namespace, threadId }))),
+        );
+        expect(results.map((r) => r.lastSeq)).toEqual(Array(ids.length).fill(round));
+      }
+      expect(await store.listThreads(namespace, "", 100)).toEqual([...ids].sort(byBytes));
+      expect(await store.listThreads("ns", "", 100)).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("runs each Add alone when a statement of their batch fails, the failing one refused alone", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(url, {}, { poolSize: 2 });
+    try {
+      await store.append(cmd({ threadId: "seed" }));
+      // The batch's INSERT of the messages fails on "poison".
+      await refusePoison(url, "at insert");
+      const outcomes = await oneGroup(url, store, () =>
+        Array.from({ length: 8 }, (_, i) =>
+          store.append(
+            cmd({
+              threadId: i < 4 ? "same" : `o${i}`,
+              messages: [user(i === 2 ? "poison" : `m${i}`)],
+            }),
+          ),
+        ),
+      );
+      expect(outcomes.map(outcomeCode)).toEqual([
+        "ok",
+        "ok",
+        "unavailable",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+      ]);
+      expect((outcomes[2] as PromiseRejectedResult).reason.message).toContain(
+        "this write was not stored",
+      );
+      const same = await store.read("ns", "same");
+      expect(same?.messages.map((m) => [m.seq, m.content])).toEqual([
+        [1, "m0"],
+        [2, "m1"],
+        [3, "m3"],
+      ]);
+      expect(await store.listThreads("ns", "", 100)).toHaveLength(7);
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 describe("Postgres store text", () => {

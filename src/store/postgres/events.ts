@@ -7,8 +7,17 @@ import { type EventRow, eventBody, toEvent } from "./codec.js";
 /** The channel new events are announced on; the payload is the namespace, never the event. */
 export const EVENTS_CHANNEL = "windlass_events";
 
-/** A query on one connection: the rows. */
-export type Query = <R = Record<string, unknown>>(sql: string, params?: unknown[]) => Promise<R[]>;
+/**
+ * A query on one connection: the rows. `name` makes it a prepared statement
+ * of that connection (parsed and planned once per connection); give one only
+ * to a constant SQL text with explicit column lists, since a `SELECT *`
+ * prepared before a migration adds a column fails after it.
+ */
+export type Query = <R = Record<string, unknown>>(
+  sql: string,
+  params?: unknown[],
+  name?: string,
+) => Promise<R[]>;
 
 /** A namespace's row as a write transaction holds it (locked FOR UPDATE). */
 export interface NamespaceRow {
@@ -47,9 +56,8 @@ export class NamespaceLog {
   async lock(namespace: string): Promise<NamespaceRow> {
     const held = this.#rows.get(namespace);
     if (held !== undefined) return held;
-    const select = `SELECT last_event, dropped_through, threads, messages, bytes
-      FROM namespaces WHERE namespace = $1 FOR UPDATE`;
-    let rows = await this.#q<NsColumns>(select, [namespace]);
+    const select = lockStatement("$1");
+    let rows = await this.#q<NsColumns>(select, [namespace], "windlass_lock_namespace");
     if (rows.length === 0) {
       await this.#q(
         `INSERT INTO namespaces (namespace, last_event, dropped_through, threads, messages, bytes)
@@ -60,6 +68,11 @@ export class NamespaceLog {
     }
     const r = rows[0];
     if (r === undefined) throw new Error("postgres store: the namespace row vanished");
+    return this.adopt(namespace, r);
+  }
+
+  /** Holds the namespace's row as read by `lockStatement` in this transaction. */
+  adopt(namespace: string, r: NsColumns): NamespaceRow {
     const row: NamespaceRow = {
       lastEvent: r.last_event,
       droppedThrough: r.dropped_through,
@@ -67,6 +80,11 @@ export class NamespaceLog {
     };
     this.#rows.set(namespace, row);
     return row;
+  }
+
+  /** The row of a namespace this transaction has locked, if it has. */
+  held(namespace: string): NamespaceRow | undefined {
+    return this.#rows.get(namespace);
   }
 
   /** Logs an event of a locked namespace; its position in the namespace's log. */
@@ -113,35 +131,47 @@ export class NamespaceLog {
   async flush(touched: readonly string[]): Promise<LoggedFrom[]> {
     const logged: LoggedFrom[] = [];
     for (const namespace of touched) {
-      const row = this.#rows.get(namespace);
-      if (row === undefined) continue;
-      const events = this.#pending.get(namespace) ?? [];
-      this.#pending.delete(namespace);
-      const first = row.lastEvent - events.length + 1;
-      // Retention in chunks, so dropping costs O(1) per event amortised.
-      const excess = row.lastEvent - row.droppedThrough - this.#retention;
-      if (excess > 0 && (excess >= 64 || excess > this.#retention)) {
-        const cut = row.lastEvent - this.#retention;
-        await this.#q("DELETE FROM events WHERE namespace = $1 AND seq <= $2", [namespace, cut]);
-        row.droppedThrough = cut;
-      }
-      await this.#q(FLUSH, [
-        namespace,
-        events.map((_, i) => first + i),
-        events.map((e) => e.threadId),
-        events.map((e) => e.time),
-        events.map((e) => e.body.type),
-        events.map((e) => eventBody(e.body)),
-        row.lastEvent,
-        row.droppedThrough,
-        row.usage.threads,
-        row.usage.messages,
-        row.usage.bytes,
-        events.length > 0,
-      ]);
-      if (events.length > 0) logged.push({ namespace, first });
+      const taken = await this.take(namespace);
+      if (taken === undefined) continue;
+      await this.#q(FLUSH, [namespace, ...taken.params], "windlass_flush_log");
+      logged.push(...taken.logged);
     }
     return logged;
+  }
+
+  /**
+   * Takes the namespace's pending events and row, for a statement that
+   * writes them with other rows (FLUSH_COLUMNS, after the namespace: $2 on
+   * in FLUSH); undefined when the namespace is not locked. Drops the events
+   * past retention first, when due.
+   */
+  async take(namespace: string): Promise<{ params: unknown[]; logged: LoggedFrom[] } | undefined> {
+    const row = this.#rows.get(namespace);
+    if (row === undefined) return undefined;
+    const events = this.#pending.get(namespace) ?? [];
+    this.#pending.delete(namespace);
+    const first = row.lastEvent - events.length + 1;
+    // Retention in chunks, so dropping costs O(1) per event amortised.
+    const excess = row.lastEvent - row.droppedThrough - this.#retention;
+    if (excess > 0 && (excess >= 64 || excess > this.#retention)) {
+      const cut = row.lastEvent - this.#retention;
+      await this.#q("DELETE FROM events WHERE namespace = $1 AND seq <= $2", [namespace, cut]);
+      row.droppedThrough = cut;
+    }
+    const params = [
+      events.map((_, i) => first + i),
+      events.map((e) => e.threadId),
+      events.map((e) => e.time),
+      events.map((e) => e.body.type),
+      events.map((e) => eventBody(e.body)),
+      row.lastEvent,
+      row.droppedThrough,
+      row.usage.threads,
+      row.usage.messages,
+      row.usage.bytes,
+      events.length > 0,
+    ];
+    return { params, logged: events.length > 0 ? [{ namespace, first }] : [] };
   }
 }
 
@@ -151,7 +181,13 @@ export interface LoggedFrom {
   first: number;
 }
 
-interface NsColumns {
+/** The statement that locks a namespace's row (`namespace`: a parameter or a literal). */
+export function lockStatement(namespace: string): string {
+  return `SELECT last_event, dropped_through, threads, messages, bytes
+    FROM namespaces WHERE namespace = ${namespace} FOR UPDATE`;
+}
+
+export interface NsColumns {
   last_event: number;
   dropped_through: number;
   threads: number;
@@ -159,17 +195,33 @@ interface NsColumns {
   bytes: number;
 }
 
-/** One round trip: the events, the namespace row and (when there were events) the NOTIFY. */
-const FLUSH = `
-WITH logged AS (
+/**
+ * The log's part of a statement ($1 the namespace, then the 11 parameters
+ * of NamespaceLog.take from `$from` on): CTEs that insert the events and
+ * send the NOTIFY (when there were events), and the UPDATE of the
+ * namespace's row that ends the statement.
+ */
+export function logStatementParts(from: number): { ctes: string; update: string } {
+  const p = (i: number) => `$${from + i}`;
+  return {
+    ctes: `logged AS (
   INSERT INTO events (namespace, seq, thread_id, time, type, body)
-  SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[])
+  SELECT $1, * FROM unnest(${p(0)}::bigint[], ${p(1)}::text[], ${p(2)}::bigint[], ${p(3)}::text[],
+    ${p(4)}::text[])
 ), notified AS (
-  SELECT CASE WHEN $12::boolean THEN pg_notify('${EVENTS_CHANNEL}', $1) END AS n
-)
-UPDATE namespaces SET last_event = $7, dropped_through = $8, threads = $9, messages = $10,
-  bytes = $11
-FROM notified WHERE namespace = $1`;
+  SELECT CASE WHEN ${p(10)}::boolean THEN pg_notify('${EVENTS_CHANNEL}', $1) END AS n
+)`,
+    update: `UPDATE namespaces SET last_event = ${p(5)}, dropped_through = ${p(6)}, threads = ${p(7)},
+  messages = ${p(8)}, bytes = ${p(9)}
+FROM notified WHERE namespace = $1`,
+  };
+}
+
+const LOG = logStatementParts(2);
+
+/** One round trip: the events, the namespace row and (when there were events) the NOTIFY. */
+const FLUSH = `WITH ${LOG.ctes}
+${LOG.update}`;
 
 /**
  * Events of `namespace` after position `after`, at most `limit`. A position

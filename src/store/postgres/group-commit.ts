@@ -1,24 +1,17 @@
-import pg from "pg";
+import type pg from "pg";
 import { MemoryError } from "../../core/errors.js";
 import type { StoreLimits } from "../store.js";
+import type { SimpleQuery } from "./add-batch.js";
 import { type LoggedFrom, NamespaceLog, type Query } from "./events.js";
+import { type GroupRun, type Queued, runGroupWrites } from "./group-run.js";
+import {
+  CLOSED,
+  connectionLost,
+  notStored,
+  outcomeUnknown,
+  queuedPastDeadline,
+} from "./write-errors.js";
 import { namespaceOf, runWrite, type WriteOp } from "./writes.js";
-
-interface Queued {
-  op: WriteOp;
-  resolve: (value: unknown) => void;
-  reject: (err: Error) => void;
-  timer?: NodeJS.Timeout;
-  /** The call's deadline, ms since the epoch. */
-  deadline?: number;
-  /** The events its transaction logged, once it ran. */
-  logged?: LoggedFrom[];
-  /** Refused or taken: no longer in the queue. */
-  out: boolean;
-}
-
-/** One write's outcome inside a group, before the group's COMMIT. */
-type Done = { w: Queued; ok: true; value: unknown } | { w: Queued; ok: false; error: MemoryError };
 
 export interface GroupCommitOptions {
   /** Writes waiting for a transaction beyond which more are refused (unavailable). */
@@ -33,11 +26,14 @@ export interface GroupCommitOptions {
  * Group commit of the store's writes. Writes that arrive while earlier
  * groups commit wait in a bounded queue and go in one transaction together:
  * one COMMIT (one WAL flush, with synchronous_commit on) for all of them.
- * Each runs in its own SAVEPOINT, so one refused (a precondition, a quota)
- * is rolled back alone and the others commit. A group is sorted by
- * namespace (stable: a thread's writes keep their order) and each write
- * locks its namespace's row first, so groups of this and other replicas
- * take their locks in one order and never deadlock one another.
+ * A group is sorted by namespace (stable: a thread's writes keep their
+ * order) and each namespace's row is locked first, so groups of this and
+ * other replicas take their locks in one order and never deadlock one
+ * another. A namespace's Adds are decided together and written set-wise
+ * (add-batch.ts: a fixed number of statements however many Adds), each
+ * other write in a SAVEPOINT of its own (group-run.ts); either way one
+ * refused (a precondition, a quota) changes nothing and the others commit.
+ * The statements of a group run as prepared statements of its connection.
  *
  * Every caller is answered with what the database holds:
  * - resolved only after COMMIT returned;
@@ -225,7 +221,12 @@ export class GroupCommitter {
   async #connect(): Promise<{ client: pg.PoolClient; q: Query }> {
     const client = await this.#pool.connect();
     this.#active.add(client);
-    const q: Query = async (sql, params) => (await client.query(sql, params)).rows;
+    const q: Query = async (sql, params, name) =>
+      (
+        await client.query(
+          name === undefined ? { text: sql, values: params } : { name, text: sql, values: params },
+        )
+      ).rows;
     return { client, q };
   }
 
@@ -246,41 +247,17 @@ export class GroupCommitter {
       return;
     }
     const { client, q } = conn;
-    const done: Done[] = [];
-    const alone: Queued[] = [];
+    let run: GroupRun;
     try {
-      await q("BEGIN");
       const log = new NamespaceLog(q, this.#lim.eventRetention);
-      for (const w of sorted) {
-        // Still waiting for its turn at its deadline (the group waited on a lock): never run.
-        if (w.deadline !== undefined && Date.now() >= w.deadline) {
-          done.push({ w, ok: false, error: queuedPastDeadline() });
-          continue;
-        }
-        const saved = log.snapshot();
-        await q("SAVEPOINT w");
-        try {
-          const value = await runWrite({ q, log, lim: this.#lim }, w.op);
-          w.logged = await log.flush([namespaceOf(w.op)]);
-          await q("RELEASE SAVEPOINT w");
-          done.push({ w, ok: true, value });
-        } catch (err) {
-          if (connectionLost(err)) throw err;
-          await q("ROLLBACK TO SAVEPOINT w");
-          await q("RELEASE SAVEPOINT w");
-          log.restore(saved);
-          // A refusal is the write's answer; a database error (a deadlock, a
-          // timeout) is the moment's: that write runs again alone.
-          if (err instanceof MemoryError) done.push({ w, ok: false, error: err });
-          else alone.push(w);
-        }
-      }
+      run = await runGroupWrites({ q, simple: simpleQuery(client), log, lim: this.#lim }, sorted);
     } catch (err) {
       // The transaction is gone before COMMIT: nothing of it is stored.
       this.#release(client, err);
       for (const w of sorted) await this.#runAlone(w);
       return;
     }
+    const { done, alone } = run;
     try {
       await q("COMMIT");
     } catch (err) {
@@ -295,7 +272,10 @@ export class GroupCommitter {
       return;
     }
     this.#release(client);
-    this.#notify(done.filter((d) => d.ok).map((d) => d.w));
+    this.#notify(
+      done.filter((d) => d.ok).map((d) => d.w),
+      run.logged,
+    );
     for (const d of done) {
       if (d.ok) d.w.resolve(d.value);
       else d.w.reject(d.error);
@@ -345,53 +325,21 @@ export class GroupCommitter {
     }
   }
 
-  #notify(written: Queued[]): void {
-    const logged = written.flatMap((w) => w.logged ?? []);
+  #notify(written: Queued[], batches: LoggedFrom[] = []): void {
+    const logged = [...batches, ...written.flatMap((w) => w.logged ?? [])];
     if (logged.length > 0) this.#committed(logged);
   }
 }
 
-const CLOSED = "the Postgres store is closed; this write was not stored";
+/** Several statements in one round trip on `client`: each one's rows. */
+function simpleQuery(client: pg.PoolClient): SimpleQuery {
+  return async (sql) => {
+    const answer = (await client.query(sql)) as unknown as pg.QueryResult | pg.QueryResult[];
+    return Array.isArray(answer) ? answer.map((r) => r.rows) : [answer.rows];
+  };
+}
 
 /** Byte order of namespaces: the order every group locks them in. */
 function compareNamespaces(a: string, b: string): number {
   return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
-}
-
-/**
- * Whether the connection (and so the transaction) is gone: no answer from
- * the server, or its answer was to end the session (SQLSTATE class 08,
- * connection exception; 57, operator intervention, e.g. a shutdown).
- */
-export function connectionLost(err: unknown): boolean {
-  if (!(err instanceof pg.DatabaseError)) return !(err instanceof MemoryError);
-  return /^(08|57P0)/.test(err.code ?? "");
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
-function notStored(err: unknown): MemoryError {
-  return new MemoryError(
-    "unavailable",
-    `the Postgres store could not write (${describe(err)}): this write was not stored`,
-    { cause: err },
-  );
-}
-
-function outcomeUnknown(err: unknown): MemoryError {
-  return new MemoryError(
-    "unavailable",
-    `the connection to Postgres was lost during COMMIT (${describe(err)}): this write may or may not be stored; retry it with the same request_id`,
-    { cause: err },
-  );
-}
-
-/** A write still queued at its call's deadline. */
-export function queuedPastDeadline(): MemoryError {
-  return new MemoryError(
-    "deadline_exceeded",
-    "the Postgres write was still queued at the call's deadline; it was not stored",
-  );
 }

@@ -41,11 +41,34 @@ export async function recordedResult<R extends { thread: ThreadState }>(
   kind: RequestKind,
 ): Promise<R | undefined> {
   if (key.requestId === "") return undefined;
-  const [seen] = await q<{ hash: string; time: number; result: string; last_seq: number | null }>(
+  const [seen] = await q<RequestRecord>(
     `SELECT hash, time, result, last_seq FROM requests
      WHERE namespace = $1 AND thread_id = $2 AND request_id = $3`,
     [key.namespace, key.threadId, Buffer.from(key.requestId, "utf8")],
   );
+  return replayOf<R>(seen, lim, key, kind);
+}
+
+/** A request-id record's columns as the writes read them. */
+export interface RequestRecord {
+  hash: string;
+  time: number;
+  /** The first result, JSON text. */
+  result: string;
+  last_seq: number | null;
+}
+
+/**
+ * What `recordedResult` answers, from the record already read (undefined:
+ * none): the first result to replay, undefined for a new request; throws
+ * as recordedResult does.
+ */
+export function replayOf<R extends { thread: ThreadState }>(
+  seen: RequestRecord | undefined,
+  lim: StoreLimits,
+  key: RequestKey,
+  kind: RequestKind,
+): R | undefined {
   if (seen === undefined || decideReplay(seen, key, lim) === "new") return undefined;
   if (kindOf(seen.last_seq) !== kind) throw requestIdReusedError();
   const first = JSON.parse(seen.result) as R;

@@ -4,7 +4,7 @@ import { mayCommitSummary } from "../../core/fold-commit.js";
 import { importedState } from "../../core/import.js";
 import { checkQuotas } from "../../core/quota.js";
 import { isExpired, ttlAfterAdd, ttlFields } from "../../core/ttl.js";
-import type { StoredMessage, ThreadState } from "../../core/types.js";
+import type { StoredMessage, Strategy, ThreadState } from "../../core/types.js";
 import { appendDelta, droppedDelta, importDelta, removalDelta } from "../../core/usage.js";
 import type {
   AppendCommand,
@@ -22,10 +22,13 @@ import { rewind } from "./rewind.js";
 import { dropThrough, planTrim, saveThread, setLabels, threadRow } from "./thread-rows.js";
 
 /**
- * The store's writes, each run inside a transaction (group-commit.ts) on
- * one connection, in a savepoint of its own. Every write first locks its
- * namespace's row (NamespaceLog.lock), then reads and writes rows of that
- * namespace only; the decisions are the core's pure functions.
+ * The store's writes, one at a time, each inside a transaction
+ * (group-commit.ts) on one connection, in a savepoint of its own or alone.
+ * Every write first locks its namespace's row (NamespaceLog.lock), then
+ * reads and writes rows of that namespace only; the decisions are the
+ * core's pure functions. A group's Adds usually go set-wise instead
+ * (add-batch.ts, deciding with the same functions); `append` here is the
+ * form for the Adds the batch leaves out and for a write run alone.
  */
 export type WriteOp =
   | { kind: "append"; cmd: AppendCommand }
@@ -87,22 +90,7 @@ async function append(ctx: WriteContext, cmd: AppendCommand): Promise<AppendResu
   const existing = row === undefined ? undefined : toThread(row);
   const strategy = decideAppend(existing, cmd);
   const created = existing === undefined;
-  const state: ThreadState =
-    existing ?? newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now);
-  if (!keepsSummary(state.strategy, strategy)) {
-    state.summary = "";
-    state.summaryTime = 0;
-    state.summarizedThroughSeq = 0;
-  }
-  state.strategy = strategy;
-  const lastSeqBefore = state.lastSeq;
-  const added = cmd.messages.map(
-    (m, i): StoredMessage => ({ ...m, seq: lastSeqBefore + i + 1, createTime: cmd.now }),
-  );
-  if (added.length > 0) {
-    state.lastSeq += added.length;
-    state.updateTime = cmd.now;
-  }
+  const { state, lastSeqBefore, added } = stateAfterAdd(existing, strategy, cmd);
   const stored = row?.stored ?? 0;
   const trimmed = await planTrim(
     q,
@@ -141,6 +129,37 @@ async function append(ctx: WriteContext, cmd: AppendCommand): Promise<AppendResu
     log.log(cmd.namespace, cmd.threadId, cmd.now, { type: "messages_added", firstSeq, lastSeq });
   }
   return { ...result, thread: { ...state } };
+}
+
+/**
+ * The thread as an Add leaves it before its trim, ttl and labels: a copy of
+ * `existing` (a new thread when undefined) under the decided strategy,
+ * with the Add's messages numbered after its last seq.
+ */
+export function stateAfterAdd(
+  existing: ThreadState | undefined,
+  strategy: Strategy,
+  cmd: AppendCommand,
+): { state: ThreadState; lastSeqBefore: number; added: StoredMessage[] } {
+  const state: ThreadState =
+    existing === undefined
+      ? newThreadState(cmd.threadId, strategy, randomUUID(), cmd.now)
+      : { ...existing };
+  if (!keepsSummary(state.strategy, strategy)) {
+    state.summary = "";
+    state.summaryTime = 0;
+    state.summarizedThroughSeq = 0;
+  }
+  state.strategy = strategy;
+  const lastSeqBefore = state.lastSeq;
+  const added = cmd.messages.map(
+    (m, i): StoredMessage => ({ ...m, seq: lastSeqBefore + i + 1, createTime: cmd.now }),
+  );
+  if (added.length > 0) {
+    state.lastSeq += added.length;
+    state.updateTime = cmd.now;
+  }
+  return { state, lastSeqBefore, added };
 }
 
 /** Deletes threads with everything hanging off them, gives their room back, logs thread_cleared. */
