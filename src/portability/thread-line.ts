@@ -12,6 +12,9 @@ import type {
 import { threadIdFrom } from "../service/convert.js";
 import { labelsFrom } from "../service/labels.js";
 import type { ImportThreadCommand } from "../store/store.js";
+import { Reader, ThreadLineError } from "./line-reader.js";
+
+export { ThreadLineError };
 
 /**
  * One line of `windlass-memory export` (JSON Lines): a whole thread. Field
@@ -32,11 +35,6 @@ export const THREAD_LINE_FORMAT = "windlass-memory.thread.v1";
 
 /** A thread as one export line holds it (Store.importThread's command, without `now`). */
 export type ThreadLine = Omit<ImportThreadCommand, "now">;
-
-/** A line that cannot be imported; the message names the line and the field. */
-export class ThreadLineError extends Error {
-  override readonly name = "ThreadLineError";
-}
 
 /** The line's JSON text (no newline). Keys in a fixed order, so equal threads give equal text. */
 export function encodeThreadLine(t: ThreadLine): string {
@@ -359,56 +357,4 @@ function decodeMessage(r: Reader, value: unknown, field: string): StoredMessage 
     m.metadata = out;
   }
   return m;
-}
-
-/** Typed reads of parsed JSON, each failing with the line and the field. */
-class Reader {
-  constructor(readonly where: string) {}
-
-  fail(field: string, problem: string): never {
-    throw new ThreadLineError(`${this.where}: ${field}: ${problem}`);
-  }
-
-  /** A plain object; with `allowed`, refuses other keys (unless `partial`). */
-  object(
-    v: unknown,
-    field: string,
-    allowed: readonly string[] | undefined,
-    partial = false,
-  ): Record<string, unknown> {
-    if (typeof v !== "object" || v === null || Array.isArray(v)) {
-      this.fail(field || "the line", "must be a JSON object");
-    }
-    const o = v as Record<string, unknown>;
-    if (allowed !== undefined && !partial) {
-      for (const k of Object.keys(o)) {
-        if (!allowed.includes(k))
-          this.fail(field === "" ? k : `${field}.${k}`, "is not a known field");
-      }
-    }
-    return o;
-  }
-
-  array(v: unknown, field: string): unknown[] {
-    if (!Array.isArray(v)) this.fail(field, "must be a JSON array");
-    return v;
-  }
-
-  string(v: unknown, field: string): string {
-    if (typeof v !== "string") this.fail(field, "must be a string");
-    return v;
-  }
-
-  boolean(v: unknown, field: string): boolean {
-    if (typeof v !== "boolean") this.fail(field, "must be true or false");
-    return v;
-  }
-
-  /** A whole number from 0 up to 2^53 - 1. */
-  count(v: unknown, field: string): number {
-    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) {
-      this.fail(field, "must be a whole number, 0 or more");
-    }
-    return v;
-  }
 }
