@@ -1,26 +1,22 @@
-"""watch() and awatch() against the real server: events, resume, backoff, resync, close.
+"""watch() and awatch() against the real server: events, resume, resync, close.
 
 The conformance promises of issue 10 for the Python library: a Watch resumes
 across a server restart on a SQLite store without losing or repeating an
-event; with the server down or failing every call it backs off instead of
-spinning; a token the server no longer has raises ResyncRequired.
+event; a token the server no longer has raises ResyncRequired. A server down
+or failing every call: test_watch_backoff.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
-import threading
-import time
 import uuid
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
 import grpc
 import pytest
 
-from conftest import Server, start_server
+from conftest import PROGRESS, WAIT_S, Collector, Server, start_server, wait_until
 from windlass_memory import (
     Backoff,
     BufferMemory,
@@ -29,14 +25,7 @@ from windlass_memory import (
     ResyncRequired,
     SummaryMemory,
     WatchEvent,
-    WatchStream,
 )
-
-WAIT_S = 30.0  # upper bound for anything the tests wait for
-# Idle streams get a Progress event this often. A Watch without a token starts
-# "from now", and its first Progress is the proof that "now" has been fixed:
-# the tests wait for it before they add what the stream must see.
-PROGRESS = ("--progress-interval-ms", "100")
 
 
 @pytest.fixture
@@ -49,62 +38,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     running = start_server(tmp_path_factory.mktemp("watch") / "server.log", *PROGRESS)
     yield running
     running.stop()
-
-
-class Collector:
-    """Iterates a WatchStream on a thread of its own, queueing events and the error that ended it.
-
-    The stream must include Progress events: the first one sets ``ready``;
-    they are not queued.
-    """
-
-    def __init__(self, stream: WatchStream, wait_ready: bool = True) -> None:
-        self.stream = stream
-        self.events: queue.Queue[WatchEvent] = queue.Queue()
-        self.error: BaseException | None = None
-        self.ready = threading.Event()
-        self.ended = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        if wait_ready:
-            wait_until(self.ready.is_set, "the Watch's first Progress")
-
-    def _run(self) -> None:
-        try:
-            for event in self.stream:
-                if event.type == "progress":
-                    self.ready.set()
-                    continue
-                self.events.put(event)
-        except BaseException as error:  # noqa: BLE001 (handed to the test)
-            self.error = error
-        finally:
-            self.ended.set()
-
-    def take(self, count: int) -> list[WatchEvent]:
-        taken = []
-        deadline = time.monotonic() + WAIT_S
-        while len(taken) < count:
-            left = deadline - time.monotonic()
-            if left <= 0 or self.ended.is_set() and self.events.empty():
-                pytest.fail(f"got {len(taken)} of {count} events; error: {self.error!r}")
-            try:
-                taken.append(self.events.get(timeout=min(left, 0.5)))
-            except queue.Empty:
-                continue
-        return taken
-
-    def close(self) -> None:
-        self.stream.close()
-        assert self.ended.wait(WAIT_S), "the stream did not end after close()"
-
-
-def wait_until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_watch_streams_the_events_of_a_thread(server: Server, thread: str) -> None:
@@ -210,108 +143,6 @@ def test_watch_resumes_across_a_restart_of_a_sqlite_server(tmp_path: Path, threa
     assert watcher.error is None
 
 
-def test_a_server_that_is_down_is_retried_with_backoff_not_in_a_loop() -> None:
-    # A port where nothing listens: each Watch fails at once with UNAVAILABLE,
-    # which is what made the README's old loop spin (about 32,600 calls in 10 s).
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        target = f"127.0.0.1:{probe.getsockname()[1]}"
-    with BufferMemory(target=target) as memory:
-        watcher = Collector(memory.watch("anything"), wait_ready=False)
-        window_s = 3.0
-        time.sleep(window_s)  # the time IS the behaviour: attempts per window
-        attempts = watcher.stream.attempts
-        watcher.close()
-    # Default Backoff: waits of 0.05-0.1, 0.1-0.2, 0.2-0.4, 0.4-0.8, 0.8-1.6,
-    # 1.6-3.2 s: at most 6 calls in 3 s (plus the first); a busy loop makes thousands.
-    assert 2 <= attempts <= 8, attempts
-    assert watcher.error is None
-
-
-class FailingWatchServer:
-    """A real gRPC server whose Watch answers every call at once with one status."""
-
-    def __init__(self, code: grpc.StatusCode) -> None:
-        self.calls = 0
-        self.tokens: list[str] = []
-        self._lock = threading.Lock()
-
-        def watch(request, context):  # type: ignore[no-untyped-def]
-            with self._lock:
-                self.calls += 1
-                self.tokens.append(request.resume_token)
-            context.abort(code, "scripted")
-            yield  # pragma: no cover (a generator, for a server-streaming method)
-
-        from windlass.memory.v1 import memory_pb2
-
-        handler = grpc.method_handlers_generic_handler(
-            "windlass.memory.v1.MemoryService",
-            {
-                "Watch": grpc.unary_stream_rpc_method_handler(
-                    watch,
-                    request_deserializer=memory_pb2.WatchRequest.FromString,
-                    response_serializer=memory_pb2.WatchResponse.SerializeToString,
-                )
-            },
-        )
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        self.server.add_generic_rpc_handlers((handler,))
-        self.target = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
-        self.server.start()
-
-    def stop(self) -> None:
-        self.server.stop(grace=None)
-
-
-def test_a_server_failing_every_watch_is_called_with_backoff() -> None:
-    failing = FailingWatchServer(grpc.StatusCode.UNAVAILABLE)
-    try:
-        with BufferMemory(target=failing.target) as memory:
-            watcher = Collector(memory.watch("t", resume_token="tok-1"), wait_ready=False)
-            window_s = 3.0
-            time.sleep(window_s)  # the time IS the behaviour: calls per window
-            calls = failing.calls
-            watcher.close()
-    finally:
-        failing.stop()
-    # Counted by the server: same bound as above.
-    assert 2 <= calls <= 8, calls
-    assert set(failing.tokens) == {"tok-1"}  # every attempt resumes from the same token
-
-
-def test_give_up_after_raises_the_last_error() -> None:
-    failing = FailingWatchServer(grpc.StatusCode.UNAVAILABLE)
-    try:
-        with BufferMemory(target=failing.target) as memory:
-            started = time.monotonic()
-            with pytest.raises(MemoryServiceError) as gave_up:
-                for _ in memory.watch("t", backoff=Backoff(initial=0.05, give_up_after=0.5)):
-                    pass
-            took = time.monotonic() - started
-    finally:
-        failing.stop()
-    assert gave_up.value.code is grpc.StatusCode.UNAVAILABLE
-    assert took < WAIT_S
-    assert failing.calls >= 2
-
-
-@pytest.mark.parametrize(
-    "code", [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED]
-)
-def test_errors_a_retry_cannot_fix_are_raised_at_once(code: grpc.StatusCode) -> None:
-    failing = FailingWatchServer(code)
-    try:
-        with BufferMemory(target=failing.target) as memory, pytest.raises(MemoryServiceError) as e:
-            next(memory.watch("t"))
-    finally:
-        failing.stop()
-    assert e.value.code is code
-    assert failing.calls == 1
-
-
 def test_a_token_older_than_the_history_raises_resync_required(tmp_path: Path, thread: str) -> None:
     small = start_server(tmp_path / "server.log", "--event-retention", "10", *PROGRESS)
     try:
@@ -347,23 +178,6 @@ def test_close_from_another_thread_ends_a_waiting_stream(server: Server, thread:
         watcher.close()  # asserts the iteration ended
     assert watcher.error is None
     assert watcher.stream.closed
-
-
-def test_close_ends_a_stream_waiting_to_retry() -> None:
-    failing = FailingWatchServer(grpc.StatusCode.UNAVAILABLE)
-    try:
-        with BufferMemory(target=failing.target) as memory:
-            # A one-minute pause after the first failure: close must cut it short.
-            watcher = Collector(
-                memory.watch("t", backoff=Backoff(initial=60, maximum=60)), wait_ready=False
-            )
-            wait_until(lambda: failing.calls == 1, "the first call")
-            started = time.monotonic()
-            watcher.close()
-            assert time.monotonic() - started < WAIT_S
-    finally:
-        failing.stop()
-    assert failing.calls == 1
 
 
 def test_watch_arguments_are_checked(server: Server) -> None:

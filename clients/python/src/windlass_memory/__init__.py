@@ -16,11 +16,13 @@ Get options ``profile`` (:class:`Profile`) and ``clear_tool_results``
 (:class:`ToolResultClearing`).
 """
 
+from ._buffer import DEFAULT_THREAD, BufferMemory
 from ._errors import MemoryServiceError, ResyncRequired
 from ._formats import from_anthropic, from_openai, to_anthropic, to_openai
-from ._memory import DEFAULT_TARGET, DEFAULT_THREAD, BufferMemory, SummaryMemory, WindowMemory
+from ._memory import SummaryMemory, WindowMemory
 from ._rewind import RewindResult
 from ._shaping import History, Profile, ToolResultClearing
+from ._transport import DEFAULT_TARGET
 from ._types import Message, MessageLike, Role, ToolCall
 from ._watch import AsyncWatchStream, Backoff, WatchEvent, WatchStream
 
