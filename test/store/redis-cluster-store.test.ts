@@ -8,7 +8,7 @@ import type { MemoryEvent } from "../../src/core/types.js";
 import { createStore } from "../../src/store/create-store.js";
 import { routingKey } from "../../src/store/redis/cluster.js";
 import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis/index.js";
-import { keySlot } from "../../src/store/redis/key-slot.js";
+import { keySlot, slotTags } from "../../src/store/redis/key-slot.js";
 import { keyLayout } from "../../src/store/redis/keys.js";
 import type { Store, StoreLimits } from "../../src/store/store.js";
 import { type RedisCluster, startRedisCluster } from "../support/redis-cluster.js";
@@ -50,6 +50,34 @@ async function codeOf(p: Promise<unknown>): Promise<string> {
     return err instanceof MemoryError ? err.code : `not a MemoryError: ${String(err)}`;
   }
   return "resolved";
+}
+
+/**
+ * Adds of one message each ("<thread>-<i>", request id the same), retried
+ * on UNAVAILABLE with the same request id as the clients in clients/ do
+ * (up to 30 s); any other failure fails the test.
+ */
+function retryingAdds(store: Store, namespace: string) {
+  const acknowledged = new Set<string>();
+  const outcomes = { unavailable: 0 };
+  const addOne = async (thread: string, i: number) => {
+    for (let attempt = 0; attempt < 600; attempt++) {
+      try {
+        await store.append({
+          ...cmd({ messages: [user(`${thread}-${i}`)], requestId: `${thread}-${i}` }),
+          namespace,
+          threadId: thread,
+        });
+        acknowledged.add(`${thread}-${i}`);
+        return;
+      } catch (err) {
+        if (!(err instanceof MemoryError && err.code === "unavailable")) throw err;
+        outcomes.unavailable++;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+  };
+  return { addOne, acknowledged, outcomes };
 }
 
 /** A plain client on the primary that serves `key`, to look at or damage what the store did. */
@@ -113,6 +141,14 @@ describe("redis-cluster:// configuration", () => {
       expect(keySlot(key), key).toBe(await cluster.keySlot(key));
     }
     expect(keySlot(keys.ttlFence)).toBe(keySlot(keys.ttlNamespaces));
+    // Every slot has a tag of its own, so each namespace's copy of the incarnation is in its slot.
+    const tags = slotTags();
+    expect(tags.map(keySlot)).toEqual(Array.from({ length: 16384 }, (_, slot) => slot));
+    for (const ns of ["", "a", "n{a}m", "ünï"]) {
+      const k = keys.namespace(ns);
+      expect(await cluster.keySlot(k.incarnationMarker), ns).toBe(await cluster.keySlot(k.base));
+      expect(await cluster.keySlot(k.replicationFence), ns).toBe(await cluster.keySlot(k.base));
+    }
   });
 
   it("opens through createStore from --store, with the redis options", async () => {
@@ -234,11 +270,16 @@ describe("redis store on a cluster", () => {
         const evals = fromClients.filter((c) => c === "EVALSHA");
         expect(evals, `minReplicas ${minReplicas}`).toHaveLength(11);
         if (minReplicas === 0) {
-          expect(fromClients.filter((c) => c !== "EVALSHA"), "nothing else").toEqual([]);
+          expect(
+            fromClients.filter((c) => c !== "EVALSHA"),
+            "nothing else",
+          ).toEqual([]);
         } else {
           // Each Add waits alone here (one writer): INCR of the namespace's fence, then WAIT.
           expect(fromClients.filter((c) => c === "WAIT")).toHaveLength(10);
-          expect(lines.filter((l) => l.includes(`"INCR" "${k.replicationFence}"`))).toHaveLength(10);
+          expect(lines.filter((l) => l.includes(`"INCR" "${k.replicationFence}"`))).toHaveLength(
+            10,
+          );
         }
       } finally {
         await monitor.close();
@@ -281,6 +322,80 @@ describe("redis store on a cluster", () => {
     expect(last?.type).toBe("messages_added");
     expect((await store.readEvents("ns", after, 10)).map((e) => e.cursor)).toEqual([last?.cursor]);
   });
+
+  it("keeps every acknowledged Add while the namespace's slot migrates to another primary", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, { minReplicas: 1 }, prefix));
+    const k = keyLayout(prefix, true).namespace("moving");
+    const slot = keySlot(k.base);
+    const from = await cluster.primaryOfSlot(slot);
+    const to = (await cluster.primaries()).find((p) => p.port !== from.port);
+    if (to === undefined) throw new Error("no other primary");
+    const { addOne, acknowledged, outcomes } = retryingAdds(store, "moving");
+    const threads = Array.from({ length: 20 }, (_, i) => `t${i}`);
+    const rounds = 8;
+    for (const t of threads) await addOne(t, 0);
+    // Writers run through the migration (a half-moved slot answers TRYAGAIN/ASK: unavailable, retried).
+    let migrating = true;
+    const writers = threads.map(async (t) => {
+      for (let j = 1; j < rounds; j++) {
+        await addOne(t, j);
+        if (migrating) await new Promise((r) => setTimeout(r, 30));
+      }
+    });
+    await cluster.migrateSlot(slot, from, to, {
+      batch: 5,
+      afterBatch: () => new Promise((r) => setTimeout(r, 50)),
+    });
+    migrating = false;
+    await Promise.all(writers);
+    const next = rounds;
+    expect((await cluster.primaryOfSlot(slot)).port).toBe(to.port);
+    for (const t of threads) {
+      const snap = await store.read("moving", t);
+      const texts = new Set((snap?.messages ?? []).map((m) => String(m.content)));
+      for (let j = 0; j < next; j++) {
+        if (acknowledged.has(`${t}-${j}`)) expect(texts.has(`${t}-${j}`), `${t}-${j}`).toBe(true);
+      }
+      expect(snap?.thread.lastSeq).toBe(texts.size);
+    }
+    expect(acknowledged.size).toBe(threads.length * next);
+    // The Adds did meet the half-moved slot (answered unavailable, then retried).
+    expect(outcomes.unavailable).toBeGreaterThan(0);
+  }, 60_000);
+
+  it("keeps every acknowledged Add over a failover of the namespace's primary (min replicas 1)", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, { minReplicas: 1, replicaWaitMs: 500 }, prefix));
+    const k = keyLayout(prefix, true).namespace("failing");
+    const slot = keySlot(k.base);
+    const { addOne, acknowledged, outcomes } = retryingAdds(store, "failing");
+    const threads = Array.from({ length: 16 }, (_, i) => `t${i}`);
+    const rounds = 12;
+    let killed = false;
+    const writers = threads.map(async (t) => {
+      for (let j = 0; j < rounds; j++) {
+        await addOne(t, j);
+        if (!killed) await new Promise((r) => setTimeout(r, 40));
+      }
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    const primary = await cluster.primaryOfSlot(slot);
+    await cluster.kill(primary);
+    killed = true;
+    // Back as a replica of the promoted node: until then no replica can confirm an Add.
+    await cluster.restart(primary);
+    await Promise.all(writers);
+    expect((await cluster.primaryOfSlot(slot)).port).not.toBe(primary.port);
+    expect(acknowledged.size).toBe(threads.length * rounds);
+    expect(outcomes.unavailable).toBeGreaterThan(0);
+    for (const t of threads) {
+      const snap = await store.read("failing", t);
+      const texts = (snap?.messages ?? []).map((m) => String(m.content));
+      // Every acknowledged Add once, in order: none lost, none stored twice.
+      expect(texts).toEqual(Array.from({ length: rounds }, (_, j) => `${t}-${j}`));
+    }
+  }, 90_000);
 
   it("delivers events to subscribers from the node serving the namespace", async () => {
     const prefix = `test-${randomUUID()}`;

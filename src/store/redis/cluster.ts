@@ -15,6 +15,8 @@ export const CLUSTER_SCHEME = "redis-cluster://";
 
 /** Commands one node connection holds waiting for replies (as connection.ts, per node). */
 const MAX_QUEUED_COMMANDS = 10_000;
+/** How soon after a node's first reconnect attempt the client reloads the slot map (node-redis: 5000). */
+const TOPOLOGY_REFRESH_MS = 500;
 /** MOVED/ASK redirections one command may follow before it fails (unavailable). */
 const MAX_REDIRECTIONS = 16;
 
@@ -60,6 +62,8 @@ export function clusterClients(url: string): RedisClients {
       RESP: 2,
       minimizeConnections,
       maxCommandRedirections: MAX_REDIRECTIONS,
+      // After a node stops answering, ask for the slot map again soon (a failover takes ~1 s).
+      topologyRefreshOnReconnectionAttemptStrategy: TOPOLOGY_REFRESH_MS,
     }) as unknown as ClusterClient;
   const main = open(false);
   return {
@@ -91,6 +95,10 @@ export function clusterClients(url: string): RedisClients {
     primaryOf: (key) => {
       const primary = main.getSlotMaster(keySlot(key));
       return primary === undefined ? "unknown" : `${primary.host}:${primary.port}`;
+    },
+    // A command on the cluster client that meets MOVED makes it reload the slot map.
+    moved: (key) => {
+      main.sendCommand(key, false, ["EXISTS", key]).catch(() => {});
     },
     eachPrimary: async (args) => {
       for (const primary of main.masters) {

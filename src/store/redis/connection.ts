@@ -34,6 +34,8 @@ export interface RedisClients {
   openPrimarySession(key: string): RedisConnection;
   /** Which primary holds `key` now ("host:port"; one name for a single primary). */
   primaryOf(key: string): string;
+  /** A session found `key`'s slot moved (MOVED/ASK): refresh where it is. */
+  moved(key: string): void;
   /** Sends `args` to every primary (SCRIPT LOAD). */
   eachPrimary(args: readonly string[]): Promise<void>;
 }
@@ -57,9 +59,12 @@ export function redisClients(url: string): RedisClients {
 }
 
 /** What a deployment with one primary answers for primaryOf and eachPrimary. */
-function onePrimary(main: RedisConnection): Pick<RedisClients, "primaryOf" | "eachPrimary"> {
+function onePrimary(
+  main: RedisConnection,
+): Pick<RedisClients, "primaryOf" | "moved" | "eachPrimary"> {
   return {
     primaryOf: () => "primary",
+    moved: () => {},
     eachPrimary: async (args) => {
       await main.sendCommand(args);
     },

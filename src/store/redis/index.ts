@@ -174,6 +174,7 @@ class RedisStore implements Store {
               {
                 open: (key) => redis.openPrimarySession(key),
                 primaryOf: (key) => redis.primaryOf(key),
+                moved: (key) => redis.moved(key),
               },
               io.send.bind(io),
               {

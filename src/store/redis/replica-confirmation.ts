@@ -30,6 +30,8 @@ export interface PrimarySessions {
   open(key: string): RedisConnection;
   /** That primary's name, the same for every key it holds. */
   primaryOf(key: string): string;
+  /** A session was told `key`'s slot has moved: learn where it is now. */
+  moved(key: string): void;
 }
 
 /**
@@ -101,6 +103,10 @@ export class ReplicaConfirmation {
       sendCommand: (args) =>
         opened.sendCommand(args).catch((err: unknown) => {
           if (!(err instanceof Error && err.message.startsWith("NOSCRIPT"))) this.#end(session);
+          // The slot has another primary now: the next session must find it.
+          if (err instanceof Error && /^(MOVED|ASK) /.test(err.message)) {
+            this.#primaries.moved(fenceKey);
+          }
           throw err;
         }),
       connect: () => opened.connect(),
