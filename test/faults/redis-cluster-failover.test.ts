@@ -155,13 +155,7 @@ async function underLoad(name: string, fault: () => Promise<void>) {
     throw err;
   }
 
-  let present = 0;
-  for (const w of writers) {
-    const contents = await stored(w.threadId);
-    for (let i = 0; i < w.acknowledged; i++) if (contents[i] === `m${i + 1}`) present++;
-    // A retried Add is replayed, never stored twice (stop() lets the Add in flight finish).
-    expect(contents.length, w.threadId).toBe(w.acknowledged);
-  }
+  const present = await presentAdds(writers);
   const acknowledged = total();
   const retried = writers.reduce((n, w) => n + w.failures, 0);
   console.log(
@@ -170,7 +164,24 @@ async function underLoad(name: string, fault: () => Promise<void>) {
       `${retried} calls retried (slowest failure ${Math.max(...writers.map((w) => w.slowestFailureMs))} ms)`,
   );
   expect(present).toBe(acknowledged);
-  // The follower catches up, or has ended (with a code it must not end with: checked below).
+  await checkFollower(name, follower, writers);
+}
+
+/** Counts the acknowledged Adds at their seq; none may be stored twice. */
+async function presentAdds(writers: readonly RetryingWriter[]): Promise<number> {
+  let present = 0;
+  for (const w of writers) {
+    const contents = await stored(w.threadId);
+    for (let i = 0; i < w.acknowledged; i++) if (contents[i] === `m${i + 1}`) present++;
+    // A retried Add is replayed, never stored twice (stop() lets the Add in flight finish).
+    expect(contents.length, w.threadId).toBe(w.acknowledged);
+  }
+  return present;
+}
+
+/** The follower saw every acknowledged seq of every writer once, in order, and never ended by itself. */
+async function checkFollower(name: string, follower: Follower, writers: readonly RetryingWriter[]) {
+  // It catches up, or has ended (with a code it must not end with: checked below).
   await until(
     "the follower at every writer's last seq",
     () =>
