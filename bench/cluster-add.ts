@@ -50,6 +50,8 @@ interface Measured {
   /** CPU each service process used, microseconds, summed over the rounds. */
   serverCpu: number[];
   redisCpu: number;
+  /** CPU of this process, the load driver. */
+  driverCpu: number;
   machineBusy: number;
 }
 
@@ -144,6 +146,7 @@ async function measure(ctx: ScenarioContext, target: Target, m: Measured, round:
   const serverBefore = target.servers.map((s) => s.cpuMicros() ?? 0);
   const redisBefore = cpuOf(target.redisPids());
   const busyBefore = machineBusyMicros() ?? 0;
+  const driverBefore = processCpuMicros(process.pid) ?? 0;
   const r = await runLoad(target.connections, ADD_PATH, adds, {
     concurrency,
     durationMs,
@@ -154,6 +157,7 @@ async function measure(ctx: ScenarioContext, target: Target, m: Measured, round:
   });
   m.redisCpu += cpuOf(target.redisPids()) - redisBefore;
   m.machineBusy += (machineBusyMicros() ?? 0) - busyBefore;
+  m.driverCpu += (processCpuMicros(process.pid) ?? 0) - driverBefore;
   m.calls += r.calls;
   m.errors += r.errors;
   m.elapsedMs += r.elapsedMs;
@@ -185,6 +189,7 @@ async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
         firstError: undefined,
         serverCpu: [],
         redisCpu: 0,
+        driverCpu: 0,
         machineBusy: 0,
       });
     }
@@ -210,19 +215,20 @@ function report(ctx: ScenarioContext, rows: readonly [Target, Measured][]): Scen
       `connections each, calls spread round-robin); ${o.size("cluster-rounds")} x ` +
       `${o.size("cluster-seconds")} s per target, taking turns. Redis without persistence; the cluster's ` +
       "replicas replicate asynchronously (--redis-min-replicas 0, the default). CPU columns in % of one " +
-      "core over the timed runs; the machine has " +
+      "core over the timed runs (driver: this process); the machine has " +
       `${ctx.options.quick ? "(quick run) " : ""}the cores nproc says, shared by the driver, the service ` +
       `processes and redis-server. Goal: cluster Add >= ${GOAL} x one primary's, service processes not CPU-bound.`,
     "",
-    "| target | Add calls/s | p50 ms | p99 ms | errors | service processes' CPU (each) | redis-server CPU (all) | machine busy |",
-    "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+    "| target | Add calls/s | p50 ms | p99 ms | errors | service processes' CPU (each) | redis-server CPU (all) | driver CPU | machine busy |",
+    "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
   ];
   for (const [t, m] of rows) {
     const sorted = Float64Array.from(m.latencies).sort();
     lines.push(
       `| ${t.name} | ${rate(m).toFixed(0)} | ${quantile(sorted, 0.5).toFixed(2)} | ` +
         `${quantile(sorted, 0.99).toFixed(2)} | ${m.errors} | ` +
-        `${m.serverCpu.map((c) => pct(c, m)).join(", ")} | ${pct(m.redisCpu, m)} | ${pct(m.machineBusy, m)} |`,
+        `${m.serverCpu.map((c) => pct(c, m)).join(", ")} | ${pct(m.redisCpu, m)} | ` +
+        `${pct(m.driverCpu, m)} | ${pct(m.machineBusy, m)} |`,
     );
   }
   const [single, cluster] = rows.map(([, m]) => m);

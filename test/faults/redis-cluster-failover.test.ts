@@ -155,6 +155,20 @@ async function underLoad(name: string, fault: () => Promise<void>) {
     throw err;
   }
 
+  const present = await presentAdds(writers);
+  const acknowledged = total();
+  const retried = writers.reduce((n, w) => n + w.failures, 0);
+  console.log(
+    `redis-cluster ${name}: ${present} of ${acknowledged} acknowledged Adds present ` +
+      `(${acknowledged - present} lost; ${before} before the fault, ${atFaultEnd - before} during its ${faultMs} ms); ` +
+      `${retried} calls retried (slowest failure ${Math.max(...writers.map((w) => w.slowestFailureMs))} ms)`,
+  );
+  expect(present).toBe(acknowledged);
+  await checkFollower(name, follower, writers);
+}
+
+/** Counts the acknowledged Adds at their seq; none may be stored twice. */
+async function presentAdds(writers: readonly RetryingWriter[]): Promise<number> {
   let present = 0;
   for (const w of writers) {
     const contents = await stored(w.threadId);
@@ -162,26 +176,29 @@ async function underLoad(name: string, fault: () => Promise<void>) {
     // A retried Add is replayed, never stored twice (stop() lets the Add in flight finish).
     expect(contents.length, w.threadId).toBe(w.acknowledged);
   }
+  return present;
+}
+
+/** The follower saw every acknowledged seq of every writer once, in order, and never ended by itself. */
+async function checkFollower(name: string, follower: Follower, writers: readonly RetryingWriter[]) {
+  // It catches up, or has ended (with a code it must not end with: checked below).
   await until(
     "the follower at every writer's last seq",
-    () => writers.every((w) => (follower.seen.get(w.threadId)?.at(-1) ?? 0) >= w.acknowledged),
     () =>
-      `follower ${follower.ended ?? "open"}, ${follower.resumes} resumes; ` +
+      follower.ended !== undefined ||
+      writers.every((w) => (follower.seen.get(w.threadId)?.at(-1) ?? 0) >= w.acknowledged),
+    () =>
+      `follower ${follower.resumes} resumes; ` +
       writers
         .map((w) => `${w.threadId} seen to ${follower.seen.get(w.threadId)?.at(-1) ?? 0}`)
         .join(", "),
   );
   await follower.stop();
-  const acknowledged = total();
-  const retried = writers.reduce((n, w) => n + w.failures, 0);
   console.log(
-    `redis-cluster ${name}: ${present} of ${acknowledged} acknowledged Adds present ` +
-      `(${acknowledged - present} lost; ${before} before the fault, ${atFaultEnd - before} during its ${faultMs} ms); ` +
-      `${retried} calls retried (slowest failure ${Math.max(...writers.map((w) => w.slowestFailureMs))} ms); ` +
-      `follower on B resumed ${follower.resumes} times, ${follower.stalls} stalls`,
+    `redis-cluster ${name}: follower on B resumed ${follower.resumes} times, ${follower.stalls} stalls, ` +
+      `ended ${follower.ended ?? "only when stopped"}`,
   );
-  expect(present).toBe(acknowledged);
-  expect(follower.ended).toBeUndefined();
+  expect(follower.ended, "the Watch ended with a code that is not retryable").toBeUndefined();
   expect(follower.stalls).toBe(0);
   for (const w of writers) {
     const seen = follower.seen.get(w.threadId) ?? [];

@@ -142,26 +142,37 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
         },
       });
     }
-    const cluster = makeCluster(nodes, Date.now() - started);
+    const cluster = new LocalCluster(nodes);
     await cluster.waitUntilSettled();
-    return { ...cluster, startMs: Date.now() - started };
+    cluster.startMs = Date.now() - started;
+    return cluster;
   } catch (err) {
     await Promise.all(servers.map((s) => s.stop()));
     throw err;
   }
 }
 
-function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisCluster {
-  const { send, closeAll } = nodeConnections();
-  const killed = new Set<ClusterNode>();
-  const live = () => nodes.filter((n) => !killed.has(n));
-  const byId = (id: string) => nodes.find((n) => n.id === id);
+/** The cluster's state as the tests see it: which nodes were killed, one connection per node. */
+class LocalCluster implements RedisCluster {
+  readonly url: string;
+  startMs = 0;
+  readonly #connections = nodeConnections();
+  readonly #killed = new Set<ClusterNode>();
 
-  async function topology(): Promise<NodeState[]> {
+  constructor(readonly nodes: readonly ClusterNode[]) {
+    this.url = `redis-cluster://${nodes.map((n) => `127.0.0.1:${n.port}`).join(",")}`;
+  }
+
+  #send: Send = (port, args) => this.#connections.send(port, args);
+  #live = () => this.nodes.filter((n) => !this.#killed.has(n));
+  #byId = (id: string) => this.nodes.find((n) => n.id === id);
+  #parse = (text: unknown) => parseNodes(String(text), this.#byId);
+
+  async topology(): Promise<NodeState[]> {
     let lastError: unknown;
-    for (const asked of live()) {
+    for (const asked of this.#live()) {
       try {
-        return parseNodes(String(await send(asked.port, ["CLUSTER", "NODES"])), byId);
+        return this.#parse(await this.#send(asked.port, ["CLUSTER", "NODES"]));
       } catch (err) {
         lastError = err;
       }
@@ -169,31 +180,34 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     throw new Error(`no live cluster node answered CLUSTER NODES: ${String(lastError)}`);
   }
 
-  async function waitUntilSettled(timeoutMs = SETTLE_TIMEOUT_MS): Promise<void> {
-    await waitUntil(timeoutMs, "the cluster to settle (state ok, agreed slots)", async () => {
-      let agreed: string | undefined;
-      for (const n of live()) {
-        const info = String(await send(n.port, ["CLUSTER", "INFO"]));
-        if (!/cluster_state:ok/.test(info)) return false;
-        const states = parseNodes(String(await send(n.port, ["CLUSTER", "NODES"])), byId);
-        if (states.some((s) => !killed.has(s.node) && s.failing)) return false;
-        // A killed primary still holding slots has not been failed over yet
-        // (cluster_state stays ok while it is only suspected, PFAIL).
-        if (states.some((s) => killed.has(s.node) && s.role === "primary" && s.slots.length > 0)) {
-          return false;
-        }
-        const view = slotView(states);
-        if (agreed !== undefined && view !== agreed) return false;
-        agreed = view;
-      }
-      return true;
-    });
-    const states = await topology();
-    for (const s of states) {
-      if (s.role !== "replica" || killed.has(s.node)) continue;
+  /** Whether every live node says ok, sees no live node failing, and all agree on the slots. */
+  async #agreed(): Promise<boolean> {
+    let agreed: string | undefined;
+    for (const n of this.#live()) {
+      const info = String(await this.#send(n.port, ["CLUSTER", "INFO"]));
+      if (!/cluster_state:ok/.test(info)) return false;
+      const states = this.#parse(await this.#send(n.port, ["CLUSTER", "NODES"]));
+      if (states.some((s) => !this.#killed.has(s.node) && s.failing)) return false;
+      // A killed primary still holding slots has not been failed over yet
+      // (cluster_state stays ok while it is only suspected, PFAIL).
+      const stale = (s: NodeState) => this.#killed.has(s.node) && s.role === "primary";
+      if (states.some((s) => stale(s) && s.slots.length > 0)) return false;
+      const view = slotView(states);
+      if (agreed !== undefined && view !== agreed) return false;
+      agreed = view;
+    }
+    return true;
+  }
+
+  async waitUntilSettled(timeoutMs = SETTLE_TIMEOUT_MS): Promise<void> {
+    await waitUntil(timeoutMs, "the cluster to settle (state ok, agreed slots)", () =>
+      this.#agreed(),
+    );
+    for (const s of await this.topology()) {
+      if (s.role !== "replica" || this.#killed.has(s.node)) continue;
       await waitForLinkOf(s.node.server, timeoutMs).catch(async (err: unknown) => {
         // What the replica says of its link, for the failure's message.
-        const info = await send(s.node.port, ["INFO", "replication"]).catch((e: unknown) => e);
+        const info = await this.#send(s.node.port, ["INFO", "replication"]).catch((e) => e);
         throw new Error(
           `${String(err)}; its INFO replication: ${String(info).replaceAll("\r\n", " ")}`,
         );
@@ -201,95 +215,93 @@ function makeCluster(nodes: readonly ClusterNode[], startMs: number): RedisClust
     }
   }
 
-  async function roleOf(node: ClusterNode): Promise<NodeState["role"]> {
-    const info = String(await send(node.port, ["INFO", "replication"]));
+  async #roleOf(node: ClusterNode): Promise<NodeState["role"]> {
+    const info = String(await this.#send(node.port, ["INFO", "replication"]));
     return /role:master/.test(info) ? "primary" : "replica";
   }
 
-  async function primaries(): Promise<ClusterNode[]> {
-    return (await topology())
-      .filter((s) => s.role === "primary" && !killed.has(s.node) && s.slots.length > 0)
+  async primaries(): Promise<ClusterNode[]> {
+    return (await this.topology())
+      .filter((s) => s.role === "primary" && !this.#killed.has(s.node) && s.slots.length > 0)
       .map((s) => s.node);
   }
 
-  return {
-    url: `redis-cluster://${nodes.map((n) => `127.0.0.1:${n.port}`).join(",")}`,
-    nodes,
-    startMs,
-    topology,
-    primaries,
-    async replicasOf(primary) {
-      return (await topology())
-        .filter((s) => s.primaryId === primary.id && !killed.has(s.node))
+  async replicasOf(primary: ClusterNode): Promise<ClusterNode[]> {
+    return (await this.topology())
+      .filter((s) => s.primaryId === primary.id && !this.#killed.has(s.node))
+      .map((s) => s.node);
+  }
+
+  async keySlot(key: string): Promise<number> {
+    return Number(await this.#send(this.#live()[0]?.port ?? 0, ["CLUSTER", "KEYSLOT", key]));
+  }
+
+  async keysMatching(pattern: string): Promise<{ key: string; slot: number; node: ClusterNode }[]> {
+    const found: { key: string; slot: number; node: ClusterNode }[] = [];
+    for (const node of await this.primaries()) {
+      let cursor = "0";
+      do {
+        const scan = ["SCAN", cursor, "MATCH", pattern, "COUNT", "1000"];
+        const [next, keys] = (await this.#send(node.port, scan)) as [string, string[]];
+        cursor = next;
+        for (const key of keys) found.push({ key, node, slot: slotOfKey(key) });
+      } while (cursor !== "0");
+    }
+    return found;
+  }
+
+  async primaryOfSlot(slot: number): Promise<ClusterNode> {
+    const owner = (await this.topology()).find(
+      (s) => s.role === "primary" && s.slots.some(([a, b]) => slot >= a && slot <= b),
+    );
+    if (owner === undefined) throw new Error(`no primary serves slot ${slot}`);
+    return owner.node;
+  }
+
+  async failover(replica: ClusterNode): Promise<void> {
+    const states = await this.topology();
+    const oldPrimary = this.#byId(states.find((s) => s.node === replica)?.primaryId ?? "");
+    if (oldPrimary === undefined) throw new Error(`node ${replica.port} is not a replica`);
+    await this.#send(replica.port, ["CLUSTER", "FAILOVER"]);
+    await waitUntil(SETTLE_TIMEOUT_MS, `node ${replica.port} to take over`, async () => {
+      const flipped = (await this.#roleOf(replica)) === "primary";
+      return flipped && (await this.#roleOf(oldPrimary)) === "replica";
+    });
+    await this.waitUntilSettled();
+  }
+
+  async kill(node: ClusterNode): Promise<void> {
+    const states = await this.topology();
+    const wasPrimary = states.some((s) => s.node === node && s.role === "primary");
+    await node.server.kill();
+    this.#killed.add(node);
+    // Settled means: a live node has taken over every slot the killed one served.
+    if (wasPrimary) await this.waitUntilSettled();
+  }
+
+  async restart(node: ClusterNode): Promise<void> {
+    await node.server.restart();
+    this.#killed.delete(node);
+    await this.waitUntilSettled();
+  }
+
+  async migrateSlot(
+    slot: number,
+    from: ClusterNode,
+    to: ClusterNode,
+    options: MigrateOptions = {},
+  ): Promise<number> {
+    const livePrimaries = async () =>
+      (await this.topology())
+        .filter((s) => s.role === "primary" && !this.#killed.has(s.node))
         .map((s) => s.node);
-    },
-    async keySlot(key) {
-      return Number(await send(live()[0]?.port ?? 0, ["CLUSTER", "KEYSLOT", key]));
-    },
-    async keysMatching(pattern) {
-      const found: { key: string; slot: number; node: ClusterNode }[] = [];
-      for (const node of await primaries()) {
-        let cursor = "0";
-        do {
-          const [next, keys] = (await send(node.port, [
-            "SCAN",
-            cursor,
-            "MATCH",
-            pattern,
-            "COUNT",
-            "1000",
-          ])) as [string, string[]];
-          cursor = next;
-          for (const key of keys) {
-            found.push({ key, node, slot: slotOfKey(key) });
-          }
-        } while (cursor !== "0");
-      }
-      return found;
-    },
-    async primaryOfSlot(slot) {
-      const owner = (await topology()).find(
-        (s) => s.role === "primary" && s.slots.some(([a, b]) => slot >= a && slot <= b),
-      );
-      if (owner === undefined) throw new Error(`no primary serves slot ${slot}`);
-      return owner.node;
-    },
-    async failover(replica) {
-      const states = await topology();
-      const oldPrimary = byId(states.find((s) => s.node === replica)?.primaryId ?? "");
-      if (oldPrimary === undefined) throw new Error(`node ${replica.port} is not a replica`);
-      await send(replica.port, ["CLUSTER", "FAILOVER"]);
-      await waitUntil(SETTLE_TIMEOUT_MS, `node ${replica.port} to take over`, async () => {
-        return (await roleOf(replica)) === "primary" && (await roleOf(oldPrimary)) === "replica";
-      });
-      await waitUntilSettled();
-    },
-    async kill(node) {
-      const wasPrimary = (await topology()).some((s) => s.node === node && s.role === "primary");
-      await node.server.kill();
-      killed.add(node);
-      if (!wasPrimary) return;
-      // Settled means: a live node has taken over every slot the killed one served.
-      await waitUntilSettled();
-    },
-    async restart(node) {
-      await node.server.restart();
-      killed.delete(node);
-      await waitUntilSettled();
-    },
-    async migrateSlot(slot, from, to, options = {}) {
-      return migrate(send, nodes, slot, from, to, options, async () =>
-        (await topology())
-          .filter((s) => s.role === "primary" && !killed.has(s.node))
-          .map((s) => s.node),
-      );
-    },
-    waitUntilSettled,
-    async stop() {
-      closeAll();
-      await Promise.all(nodes.map((n) => n.server.stop()));
-    },
-  };
+    return migrate(this.#send, this.nodes, slot, from, to, options, livePrimaries);
+  }
+
+  async stop(): Promise<void> {
+    this.#connections.closeAll();
+    await Promise.all(this.nodes.map((n) => n.server.stop()));
+  }
 }
 
 /** Moves one slot, as redis-cli's reshard does it; returns how many keys moved. */
