@@ -121,6 +121,31 @@ describe("acknowledged means replicated (minReplicas)", () => {
     expect(await contents(promoted)).toEqual(["before", "while frozen", "also while frozen"]);
   });
 
+  it("shows a Watch no event, and no head token, that the replica has not confirmed", async () => {
+    const store = await open(primary, { keyPrefix: prefix(), minReplicas: 1, replicaWaitMs: 300 });
+    await store.append(add("r1", "before"));
+    const start = await store.headCursor(NAMESPACE);
+    freezeReplica();
+    // Logged on the primary, not replicated: a failover now would take it back.
+    await store.append(add("r2", "while frozen")).catch(() => undefined);
+    const readWhileFrozen = await store.readEvents(NAMESPACE, start, 10).then(
+      (events) => `read ${events.length}`,
+      (e: unknown) => (e instanceof MemoryError ? e.code : String(e)),
+    );
+    expect(readWhileFrozen).toBe("unavailable");
+    const headWhileFrozen = await store.headCursor(NAMESPACE).then(
+      () => "a token",
+      (e: unknown) => (e instanceof MemoryError ? e.message : String(e)),
+    );
+    expect(headWhileFrozen).toMatch(
+      /did not confirm the events read.*retry from the same resume token/,
+    );
+    thawReplica();
+    const events = await store.readEvents(NAMESPACE, start, 10);
+    expect(events.map((e) => e.type)).toEqual(["messages_added"]);
+    expect(await store.readEvents(NAMESPACE, await store.headCursor(NAMESPACE), 10)).toEqual([]);
+  });
+
   it("holds an import, a Rewind and a Clear to the same rule", async () => {
     const store = await open(primary, {
       keyPrefix: prefix(),

@@ -50,3 +50,29 @@ export function refuseLate(deadline: number | undefined, what: string): void {
     );
   }
 }
+
+/**
+ * With options.minReplicas: resolves once enough replicas hold everything
+ * the namespace's primary held when this is called (one INCR of the fence
+ * and a WAIT on the write session, coalesced with the writes' WAITs), so a
+ * Watch never sees an event, or gets a token past one, that a failover to
+ * a replica could take back. Without it, at once. A reader calls it after
+ * its read's reply came: the events read are then before the fence.
+ */
+export async function confirmRead(
+  ctx: RedisContext,
+  k: Pick<NamespaceKeys, "base" | "replicationFence">,
+): Promise<void> {
+  if (ctx.replicas === undefined) return;
+  try {
+    const session = await beginWrite(ctx, k);
+    await session.confirm();
+  } catch (err) {
+    if (!(err instanceof MemoryError) || err.code !== "unavailable") throw err;
+    throw new MemoryError(
+      "unavailable",
+      "the Redis replicas required (--redis-min-replicas) did not confirm the events read, which a failover could take back; retry from the same resume token",
+      { cause: err },
+    );
+  }
+}

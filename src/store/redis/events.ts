@@ -1,7 +1,7 @@
 import { MemoryError } from "../../core/errors.js";
 import type { MemoryEvent } from "../../core/types.js";
 import { asArray, asString, decodeEvent, streamPosition } from "./codec.js";
-import type { RedisContext } from "./context.js";
+import { confirmRead, type RedisContext } from "./context.js";
 import { historyLost } from "./incarnation.js";
 import { HEAD, READ_EVENTS } from "./lua/events.js";
 
@@ -52,9 +52,11 @@ export async function readEvents(
       { field: "resume_token" },
     );
   }
-  return asArray(entries)
+  const events = asArray(entries)
     .map((e) => decodeEvent(e, namespace, ctx.incarnation.tokens))
     .slice(0, Math.max(0, limit));
+  if (events.length > 0) await confirmRead(ctx, k);
+  return events;
 }
 
 /** The namespace's head stream id and the incarnation it belongs to, adopting a changed one. */
@@ -76,5 +78,7 @@ const HEAD_ATTEMPTS = 5;
 
 export async function headCursor(ctx: RedisContext, namespace: string): Promise<string> {
   const at = await head(ctx, namespace);
+  // A token at an event a failover could take back would be ahead of the new primary's head.
+  await confirmRead(ctx, ctx.keys.namespace(namespace));
   return ctx.incarnation.tokens.issue(namespace, streamPosition(at));
 }
