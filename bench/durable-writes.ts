@@ -43,6 +43,7 @@ const STORE_NAMES: Record<StoreKind, string> = {
   sqlite: "SQLite",
   redis: "Redis",
   postgres: "Postgres",
+  "redis-cluster": "Redis Cluster",
 };
 
 interface Measured {

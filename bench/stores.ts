@@ -3,12 +3,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 // The tests' own PostgreSQL launcher (tsc compiles that file into dist as well).
 import { type PostgresServer, startPostgresServer } from "../test/support/postgres-server.js";
+import { type RedisCluster, startRedisCluster } from "../test/support/redis-cluster.js";
 import { processCpuMicros } from "./cpu-time.js";
 import { proportionalBytes } from "./process-memory.js";
 import { type BenchRedis, startBenchRedis } from "./redis-server.js";
 
-/** The stores the real server is measured on, one server process each. */
-export type StoreKind = "memory" | "sqlite" | "redis" | "postgres";
+/**
+ * The stores the real server is measured on, one server process each.
+ * "redis-cluster" (the tests' six-node cluster: 3 primaries, 3 replicas)
+ * is measured only where a scenario lists it.
+ */
+export type StoreKind = "memory" | "sqlite" | "redis" | "postgres" | "redis-cluster";
 
 export const ALL_STORES: readonly StoreKind[] = ["memory", "sqlite", "redis", "postgres"];
 
@@ -62,6 +67,8 @@ export interface StoreBackends {
   readonly redis: BenchRedis | undefined;
   /** The bench's PostgreSQL, when postgres is among the stores. */
   readonly postgres: BenchPostgres | undefined;
+  /** The six-node Redis Cluster, when redis-cluster is among the stores. */
+  readonly cluster: RedisCluster | undefined;
   /** Stops redis-server and removes the temporary directory. Idempotent. */
   close(): Promise<void>;
 }
@@ -82,11 +89,14 @@ export async function openStoreBackends(
   process.on("exit", removeDir);
   let redis: BenchRedis | undefined;
   let postgres: BenchPostgres | undefined;
+  let cluster: RedisCluster | undefined;
   try {
     if (kinds.includes("redis")) redis = await startBenchRedis(redisServer, join(dir, "redis"));
     if (kinds.includes("postgres")) postgres = await startBenchPostgres();
+    if (kinds.includes("redis-cluster")) cluster = await startRedisCluster();
   } catch (err) {
     await redis?.stop();
+    await postgres?.server.stop();
     removeDir();
     process.off("exit", removeDir);
     throw err;
@@ -95,6 +105,7 @@ export async function openStoreBackends(
   return {
     redis,
     postgres,
+    cluster,
     storeFlag(kind) {
       switch (kind) {
         case "memory":
@@ -107,6 +118,10 @@ export async function openStoreBackends(
         case "postgres":
           if (postgres === undefined) throw new Error("bench: postgres is not among the stores");
           return postgres.url;
+        case "redis-cluster":
+          if (cluster === undefined)
+            throw new Error("bench: redis-cluster is not among the stores");
+          return cluster.url;
       }
     },
     async close() {
@@ -114,6 +129,7 @@ export async function openStoreBackends(
       closed = true;
       await redis?.stop();
       await postgres?.server.stop();
+      await cluster?.stop();
       removeDir();
       process.off("exit", removeDir);
     },

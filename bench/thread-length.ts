@@ -20,7 +20,7 @@ import { openStoreBackends, type StoreKind } from "./stores.js";
 
 /**
  * Thread length: does a call cost more on a long thread? Per store
- * (memory, SQLite, Redis, Postgres; `--stores` picks some), one
+ * (memory, SQLite, Redis, Postgres, Redis Cluster; `--stores` picks some), one
  * server holds a thread of 100,000 messages and one of 100 (same strategy:
  * window 20, max_stored 100,000), and Get (the window) and Add (one message)
  * are timed on each, long and short taking turns round by round. Reported:
@@ -39,7 +39,13 @@ const GOAL = 1.2;
 const LONG_THREAD = "bench-thread-long";
 const SHORT_THREAD = "bench-thread-short";
 const ADD_VARIANTS = 64;
-const THREAD_LENGTH_STORES: readonly StoreKind[] = ["memory", "sqlite", "redis", "postgres"];
+const THREAD_LENGTH_STORES: readonly StoreKind[] = [
+  "memory",
+  "sqlite",
+  "redis",
+  "postgres",
+  "redis-cluster",
+];
 
 type Call = "Get" | "Add";
 type Which = "long" | "short";

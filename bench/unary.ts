@@ -393,6 +393,8 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
     postgres:
       "postgres://…/<new database> (a PostgreSQL started by the bench: fsync on, synchronous_commit on, " +
       "shared_buffers 32MB; server default --postgres-pool-size 10)",
+    "redis-cluster":
+      "redis-cluster://… (the tests' six-node cluster started by the bench: 3 primaries, 3 replicas, no persistence)",
   };
   const design =
     "child processes: each server runs alone in its own node process (real: bin/windlass-memory.js serve " +
