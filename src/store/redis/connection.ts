@@ -57,7 +57,7 @@ const MAX_QUEUED_COMMANDS = 10_000;
  * builds a DOMException: measurable server CPU on every call. It would
  * also cut a 5000 ms XREAD BLOCK short.
  */
-const COMMAND_OPTIONS = { timeout: 0 } as const;
+export const COMMAND_OPTIONS = { timeout: 0 } as const;
 
 function reconnectDelay(retries: number): number {
   return Math.min(2000, 50 * 2 ** Math.min(retries, 10)) + Math.floor(Math.random() * 100);
