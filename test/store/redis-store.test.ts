@@ -146,6 +146,39 @@ describe("redis store", () => {
     }
   });
 
+  it("runs a script by its text, with the same keys and arguments, once Redis has lost its scripts", async () => {
+    const store = await track(open());
+    await store.append(cmd({ messages: [user("before")], requestId: "r-before" }));
+    const admin = await inspector();
+    const monitor = await inspector();
+    const lines: string[] = [];
+    await monitor.monitor((line) => lines.push(String(line)));
+    try {
+      await admin.sendCommand(["SCRIPT", "FLUSH"]);
+      const added = await store.append(cmd({ messages: [user("after")], requestId: "r-after" }));
+      expect([added.firstSeq, added.lastSeq, added.replayed]).toEqual([2, 2, false]);
+      const read = await store.read("ns", "t");
+      expect(read?.messages.map((m) => m.content)).toEqual(["before", "after"]);
+      const end = `end-${randomUUID()}`;
+      await admin.sendCommand(["ECHO", end]);
+      await waitFor(() => lines.some((l) => l.includes(end)));
+      // What follows the script (its SHA or its text): numkeys, keys, arguments.
+      const calls = lines
+        .filter((l) => !l.includes(" lua]") && /\] "EVAL(SHA)?"/.test(l))
+        .map((l) => {
+          const args = [...l.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1]);
+          return { name: args[0], tail: args.slice(2).join(" ") };
+        });
+      // The Add and the read (two scripts): each refused by SHA, then sent with its text.
+      expect(calls.map((c) => c.name)).toEqual(["EVALSHA", "EVAL", "EVALSHA", "EVAL"]);
+      expect(calls[1]?.tail).toBe(calls[0]?.tail);
+      expect(calls[3]?.tail).toBe(calls[2]?.tail);
+    } finally {
+      await monitor.close();
+      await admin.close();
+    }
+  });
+
   it("delivers events logged through another connection (another replica) to subscribers", async () => {
     const prefix = `test-${randomUUID()}`;
     const a = await track(open({}, prefix));

@@ -1,6 +1,6 @@
 import { createClient, createCluster } from "redis";
 import { parseRedisClusterUrl } from "../../config.js";
-import type { RedisClients, RedisConnection } from "./connection.js";
+import { COMMAND_OPTIONS, type RedisClients, type RedisConnection } from "./connection.js";
 import { keySlot } from "./key-slot.js";
 
 /**
@@ -53,12 +53,15 @@ export function clusterClients(url: string): RedisClients {
     ...credentials,
     disableOfflineQueue: true,
     commandsQueueMaxLength: MAX_QUEUED_COMMANDS,
+    commandOptions: COMMAND_OPTIONS,
     socket: { connectTimeout: 1000, reconnectStrategy: reconnectDelay },
   };
   const open = (minimizeConnections: boolean): ClusterClient =>
     createCluster({
       rootNodes: parsed.nodes.map((n) => ({ socket: { host: n.host, port: n.port } })),
       defaults: nodeDefaults,
+      // node-redis's own per-command timeout off, as on one node (connection.ts COMMAND_OPTIONS).
+      commandOptions: COMMAND_OPTIONS,
       RESP: 2,
       minimizeConnections,
       maxCommandRedirections: MAX_REDIRECTIONS,
@@ -84,6 +87,7 @@ export function clusterClients(url: string): RedisClients {
         RESP: 2,
         disableOfflineQueue: true,
         commandsQueueMaxLength: MAX_QUEUED_COMMANDS,
+        commandOptions: COMMAND_OPTIONS,
         socket: {
           host: primary?.host ?? "primary-not-known-yet.invalid",
           port: primary?.port ?? 6379,

@@ -48,14 +48,17 @@ export class Commands {
     args: readonly string[],
     via: RedisConnection = this.main,
   ): Promise<unknown> {
-    const tail = [String(keys.length), ...keys, ...args];
+    const call = ["EVALSHA", script.sha, String(keys.length), ...keys, ...args];
     try {
-      return await this.send(via, ["EVALSHA", script.sha, ...tail], this.timeoutMs);
+      return await this.send(via, call, this.timeoutMs);
     } catch (err) {
       if (!isNoScript(err)) throw storeError(err, this.target);
     }
     try {
-      return await this.send(via, ["EVAL", script.source, ...tail], this.timeoutMs);
+      // The same call with the script's text in place of its SHA.
+      call[0] = "EVAL";
+      call[1] = script.source;
+      return await this.send(via, call, this.timeoutMs);
     } catch (err) {
       throw storeError(err, this.target);
     }
@@ -63,16 +66,25 @@ export class Commands {
 }
 
 export function withTimeout<T>(promise: Promise<T>, ms: number, target: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
+  // One promise and one timer per command, nothing more: this runs on every
+  // call (Promise.race and finally cost two more promises and a closure).
+  // The command may still settle after the timeout; nobody waits for it then.
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(
       () => reject(new CommandTimeout(`redis at ${target} did not answer within ${ms} ms`)),
       ms,
     );
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
   });
-  // The command may still settle after the timeout; nobody waits for it then.
-  promise.catch(() => {});
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 /** Connects, or gives up after `waitMs` (start-up should not hang on a Redis that is not there). */

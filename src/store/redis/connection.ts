@@ -49,6 +49,16 @@ const SENTINEL_SCHEME = "redis+sentinel://";
  */
 const MAX_QUEUED_COMMANDS = 10_000;
 
+/**
+ * node-redis's own per-command timeout (5000 ms unless told otherwise) is
+ * off: every command is already bounded by Commands' timeout (and a blocking
+ * XREAD by its block time plus that). Its timeout is an AbortSignal.timeout
+ * per command whose timer is never cancelled, so each one fires later and
+ * builds a DOMException: measurable server CPU on every call. It would
+ * also cut a 5000 ms XREAD BLOCK short.
+ */
+export const COMMAND_OPTIONS = { timeout: 0 } as const;
+
 function reconnectDelay(retries: number): number {
   return Math.min(2000, 50 * 2 ** Math.min(retries, 10)) + Math.floor(Math.random() * 100);
 }
@@ -78,6 +88,7 @@ function singleNodeClients(url: string): RedisClients {
     disableOfflineQueue: true,
     commandsQueueMaxLength: MAX_QUEUED_COMMANDS,
     maintNotifications: "disabled",
+    commandOptions: COMMAND_OPTIONS,
     socket: { connectTimeout: 1000, reconnectStrategy: reconnectDelay },
   } as const;
   const main = createClient(options);
@@ -106,6 +117,7 @@ function sentinelClients(url: string): RedisClients {
     disableOfflineQueue: true,
     commandsQueueMaxLength: MAX_QUEUED_COMMANDS,
     maintNotifications: "disabled",
+    commandOptions: COMMAND_OPTIONS,
     ...(parsed.username === undefined ? {} : { username: parsed.username }),
     ...(parsed.password === undefined ? {} : { password: parsed.password }),
     socket: { connectTimeout: 1000, reconnectStrategy: reconnectDelay },
@@ -115,6 +127,7 @@ function sentinelClients(url: string): RedisClients {
       name: parsed.masterName,
       sentinelRootNodes: parsed.sentinels,
       RESP: 2,
+      commandOptions: COMMAND_OPTIONS,
       nodeClientOptions: nodeOptions,
       sentinelClientOptions: { socket: { connectTimeout: 1000 } },
       // Errors of the inner clients reach the store's "error" listener (start-up reports the last).
