@@ -20,7 +20,7 @@ import type { ScenarioOutcome } from "./results.js";
 import { MemoryClient } from "./rpc.js";
 import type { ScenarioContext } from "./run.js";
 import { text } from "./scenarios.js";
-import { startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
+import { serveArgs, startServerProcess } from "./server-process.js";
 import { type BenchPostgres, openStoreBackends, type StoreKind } from "./stores.js";
 
 /**
@@ -95,21 +95,13 @@ async function measureStore(
     label: `windlass (${store} store)`,
     nodeArgs: ["--inspect=127.0.0.1:0"],
     script: `${ctx.root}bin/windlass-memory.js`,
-    args: [
-      "serve",
-      ...UNLIMITED_SERVE_FLAGS,
-      "--port",
-      "0",
-      "--http-port",
-      "0",
-      "--store",
-      storeFlag,
+    args: serveArgs(storeFlag, [
       ...(store === "sqlite"
         ? ["--sqlite-cache-mb", String(ctx.options.size("sqlite-cache-mb"))]
         : []),
       "--log-level",
       "warn",
-    ],
+    ]),
     startTimeoutMs: START_TIMEOUT_MS,
   });
   const url = inspectorUrl(server.stderrText());

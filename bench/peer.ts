@@ -18,7 +18,7 @@ import type { ScenarioOutcome } from "./results.js";
 import { MemoryClient, wallMs } from "./rpc.js";
 import type { ScenarioContext } from "./run.js";
 import { text } from "./scenarios.js";
-import { settlesWithin, startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
+import { serveArgs, settlesWithin, startServerProcess } from "./server-process.js";
 
 /**
  * The peer: agent-memory-server 0.15.2 (Redis's "Agent Memory Server", a
@@ -281,18 +281,7 @@ async function run(ctx: ScenarioContext): Promise<ScenarioOutcome> {
     windlass = await startServerProcess({
       label: "windlass (redis store)",
       script: `${ctx.root}bin/windlass-memory.js`,
-      args: [
-        "serve",
-        ...UNLIMITED_SERVE_FLAGS,
-        "--port",
-        "0",
-        "--http-port",
-        "0",
-        "--store",
-        redis.url,
-        "--log-level",
-        "warn",
-      ],
+      args: serveArgs(redis.url, ["--log-level", "warn"]),
       startTimeoutMs: START_TIMEOUT_MS,
     });
     peer = await startPeer(paths, redis.url);

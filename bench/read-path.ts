@@ -13,7 +13,7 @@ import type { ScenarioOutcome } from "./results.js";
 import { MemoryClient, wallMs } from "./rpc.js";
 import type { ScenarioContext } from "./run.js";
 import { text } from "./scenarios.js";
-import { startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
+import { serveArgs, startServerProcess } from "./server-process.js";
 
 /**
  * Summaries off the read path: an agent loop over many threads (each turn:
@@ -58,15 +58,7 @@ async function agentLoop(
   const server = await startServerProcess({
     label: `windlass (model ${modelDelayMs} ms)`,
     script: `${ctx.root}bin/windlass-memory.js`,
-    args: [
-      "serve",
-      ...UNLIMITED_SERVE_FLAGS,
-      "--port",
-      "0",
-      "--http-port",
-      "0",
-      "--store",
-      "memory",
+    args: serveArgs("memory", [
       "--summarizer",
       "openai",
       "--openai-base-url",
@@ -75,7 +67,7 @@ async function agentLoop(
       "bench-scripted",
       "--log-level",
       "warn",
-    ],
+    ]),
     startTimeoutMs: START_TIMEOUT_MS,
   });
   const client = new MemoryClient(`127.0.0.1:${server.grpcPort}`, CALL_TIMEOUT_MS);

@@ -15,7 +15,7 @@ import type { ScenarioOutcome } from "./results.js";
 import { MemoryClient } from "./rpc.js";
 import type { ScenarioContext } from "./run.js";
 import { ADD_PATH, GET_PATH, text } from "./scenarios.js";
-import { startServerProcess, UNLIMITED_SERVE_FLAGS } from "./server-process.js";
+import { serveArgs, startServerProcess } from "./server-process.js";
 import { openStoreBackends, type StoreKind } from "./stores.js";
 
 /**
@@ -135,18 +135,7 @@ async function measureStore(
   const server = await startServerProcess({
     label: `windlass (${store} store)`,
     script: `${ctx.root}bin/windlass-memory.js`,
-    args: [
-      "serve",
-      ...UNLIMITED_SERVE_FLAGS,
-      "--port",
-      "0",
-      "--http-port",
-      "0",
-      "--store",
-      storeFlag,
-      "--log-level",
-      "warn",
-    ],
+    args: serveArgs(storeFlag, ["--log-level", "warn"]),
     startTimeoutMs: START_TIMEOUT_MS,
   });
   const address = `127.0.0.1:${server.grpcPort}`;
