@@ -111,7 +111,12 @@ import {
 import { SETTINGS, type Setting, type SettingKey } from "./config/settings.js";
 
 export { ConfigError } from "./config/config-error.js";
-export { parseRedisClusterUrl, parseRedisSentinelUrl } from "./config/parsers.js";
+export {
+  CLUSTER_SCHEME,
+  parseRedisClusterUrl,
+  parseRedisSentinelUrl,
+  SENTINEL_SCHEME,
+} from "./config/parsers.js";
 export { SETTINGS };
 
 /** Reads settings by key: flag, else environment, else default; each checked as it is read. */

@@ -103,8 +103,9 @@ export function parseStore(
   );
 }
 
-const SENTINEL_SCHEME = "redis+sentinel://";
-const CLUSTER_SCHEME = "redis-cluster://";
+/** The URL schemes of the Redis store's Sentinel and Cluster clients (the store tells them apart by these). */
+export const SENTINEL_SCHEME = "redis+sentinel://";
+export const CLUSTER_SCHEME = "redis-cluster://";
 
 /** The URL with its userinfo (it may hold a password) replaced, for error messages. */
 function redact(url: string): string {

@@ -11,8 +11,6 @@ import { keySlot } from "./key-slot.js";
  * hash tag (keys.ts), so no command crosses slots.
  */
 
-export const CLUSTER_SCHEME = "redis-cluster://";
-
 /** Commands one node connection holds waiting for replies (as connection.ts, per node). */
 const MAX_QUEUED_COMMANDS = 10_000;
 /** How soon after a node's first reconnect attempt the client reloads the slot map (node-redis: 5000). */

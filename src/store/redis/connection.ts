@@ -1,5 +1,5 @@
 import { createClient, createSentinel } from "redis";
-import { parseRedisSentinelUrl } from "../../config.js";
+import { parseRedisSentinelUrl, SENTINEL_SCHEME } from "../../config.js";
 
 /**
  * The structural part of a node-redis client (or sentinel client) the Redis
@@ -39,8 +39,6 @@ export interface RedisClients {
   /** Sends `args` to every primary (SCRIPT LOAD). */
   eachPrimary(args: readonly string[]): Promise<void>;
 }
-
-const SENTINEL_SCHEME = "redis+sentinel://";
 
 /**
  * Commands one connection holds waiting for replies. A Redis that hangs

@@ -1,3 +1,4 @@
+import { CLUSTER_SCHEME } from "../../config.js";
 import type { Labels, MemoryEvent, ThreadState } from "../../core/types.js";
 import type {
   AppendCommand,
@@ -15,7 +16,7 @@ import type {
 } from "../store.js";
 import { DEFAULT_STORE_LIMITS } from "../store.js";
 import { clearAll, clearThread, sweepExpired } from "./clears.js";
-import { CLUSTER_SCHEME, clusterClients } from "./cluster.js";
+import { clusterClients } from "./cluster.js";
 import { DECODED_MESSAGES_KEPT, DecodedMessages } from "./codec.js";
 import { Commands, connectWithin, sleep, withTimeout } from "./commands.js";
 import { type RedisClients, type RedisConnection, redisClients } from "./connection.js";
