@@ -5,6 +5,8 @@ import type {
   AppendResult,
   CommitSummaryCommand,
   FoldFailureCommand,
+  ForkCommand,
+  ForkResult,
   ImportThreadCommand,
   ReadView,
   RewindCommand,
@@ -23,6 +25,7 @@ import { type RedisClients, type RedisConnection, redisClients } from "./connect
 import type { RedisContext } from "./context.js";
 import { storeError } from "./errors.js";
 import { headCursor, readEvents } from "./events.js";
+import { fork } from "./forks.js";
 import { currentIncarnation, DEFAULT_INCARNATION_CHECK_MS, Incarnation } from "./incarnation.js";
 import { DEFAULT_KEY_PREFIX, type KeyLayout, keyLayout } from "./keys.js";
 import { acquireFoldLease, commitSummary, recordFoldFailure, releaseFoldLease } from "./leases.js";
@@ -208,6 +211,10 @@ class RedisStore implements Store {
     return rewind(this.#ctx, cmd);
   }
 
+  fork(cmd: ForkCommand): Promise<ForkResult> {
+    return fork(this.#ctx, cmd);
+  }
+
   read(namespace: string, threadId: string, view?: ReadView): Promise<ThreadSnapshot | undefined> {
     return readThread(this.#ctx, namespace, threadId, view);
   }
@@ -220,8 +227,14 @@ class RedisStore implements Store {
     return clearThread(this.#ctx, namespace, threadId, now);
   }
 
-  listThreads(namespace: string, after: string, limit: number, labels?: Labels): Promise<string[]> {
-    return listThreads(this.#ctx, namespace, after, limit, labels);
+  listThreads(
+    namespace: string,
+    after: string,
+    limit: number,
+    labels?: Labels,
+    forksOf?: string,
+  ): Promise<string[]> {
+    return listThreads(this.#ctx, namespace, after, limit, labels, forksOf);
   }
 
   commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {

@@ -181,6 +181,7 @@ export async function importThread(ctx: RedisContext, cmd: ImportThreadCommand):
       cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
       ttl === undefined ? "" : String(ttl.ttlMs),
       ttl === undefined ? "" : String(ttl.expireTime),
+      cmd.parent === undefined ? "" : JSON.stringify(cmd.parent),
       ...entries,
     ],
     write.link,

@@ -1,0 +1,140 @@
+import { randomUUID } from "node:crypto";
+import { createClient } from "redis";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { createRedisStore } from "../../src/store/redis/index.js";
+import type { ForkCommand, Store } from "../../src/store/store.js";
+import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { appendCommands, user, window20 } from "./fixtures.js";
+
+/**
+ * What only the Redis store's Fork has to show: one script per Fork, a
+ * Fork of a long parent that reads none of its messages, the segments'
+ * reference counts and the usage, and Adds/Rewinds/Clears on threads
+ * holding frozen segments.
+ */
+let redis: RedisServer;
+beforeAll(async () => {
+  redis = await startRedisServer();
+});
+afterAll(async () => {
+  await redis?.stop();
+});
+
+const add = appendCommands({ ...window20, maxStored: 200_000 });
+const forkCmd = (over: Partial<ForkCommand> = {}): ForkCommand => ({
+  namespace: "ns",
+  threadId: "t",
+  newThreadId: "f",
+  atSeq: undefined,
+  expectedLastSeq: undefined,
+  strategy: undefined,
+  labels: undefined,
+  ttlMs: undefined,
+  requestId: "",
+  requestHash: "",
+  now: 5000,
+  ...over,
+});
+const many = (n: number, from = 0) => Array.from({ length: n }, (_, i) => user(`m${from + i}`));
+
+describe("redis store: fork", () => {
+  const stores: Store[] = [];
+  const clients: { quit(): Promise<unknown> }[] = [];
+  const open = async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await createRedisStore(redis.url, {}, { keyPrefix: prefix });
+    stores.push(store);
+    return { store, prefix };
+  };
+  const client = async () => {
+    const c = createClient({ url: redis.url, RESP: 2 });
+    await c.connect();
+    clients.push(c);
+    return c;
+  };
+  afterEach(async () => {
+    await Promise.all(stores.splice(0).map((s) => s.close()));
+    await Promise.all(clients.splice(0).map((c) => c.quit()));
+  });
+
+  it("copies a short head and shares a long one, reading both back whole", async () => {
+    const { store } = await open();
+    await store.append(add({ messages: many(10) }));
+    const small = await store.fork(forkCmd({ newThreadId: "small", atSeq: 5 }));
+    expect(small.sharedCount).toBe(5);
+    expect(small.thread.parent?.threadId).toBe("t");
+    const s = await store.read("ns", "small");
+    expect(s?.messages.map((m) => m.seq)).toEqual([1, 2, 3, 4, 5]);
+
+    await store.append(add({ messages: many(200, 10) }));
+    const big = await store.fork(forkCmd({ newThreadId: "big", atSeq: 150 }));
+    expect(big.sharedCount).toBe(150);
+    const b = await store.read("ns", "big");
+    expect(b?.messages.map((m) => m.seq)).toEqual(Array.from({ length: 150 }, (_, i) => i + 1));
+    // The parent reads the same after its head froze, and its next Add opens a fresh head.
+    await store.append(add({ messages: [user("next")] }));
+    const p = await store.read("ns", "t");
+    expect(p?.messages.map((m) => m.seq)).toEqual(Array.from({ length: 211 }, (_, i) => i + 1));
+    await store.append(add({ threadId: "big", messages: [user("own")] }));
+    const b2 = await store.read("ns", "big");
+    expect(b2?.messages.at(-1)).toMatchObject({ seq: 151, content: "own" });
+    expect(b2?.messages.at(-2)).toMatchObject({ seq: 150, content: "m149" });
+    const win = await store.read("ns", "big", { limit: 5 });
+    expect(win?.complete).toBe(false);
+    expect(win?.messages.at(-1)?.seq).toBe(151);
+    expect(await store.listThreads("ns", "", 10, undefined, "t")).toEqual(["big", "small"]);
+  });
+
+  it("forks a 100,000-message parent in one EVALSHA that reads none of its messages", async () => {
+    const { store } = await open();
+    for (let i = 0; i < 10; i++) await store.append(add({ messages: many(10_000, i * 10_000) }));
+    const c = await client();
+    await c.sendCommand(["CONFIG", "RESETSTAT"]);
+    const r = await store.fork(forkCmd({ newThreadId: "f" }));
+    expect(r.sharedCount).toBe(100_000);
+    const info = await c.sendCommand(["INFO", "commandstats"]);
+    const calls = (cmd: string) =>
+      Number(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(String(info))?.[1] ?? 0);
+    expect(calls("evalsha")).toBe(1);
+    expect(calls("lrange")).toBe(0);
+    const read = await store.read("ns", "f", { limit: 3 });
+    expect(read?.messages.at(-1)?.seq).toBe(100_000);
+  });
+
+  it("keeps a frozen segment while any holder references it, then deletes it and its usage", async () => {
+    const { store, prefix } = await open();
+    await store.append(add({ messages: many(300) }));
+    await store.fork(forkCmd({ newThreadId: "f", atSeq: 200 }));
+    const c = await client();
+    const segs = async () => (await c.keys(`${prefix}:*:s:*`)).length;
+    expect(await segs()).toBe(1);
+    expect(await store.clear("ns", "t", 6000)).toBe(true);
+    expect(await segs()).toBe(1);
+    const f = await store.read("ns", "f");
+    expect(f?.messages).toHaveLength(200);
+    expect(await store.clear("ns", "f", 6000)).toBe(true);
+    expect(await segs()).toBe(0);
+    const usage = await c.hGetAll(`${prefix}:{ns-bnM}:usage`);
+    expect(Number(usage.messages)).toBe(0);
+    expect(Number(usage.bytes)).toBe(0);
+    expect(Number(usage.threads)).toBe(0);
+  });
+
+  it("replays a Fork by request_id with the fork's current state", async () => {
+    const { store } = await open();
+    await store.append(add({ messages: many(3) }));
+    const cmd = forkCmd({ requestId: "r1", requestHash: "h1" });
+    const first = await store.fork(cmd);
+    expect(first.replayed).toBe(false);
+    await store.append(add({ threadId: "f", messages: [user("x")] }));
+    const again = await store.fork(cmd);
+    expect(again).toMatchObject({ replayed: true, sharedCount: 3 });
+    expect(again.thread.lastSeq).toBe(4);
+    await expect(store.fork({ ...cmd, requestHash: "h2" })).rejects.toMatchObject({
+      code: "invalid_argument",
+    });
+    await expect(store.fork(forkCmd({ newThreadId: "f" }))).rejects.toMatchObject({
+      code: "already_exists",
+    });
+  });
+});
