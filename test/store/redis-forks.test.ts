@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createRedisStore } from "../../src/store/redis/index.js";
 import type { ForkCommand, Store } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
-import { appendCommands, user, window20 } from "./fixtures.js";
+import { appendCommands, summary, user, window20 } from "./fixtures.js";
 
 /**
  * What only the Redis store's Fork has to show: one script per Fork, a
@@ -35,6 +35,8 @@ const forkCmd = (over: Partial<ForkCommand> = {}): ForkCommand => ({
   now: 5000,
   ...over,
 });
+const seqs = (from: number, to: number) =>
+  Array.from({ length: to - from + 1 }, (_, i) => from + i);
 const many = (n: number, from = 0) => Array.from({ length: n }, (_, i) => user(`m${from + i}`));
 
 describe("redis store: fork", () => {
@@ -135,6 +137,133 @@ describe("redis store: fork", () => {
     });
     await expect(store.fork(forkCmd({ newThreadId: "f" }))).rejects.toMatchObject({
       code: "already_exists",
+    });
+  });
+
+  it("trims an Add across a frozen segment, releasing it when the floor passes it", async () => {
+    const { store, prefix } = await open();
+    const c = await client();
+    const segs = async () => (await c.keys(`${prefix}:*:s:*`)).length;
+    const usage = async () => c.hGetAll(`${prefix}:{ns-bnM}:usage`);
+    await store.append(add({ messages: many(300) }));
+    await store.fork(forkCmd({ newThreadId: "f" }));
+    const small = { ...window20, maxStored: 100 };
+    await store.append(
+      add({ threadId: "f", messages: [user("x")], strategy: small, replaceStrategy: true }),
+    );
+    const f = await store.read("ns", "f");
+    expect(f?.messages.map((m) => m.seq)).toEqual(seqs(202, 301));
+    expect(f?.messages[0]?.content).toBe("m201");
+    // The parent keeps all its messages; the segment stays (two holders).
+    expect((await store.read("ns", "t"))?.messages).toHaveLength(300);
+    await store.clear("ns", "t", 6000);
+    expect(await segs()).toBe(1);
+    expect(Number((await usage()).messages)).toBe(301);
+    await store.append(add({ threadId: "f", messages: many(150, 1000), strategy: small }));
+    expect(await segs()).toBe(0);
+    expect((await store.read("ns", "f"))?.messages.map((m) => m.seq)).toEqual(seqs(352, 451));
+    expect(Number((await usage()).messages)).toBe(100);
+  });
+
+  it("trims a fork to its own max_stored at the Fork, leaving the parent whole", async () => {
+    const { store } = await open();
+    await store.append(add({ messages: many(300) }));
+    const r = await store.fork(
+      forkCmd({ newThreadId: "f", atSeq: 250, strategy: { ...window20, maxStored: 40 } }),
+    );
+    expect(r.sharedCount).toBe(40);
+    expect((await store.read("ns", "f"))?.messages.map((m) => m.seq)).toEqual(seqs(211, 250));
+    expect((await store.read("ns", "t"))?.messages).toHaveLength(300);
+  });
+
+  it("rewinds a fork into its frozen entry and the parent past its frozen head", async () => {
+    const { store } = await open();
+    await store.append(add({ messages: many(300) }));
+    await store.fork(forkCmd({ newThreadId: "f", atSeq: 200 }));
+    await store.append(add({ threadId: "f", messages: many(5, 500) }));
+    const rf = await store.rewind({
+      namespace: "ns",
+      threadId: "f",
+      toSeq: 150,
+      expectedLastSeq: undefined,
+      requestId: "",
+      requestHash: "",
+      now: 7000,
+    });
+    expect(rf.removedCount).toBe(55);
+    expect((await store.read("ns", "f"))?.messages.map((m) => m.seq)).toEqual(seqs(1, 150));
+    await store.append(add({ threadId: "f", messages: [user("after")] }));
+    expect((await store.read("ns", "f"))?.messages.at(-1)).toMatchObject({
+      seq: 151,
+      content: "after",
+    });
+    await store.rewind({
+      namespace: "ns",
+      threadId: "t",
+      toSeq: 250,
+      expectedLastSeq: undefined,
+      requestId: "",
+      requestHash: "",
+      now: 7000,
+    });
+    await store.append(add({ messages: [user("p")] }));
+    const p = await store.read("ns", "t");
+    expect(p?.messages.map((m) => m.seq)).toEqual(seqs(1, 251));
+    expect(p?.messages.at(-1)?.content).toBe("p");
+    expect((await store.read("ns", "f"))?.messages[149]?.content).toBe("m149");
+  });
+
+  it("forks a fork: entries over two frozen segments, read in order", async () => {
+    const { store } = await open();
+    await store.append(add({ messages: many(300) }));
+    await store.fork(forkCmd({ newThreadId: "f1", atSeq: 200 }));
+    await store.append(add({ threadId: "f1", messages: many(200, 1000) }));
+    await store.fork(forkCmd({ threadId: "f1", newThreadId: "f2", atSeq: 350 }));
+    const f2 = await store.read("ns", "f2");
+    expect(f2?.messages.map((m) => m.seq)).toEqual(seqs(1, 350));
+    expect(f2?.messages[199]?.content).toBe("m199");
+    expect(f2?.messages[200]?.content).toBe("m1000");
+    const win = await store.read("ns", "f2", { limit: 10 });
+    expect(win?.messages.at(0)?.seq).toBe(350 - 10 - 16 + 1);
+  });
+
+  it("trims a summary fork when a fold commits, across its frozen entry", async () => {
+    const { store } = await open();
+    const s = { ...summary, maxStored: 150 };
+    await store.append(add({ messages: many(140), strategy: s, defaultStrategy: s }));
+    await store.fork(forkCmd({ newThreadId: "f" }));
+    await store.append(add({ threadId: "f", messages: many(60, 500) }));
+    const f = await store.getThread("ns", "f");
+    const token = await store.acquireFoldLease("ns", "f", 10_000);
+    const done = await store.commitSummary({
+      namespace: "ns",
+      threadId: "f",
+      incarnation: f?.incarnation ?? "",
+      leaseToken: token ?? 0,
+      fromSeq: 0,
+      throughSeq: 180,
+      summary: "s",
+      foldedCount: 180,
+      now: 8000,
+    });
+    expect(done?.summarizedThroughSeq).toBe(180);
+    expect((await store.read("ns", "f"))?.messages.map((m) => m.seq)).toEqual(seqs(51, 200));
+  });
+
+  it("logs thread_forked on the new thread", async () => {
+    const { store } = await open();
+    await store.append(add({ messages: many(3) }));
+    const head = await store.headCursor("ns");
+    await store.fork(forkCmd({ atSeq: 2 }));
+    const events = await store.readEvents("ns", head, 10);
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({
+      type: "thread_forked",
+      threadId: "f",
+      parentThreadId: "t",
+      atSeq: 2,
+      sharedCount: 2,
+      summaryInherited: false,
     });
   });
 });
