@@ -142,18 +142,18 @@ local function lineage_trim_plan(base, head_key, entries, last_seq, head_len, ex
   local floor = lineage_floor(entries, last_seq, head_len)
   local length = last_seq - floor + 1 + #extra
   local low = head_low(entries, last_seq, head_len)
-  local function at(seq)
+  local function stored_or_extra(seq)
     if seq > last_seq then return extra[seq - last_seq] end
     return entry_of_seq(base, head_key, entries, last_seq, head_len, seq)
   end
-  local n = lineage_trim_count(kind, max_stored, through, floor, length, function(seq) return is_tool(at(seq)) end)
+  local n = lineage_trim_count(kind, max_stored, through, floor, length, function(seq) return is_tool(stored_or_extra(seq)) end)
   if n == 0 then return 0, entries, {}, 0, 0 end
   local new_floor = floor + n
   local kept, released = raise_floor(entries, new_floor)
   local head_drop, bytes = 0, 0
   if new_floor > low then
     head_drop = new_floor - low
-    for seq = low, new_floor - 1 do bytes = bytes + entry_bytes(at(seq)) end
+    for seq = low, new_floor - 1 do bytes = bytes + entry_bytes(stored_or_extra(seq)) end
   end
   return n, kept, released, head_drop, bytes
 end
