@@ -222,6 +222,10 @@ describe("redis store on a cluster", () => {
     const big = appendCommands({ ...window20, maxStored: 10_000 });
     const messages = Array.from({ length: 300 }, (_, i) => user(`m${i}`));
     await store.append({ ...big({ messages }), namespace: "tenant-f" });
+    const monitor = await primaryClientOf(k.base);
+    const marker = await primaryClientOf(k.base);
+    const lines: string[] = [];
+    await monitor.monitor((line) => lines.push(String(line)));
     const forked = await store.fork({
       namespace: "tenant-f",
       threadId: "t",
@@ -236,6 +240,19 @@ describe("redis store on a cluster", () => {
       now: Date.now(),
     });
     expect(forked.sharedCount).toBe(200);
+    // Acknowledged after a WAIT, like an Add; the one script after the parent's hash and head length.
+    const end = `end-${randomUUID()}`;
+    await marker.sendCommand(["ECHO", end]);
+    const until = Date.now() + 5000;
+    while (!lines.some((l) => l.includes(end)) && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await monitor.close();
+    await marker.close();
+    const sent = lines
+      .filter((l) => !l.includes(" lua]") && !l.includes(end))
+      .map((l) => /\] "(\w+)"/.exec(l)?.[1]);
+    expect(sent.filter((c) => c !== "INCR")).toEqual(["HGETALL", "LLEN", "EVALSHA", "WAIT"]);
     expect((await store.read("tenant-f", "f"))?.messages).toHaveLength(200);
     expect(await store.listThreads("tenant-f", "", 10, undefined, "t")).toEqual(["f"]);
     const c = await primaryClientOf(k.events);
