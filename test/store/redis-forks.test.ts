@@ -266,4 +266,92 @@ describe("redis store: fork", () => {
       summaryInherited: false,
     });
   });
+
+  it("removes an expired target first, refuses an expired parent, and counts the quotas", async () => {
+    const { store } = await open();
+    await store.append(add({ messages: many(3) }));
+    await store.append(add({ threadId: "old", messages: [user("x")], ttlMs: 10, now: 1000 }));
+    const r = await store.fork(forkCmd({ newThreadId: "old", now: 5000 }));
+    expect(r.thread.lastSeq).toBe(3);
+    await store.append(add({ threadId: "gone", messages: [user("x")], ttlMs: 10, now: 1000 }));
+    await expect(
+      store.fork(forkCmd({ threadId: "gone", newThreadId: "g", now: 5000 })),
+    ).rejects.toMatchObject({ code: "not_found" });
+    const limited = await createRedisStore(
+      redis.url,
+      { maxMessagesPerNamespace: 8 },
+      { keyPrefix: `test-${randomUUID()}` },
+    );
+    stores.push(limited);
+    await limited.append(add({ messages: many(5) }));
+    await expect(limited.fork(forkCmd({ newThreadId: "q" }))).rejects.toMatchObject({
+      code: "resource_exhausted",
+    });
+    expect(await limited.getThread("ns", "q")).toBeUndefined();
+  });
+
+  it("releases segments when forks expire or a namespace is cleared", async () => {
+    const { store, prefix } = await open();
+    const c = await client();
+    const segs = async () => (await c.keys(`${prefix}:*:s:*`)).length;
+    await store.append(add({ messages: many(300), now: 1000 }));
+    await store.fork(forkCmd({ newThreadId: "f", ttlMs: 100, now: 1000 }));
+    await store.clear("ns", "t", 1000);
+    expect(await segs()).toBe(1);
+    expect(await store.sweepExpired(Date.now() + 1_000_000, 100)).toBeGreaterThanOrEqual(1);
+    expect(await segs()).toBe(0);
+    await store.append(add({ threadId: "u", messages: many(300) }));
+    await store.fork(forkCmd({ threadId: "u", newThreadId: "v" }));
+    expect(await segs()).toBe(1);
+    expect(await store.clearAll("ns", 9000)).toBe(2);
+    expect(await segs()).toBe(0);
+    const usage = await c.hGetAll(`${prefix}:{ns-bnM}:usage`);
+    expect([usage.threads, usage.messages, usage.bytes].map(Number)).toEqual([0, 0, 0]);
+  });
+
+  it("lists a thread's forks until each is cleared, whatever became of the parent", async () => {
+    const { store } = await open();
+    await store.append(add({ messages: many(3) }));
+    await store.fork(forkCmd({ newThreadId: "f1" }));
+    await store.fork(forkCmd({ newThreadId: "f2", labels: { team: "a" } }));
+    await store.importThread({
+      namespace: "ns",
+      threadId: "f3",
+      strategy: window20,
+      lastSeq: 1,
+      summarizedThroughSeq: 0,
+      summary: "",
+      summaryTime: 0,
+      createTime: 1,
+      updateTime: 1,
+      messages: [{ ...user("i"), seq: 1, createTime: 1 }],
+      parent: { threadId: "t", atSeq: 1, forkTime: 1, parentCreateTime: 1 },
+      now: 1,
+    });
+    expect((await store.getThread("ns", "f3"))?.parent?.threadId).toBe("t");
+    expect(await store.listThreads("ns", "", 10, undefined, "t")).toEqual(["f1", "f2", "f3"]);
+    expect(await store.listThreads("ns", "", 10, { team: "a" }, "t")).toEqual(["f2"]);
+    await store.clear("ns", "t", 6000);
+    await store.clear("ns", "f1", 6000);
+    expect(await store.listThreads("ns", "", 10, undefined, "t")).toEqual(["f2", "f3"]);
+  });
+
+  it("keeps a Fork's request record through a Rewind of the fork to 0", async () => {
+    const { store } = await open();
+    await store.append(add({ messages: many(3) }));
+    const cmd = forkCmd({ requestId: "r", requestHash: "h" });
+    await store.fork(cmd);
+    await store.rewind({
+      namespace: "ns",
+      threadId: "f",
+      toSeq: 0,
+      expectedLastSeq: undefined,
+      requestId: "",
+      requestHash: "",
+      now: 6000,
+    });
+    const again = await store.fork(cmd);
+    expect(again).toMatchObject({ replayed: true, sharedCount: 3 });
+    expect(again.thread.lastSeq).toBe(0);
+  });
 });

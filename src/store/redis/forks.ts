@@ -26,6 +26,7 @@ import { unexpectedReply } from "./errors.js";
 import type { NamespaceKeys } from "./keys.js";
 import { EXPIRE_THREAD } from "./lua/clears.js";
 import { FORK } from "./lua/fork.js";
+import { noteTtlNamespace } from "./writes.js";
 
 /**
  * Store.fork: the core decides (core/fork.ts, core/lineage.ts) on the parent
@@ -56,6 +57,8 @@ export async function fork(ctx: RedisContext, cmd: ForkCommand): Promise<ForkRes
   const k = ctx.keys.namespace(cmd.namespace);
   const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
   refuseLate(cmd.deadline, "Fork");
+  // A fork given a ttl of its own; one inheriting its parent's is in a namespace noted already.
+  if ((cmd.ttlMs ?? 0) > 0) await noteTtlNamespace(ctx, cmd.namespace, write);
   for (let attempt = 0; attempt < FORK_ATTEMPTS; attempt++) {
     const parent = await readParent(ctx, k, cmd.threadId, write.link);
     let plan: PlannedFork | undefined;

@@ -62,7 +62,7 @@ export async function append(ctx: RedisContext, cmd: AppendCommand): Promise<App
  * (one WAIT confirms both); on a cluster the set has a slot of its own,
  * maybe on another primary, so it gets that primary's session and WAIT.
  */
-async function noteTtlNamespace(
+export async function noteTtlNamespace(
   ctx: RedisContext,
   namespace: string,
   write: AcknowledgedWrite,
