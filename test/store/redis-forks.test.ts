@@ -354,4 +354,26 @@ describe("redis store: fork", () => {
     expect(again).toMatchObject({ replayed: true, sharedCount: 3 });
     expect(again.thread.lastSeq).toBe(0);
   });
+
+  it("forks a parent under concurrent Adds from another replica: each fork is a prefix of the parent", async () => {
+    const { store, prefix } = await open();
+    const other = await createRedisStore(redis.url, {}, { keyPrefix: prefix });
+    stores.push(other);
+    await store.append(add({ messages: many(120) }));
+    const adds = Array.from({ length: 30 }, (_, i) =>
+      other.append(add({ messages: many(3, 1000 + 3 * i) })),
+    );
+    const forks = Array.from({ length: 8 }, (_, i) =>
+      store.fork(forkCmd({ newThreadId: `f${i}` })),
+    );
+    const [, forked] = await Promise.all([Promise.all(adds), Promise.all(forks)]);
+    const parent = await store.read("ns", "t");
+    for (const f of forked) {
+      const read = await store.read("ns", f.thread.threadId);
+      expect(read?.messages.map((m) => m.content)).toEqual(
+        parent?.messages.slice(0, f.thread.lastSeq).map((m) => m.content),
+      );
+      expect(f.sharedCount).toBe(f.thread.lastSeq);
+    }
+  });
 });

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { requestIdReusedError } from "../../core/append.js";
+import { MemoryError } from "../../core/errors.js";
 import {
   decideFork,
   type ForkPlan,
@@ -109,7 +110,11 @@ export async function fork(ctx: RedisContext, cmd: ForkCommand): Promise<ForkRes
     }
     throw unexpectedReply("fork", reply[0]);
   }
-  throw new Error("redis store: the parent changed under every attempt of the Fork");
+  throw new MemoryError(
+    "aborted",
+    "thread_id: the thread changed under every attempt of the Fork; retry",
+    { field: "thread_id" },
+  );
 }
 
 async function readParent(
