@@ -16,9 +16,11 @@ import { REWIND } from "./rewind.js";
  * that proves it against both: append.ts (decideAppend, keepsSummary),
  * trim.ts (trimCount), idempotency.ts (decideReplay, forgetRequest),
  * quota.ts (checkQuotas), folds.ts (mayCommitSummary, mayTakeLease,
- * nextLeaseToken), rewind.ts (decideRewind), read.ts (recallSize). Which
- * request records to keep (requestsToKeep) is decided outside and passed in.
- * The other modules only store and read.
+ * nextLeaseToken), rewind.ts (decideRewind), read.ts (recallSize),
+ * lineage.ts (raiseFloor, cutLineage, forkTrimCount). Which request records
+ * to keep (requestsToKeep) is decided outside and passed in; so are a
+ * Fork's decisions (fork.ts: the core's, checked against the parent as the
+ * script finds it). The other modules only store and read.
  */
 
 /** Every script, loaded at start-up (SCRIPT LOAD) so the first EVALSHA finds it. */
