@@ -376,4 +376,44 @@ describe("redis store: fork", () => {
       expect(f.sharedCount).toBe(f.thread.lastSeq);
     }
   });
+
+  it("refuses a fork that would reference more than 63 segments, writing nothing", async () => {
+    const { store } = await open();
+    let parent = "t";
+    for (let level = 1; level <= 64; level++) {
+      await store.append(add({ threadId: parent, messages: many(129, level * 1000) }));
+      const next = `f${level}`;
+      if (level === 64) {
+        await expect(
+          store.fork(forkCmd({ threadId: parent, newThreadId: next })),
+        ).rejects.toMatchObject({ code: "failed_precondition" });
+        expect(await store.getThread("ns", next)).toBeUndefined();
+        break;
+      }
+      await store.fork(forkCmd({ threadId: parent, newThreadId: next }));
+      parent = next;
+    }
+    const deepest = await store.read("ns", "f63", { limit: 1 });
+    expect(deepest?.messages.at(-1)?.content).toBe("m64128");
+    expect((await store.read("ns", "f63"))?.messages).toHaveLength(64 * 129);
+  });
+
+  it("answers the core's refusals: at_seq past last_seq, trimmed, a stale expected_last_seq", async () => {
+    const { store } = await open();
+    const small = { ...window20, maxStored: 5 };
+    await store.append(add({ messages: many(10), strategy: small, defaultStrategy: small }));
+    await expect(store.fork(forkCmd({ atSeq: 11 }))).rejects.toMatchObject({
+      code: "out_of_range",
+    });
+    await expect(store.fork(forkCmd({ atSeq: 3 }))).rejects.toMatchObject({
+      code: "failed_precondition",
+    });
+    await expect(store.fork(forkCmd({ expectedLastSeq: 9 }))).rejects.toMatchObject({
+      code: "aborted",
+    });
+    const r = await store.fork(forkCmd({ atSeq: 5 }));
+    expect(r.sharedCount).toBe(0);
+    expect(r.thread.lastSeq).toBe(5);
+    expect((await store.read("ns", "f"))?.messages).toEqual([]);
+  });
 });
