@@ -114,6 +114,13 @@ describe("redis store: fork", () => {
     expect(await segs()).toBe(1);
     const f = await store.read("ns", "f");
     expect(f?.messages).toHaveLength(200);
+    // A parent of the same id again: its head is new, the fork's segment untouched.
+    await store.append(add({ messages: many(2, 900) }));
+    expect((await store.read("ns", "t"))?.messages.map((m) => m.content)).toEqual(["m900", "m901"]);
+    expect((await store.read("ns", "f"))?.messages.map((m) => m.content)).toEqual(
+      f?.messages.map((m) => m.content),
+    );
+    await store.clear("ns", "t", 6000);
     expect(await store.clear("ns", "f", 6000)).toBe(true);
     expect(await segs()).toBe(0);
     const usage = await c.hGetAll(`${prefix}:{ns-bnM}:usage`);
