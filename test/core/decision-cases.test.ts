@@ -4,7 +4,7 @@ import { MemoryError } from "../../src/core/errors.js";
 import { mayCommitSummary, mayTakeLease, nextLeaseToken } from "../../src/core/fold-commit.js";
 import { forkTrimCount } from "../../src/core/fork.js";
 import { decideReplay } from "../../src/core/idempotency.js";
-import { cutLineage, raiseFloor } from "../../src/core/lineage.js";
+import { cutLineage, raiseFloor, rangesFor } from "../../src/core/lineage.js";
 import { checkQuotas } from "../../src/core/quota.js";
 import { recallSize } from "../../src/core/recall.js";
 import { decideRewind, forgetRequest } from "../../src/core/rewind.js";
@@ -13,7 +13,7 @@ import type { Strategy, ThreadState } from "../../src/core/types.js";
 import { APPEND_DECISION_CASES, KEEPS_SUMMARY_CASES } from "./cases/append.js";
 import { FOLD_COMMIT_CASES } from "./cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "./cases/lease-take.js";
-import { CUT_LINEAGE_CASES, RAISE_FLOOR_CASES } from "./cases/lineage.js";
+import { CUT_LINEAGE_CASES, RAISE_FLOOR_CASES, RANGES_FOR_CASES } from "./cases/lineage.js";
 import { QUOTA_CASES } from "./cases/quota.js";
 import { RECALL_SIZE_CASES } from "./cases/recall-size.js";
 import { REPLAY_CASES } from "./cases/replay.js";
@@ -83,6 +83,10 @@ describe("decision case tables, core", () => {
 
   it.each(RAISE_FLOOR_CASES.map((c) => [c.name, c] as const))("raiseFloor: %s", (_n, c) => {
     expect(raiseFloor(c.lineage, c.newFloor)).toEqual(c.expected);
+  });
+
+  it.each(RANGES_FOR_CASES.map((c) => [c.name, c] as const))("rangesFor: %s", (_n, c) => {
+    expect(rangesFor(c.lineage, c.lastSeq, c.from, c.to)).toEqual(c.expected);
   });
 
   it.each(CUT_LINEAGE_CASES.map((c) => [c.name, c] as const))("cutLineage: %s", (_n, c) => {

@@ -20,7 +20,7 @@ import { REWIND_REFUSALS } from "../../src/store/redis/rewind.js";
 import { APPEND_DECISION_CASES, KEEPS_SUMMARY_CASES } from "../core/cases/append.js";
 import { FOLD_COMMIT_CASES } from "../core/cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "../core/cases/lease-take.js";
-import { CUT_LINEAGE_CASES, RAISE_FLOOR_CASES } from "../core/cases/lineage.js";
+import { CUT_LINEAGE_CASES, RAISE_FLOOR_CASES, RANGES_FOR_CASES } from "../core/cases/lineage.js";
 import { QUOTA_CASES } from "../core/cases/quota.js";
 import { RECALL_SIZE_CASES } from "../core/cases/recall-size.js";
 import { REPLAY_CASES } from "../core/cases/replay.js";
@@ -137,6 +137,25 @@ return lineage_trim_count(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumbe
       c.newFloor,
     );
     expect(reply).toEqual({ entries: c.expected.lineage.entries, released: c.expected.released });
+  });
+
+  it.each(cases(RANGES_FOR_CASES))("ranges_for (rangesFor): %s", async (_n, c) => {
+    // The head's length as the store derives it: its list holds low..last_seq.
+    const headLength = Math.max(0, c.lastSeq - (c.lineage.head?.low ?? c.lastSeq + 1) + 1);
+    const stored = c.lineage.entries.map((e) => [e.segment, e.low, e.through, e.low]);
+    const reply = await evalLua(
+      [LINEAGE],
+      `local out = {}
+for _, r in ipairs(ranges_for(lineage_of(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))) do
+  out[#out + 1] = {r[1] or ARGV[6], r[2], r[3]}
+end
+return cjson.encode(out)`,
+      [],
+      [JSON.stringify(stored), c.lastSeq, headLength, c.from, c.to, c.lineage.head?.segment ?? ""],
+    );
+    const got = JSON.parse(String(reply)) as unknown;
+    const ranges = (Array.isArray(got) ? got : []) as [string, number, number][];
+    expect(ranges.map(([segment, from, to]) => ({ segment, from, to }))).toEqual(c.expected);
   });
 
   it.each(cases(CUT_LINEAGE_CASES))("cut_lineage (cutLineage): %s", async (_n, c) => {

@@ -1,4 +1,4 @@
-import type { CutPlan, FloorPlan, Lineage } from "../../../src/core/lineage.js";
+import type { CutPlan, FloorPlan, Lineage, SegmentRange } from "../../../src/core/lineage.js";
 
 /**
  * core/lineage.ts raiseFloor and cutLineage: what a trim and a Rewind do
@@ -15,6 +15,15 @@ export interface RaiseFloorCase {
   lineage: Lineage;
   newFloor: number;
   expected: FloorPlan;
+}
+
+export interface RangesForCase {
+  name: string;
+  lineage: Lineage;
+  lastSeq: number;
+  from: number;
+  to: number;
+  expected: SegmentRange[];
 }
 
 export interface CutLineageCase {
@@ -128,5 +137,55 @@ export const CUT_LINEAGE_CASES: readonly CutLineageCase[] = [
     lastSeq: 450,
     toSeq: 450,
     expected: { lineage: two, released: [], headDropAfter: undefined, headDropped: false },
+  },
+];
+
+export const RANGES_FOR_CASES: readonly RangesForCase[] = [
+  {
+    name: "a window in the head only",
+    lineage: two,
+    lastSeq: 450,
+    from: 431,
+    to: 450,
+    expected: [{ segment: "h", from: 431, to: 450 }],
+  },
+  {
+    name: "across both entries and the head",
+    lineage: two,
+    lastSeq: 450,
+    from: 150,
+    to: 450,
+    expected: [
+      { segment: "a", from: 150, to: 200 },
+      { segment: "b", from: 201, to: 400 },
+      { segment: "h", from: 401, to: 450 },
+    ],
+  },
+  {
+    name: "inside one entry",
+    lineage: two,
+    lastSeq: 450,
+    from: 210,
+    to: 220,
+    expected: [{ segment: "b", from: 210, to: 220 }],
+  },
+  {
+    name: "an empty head is left out",
+    lineage: two,
+    lastSeq: 400,
+    from: 1,
+    to: 400,
+    expected: [
+      { segment: "a", from: 1, to: 200 },
+      { segment: "b", from: 201, to: 400 },
+    ],
+  },
+  {
+    name: "nothing stored in the range",
+    lineage: { entries: [], head: { segment: "h", low: 11 } },
+    lastSeq: 10,
+    from: 1,
+    to: 10,
+    expected: [],
   },
 ];

@@ -15,8 +15,9 @@ import { USAGE } from "./usage.js";
  * leaving the namespace's usage then.
  *
  * lineage_trim_count mirrors core/fork.ts forkTrimCount (which equals
- * core/append.ts trimCountOf over consecutive seqs); raise_floor and
- * cut_lineage mirror core/lineage.ts raiseFloor and cutLineage; the case
+ * core/append.ts trimCountOf over consecutive seqs); ranges_for,
+ * raise_floor and cut_lineage mirror core/lineage.ts rangesFor, raiseFloor
+ * and cutLineage; the case
  * table test/core/cases/lineage.ts proves them, run against the core and
  * against this Lua (test/store/redis-lua-decisions.test.ts).
  */
@@ -46,19 +47,28 @@ local function lineage_floor(entries, last_seq, head_len)
   return last_seq - head_len + 1
 end
 
--- The entries of seqs [from, to], oldest first: one LRANGE per segment touched.
-local function read_seqs(base, head_key, entries, last_seq, head_len, from, to)
+-- core/lineage.ts rangesFor: where seqs [from, to] are, oldest first, as
+-- {segment, from, to, first} (segment false: the owned head).
+local function ranges_for(entries, last_seq, head_len, from, to)
   local out = {}
   for _, e in ipairs(entries) do
+    if e[2] > to then return out end
     local a, b = math.max(from, e[2]), math.min(to, e[3])
-    if a <= b then
-      for _, x in ipairs(redis.call('LRANGE', base .. 's:' .. e[1], a - e[4], b - e[4])) do out[#out + 1] = x end
-    end
+    if a <= b then out[#out + 1] = {e[1], a, b, e[4]} end
   end
   local low = head_low(entries, last_seq, head_len)
   local a, b = math.max(from, low), math.min(to, last_seq)
-  if a <= b then
-    for _, x in ipairs(redis.call('LRANGE', head_key, a - low, b - low)) do out[#out + 1] = x end
+  if a <= b then out[#out + 1] = {false, a, b, low} end
+  return out
+end
+
+-- The entries of seqs [from, to], oldest first: one LRANGE per segment touched.
+local function read_seqs(base, head_key, entries, last_seq, head_len, from, to)
+  local out = {}
+  for _, r in ipairs(ranges_for(entries, last_seq, head_len, from, to)) do
+    local key = head_key
+    if r[1] then key = base .. 's:' .. r[1] end
+    for _, x in ipairs(redis.call('LRANGE', key, r[2] - r[4], r[3] - r[4])) do out[#out + 1] = x end
   end
   return out
 end
