@@ -423,4 +423,35 @@ describe("redis store: fork", () => {
     expect(r.thread.lastSeq).toBe(5);
     expect((await store.read("ns", "f"))?.messages).toEqual([]);
   });
+
+  it("inherits the parent's summary when it covers at most at_seq, and writes nothing to the parent", async () => {
+    const { store, prefix } = await open();
+    const s = { ...summary, maxStored: 1000 };
+    await store.append(add({ messages: many(200), strategy: s, defaultStrategy: s }));
+    const p = await store.getThread("ns", "t");
+    const token = await store.acquireFoldLease("ns", "t", 10_000);
+    await store.commitSummary({
+      namespace: "ns",
+      threadId: "t",
+      incarnation: p?.incarnation ?? "",
+      leaseToken: token ?? 0,
+      fromSeq: 0,
+      throughSeq: 100,
+      summary: "first hundred",
+      foldedCount: 100,
+      now: 4000,
+    });
+    await store.releaseFoldLease("ns", "t", token ?? 0);
+    const before = await store.getThread("ns", "t");
+    const r = await store.fork(forkCmd({ atSeq: 150 }));
+    expect(r.summaryInherited).toBe(true);
+    expect(r.thread).toMatchObject({
+      summary: "first hundred",
+      summarizedThroughSeq: 100,
+      lastSeq: 150,
+    });
+    expect(await store.getThread("ns", "t")).toEqual(before);
+    const c = await client();
+    expect(await c.hGet(`${prefix}:{ns-bnM}:t:t`, "lineage")).toBeTruthy();
+  });
 });
