@@ -13,17 +13,28 @@ import { lockStatement, logStatementParts } from "./events.js";
 const THREAD_COLUMNS = `thread_id, incarnation, strategy, last_seq, summarized_through_seq,
   summary, summary_time, create_time, update_time, stored, bytes, labels, ttl_ms, expire_at`;
 
+/** What the batch reads of a thread beyond what it writes (schema.ts version 3). */
+const LAYOUT_COLUMNS = `head, lineage, parent_thread_id, parent_at_seq, parent_fork_time,
+  parent_create_time`;
+
 /** The batch's threads that exist (`namespace`, `ids`: $1 and $2, or literals). */
 export function loadThreads(namespace: string, ids: string): string {
-  return `SELECT ${THREAD_COLUMNS} FROM threads
+  return `SELECT ${THREAD_COLUMNS}, ${LAYOUT_COLUMNS} FROM threads
   WHERE namespace = ${namespace} AND thread_id = ANY (${ids}::text[])`;
+}
+
+/** Which of the batch's ids still name a frozen segment (as segments.ts FROZEN_IDS). */
+function frozenIds(namespace: string, ids: string): string {
+  return `SELECT segment_id FROM segments
+  WHERE namespace = ${namespace} AND segment_id = ANY (${ids}::text[])`;
 }
 
 export const LOAD_THREADS = loadThreads("$1", "$2");
 
 /**
- * BEGIN, the namespace's lock and the read of its threads in one round
- * trip, as one simple-protocol query of three statements: each statement
+ * BEGIN, the namespace's lock, the read of its threads and of the ids that
+ * name frozen segments in one round trip, as one simple-protocol query of
+ * four statements: each statement
  * takes its snapshot when it starts, so the read sees what the holders of
  * the lock before it committed. Without parameters, so its values are
  * literals (pg.escapeLiteral); not a prepared statement.
@@ -31,7 +42,7 @@ export const LOAD_THREADS = loadThreads("$1", "$2");
 export function beginLockAndLoad(namespace: string, ids: readonly string[]): string {
   const ns = pg.escapeLiteral(namespace);
   const list = `ARRAY[${ids.map((id) => pg.escapeLiteral(id)).join(", ")}]`;
-  return `BEGIN; ${lockStatement(ns)}; ${loadThreads(ns, list)}`;
+  return `BEGIN; ${lockStatement(ns)}; ${loadThreads(ns, list)}; ${frozenIds(ns, list)}`;
 }
 
 /** The request-id records of ($2[i], $3[i]) pairs that exist. */
@@ -43,7 +54,7 @@ export const LOAD_RECORDS = `SELECT r.thread_id, r.request_id, r.hash, r.time, r
 const LOG = logStatementParts(28);
 
 /**
- * The batch's messages ($2-$7), request-id records ($8-$13), thread rows
+ * The batch's messages ($2-$7, $2 their segments), request-id records ($8-$13), thread rows
  * ($14-$27), and the namespace's events and row with the NOTIFY ($28-$38,
  * NamespaceLog.take), in one statement: five tables, so no row is written
  * twice by it.
@@ -83,7 +94,7 @@ export function writeAddsParams(namespace: string, w: BatchWrites): unknown[] {
   const states = threads.map((t) => t.state);
   return [
     namespace,
-    ms.map((m) => m.threadId),
+    ms.map((m) => m.segment),
     ms.map((m) => m.message.seq),
     ms.map((m) => m.message.role),
     ms.map((m) => m.message.createTime),

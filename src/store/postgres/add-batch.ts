@@ -17,6 +17,7 @@ import {
 import { type ThreadRow, toThread } from "./codec.js";
 import type { LoggedFrom, NamespaceLog, NsColumns, Query } from "./events.js";
 import { type RequestRecord, replayOf } from "./requests.js";
+import { FROZEN_IDS } from "./segments.js";
 import { stateAfterAdd } from "./writes.js";
 
 /** A thread as the batch sees it: as stored, then as each Add decided leaves it. */
@@ -24,6 +25,10 @@ export interface ThreadEntry {
   state: ThreadState;
   stored: number;
   bytes: number;
+  /** The owned head's segment id: where its messages go. */
+  headId: string;
+  /** It references frozen segments: its Adds go one by one (writes.ts append). */
+  shared: boolean;
 }
 
 /** A simple-protocol query of several statements on the group's connection: each one's rows. */
@@ -34,7 +39,8 @@ type RecordedAdd = Omit<AppendResult, "replayed">;
 
 /** The rows a batch writes, each thread's and record's last version only. */
 export interface BatchWrites {
-  messages: { threadId: string; message: StoredMessage }[];
+  /** `segment`: the owned head the message goes to (the messages' thread_id column). */
+  messages: { segment: string; message: StoredMessage }[];
   threads: Map<string, ThreadEntry>;
   labels: Map<string, Labels>;
   /** thread id -> request id -> the record to write. */
@@ -71,6 +77,8 @@ export class AddBatch {
   readonly #log: NamespaceLog;
   readonly #lim: StoreLimits;
   readonly #threads = new Map<string, ThreadEntry>();
+  /** Ids of the batch that still name a frozen segment: a thread created so opens another head. */
+  #frozenIds = new Set<string>();
   /** Records read or written: thread id -> request id -> record. */
   readonly #records = new Map<string, Map<string, RequestRecord>>();
   #writes: BatchWrites = emptyWrites();
@@ -90,7 +98,8 @@ export class AddBatch {
       [this.namespace, ids],
       "windlass_load_threads",
     );
-    await this.#adopt(cmds, rows);
+    const frozen = await this.#q(FROZEN_IDS, [this.namespace, ids], "windlass_frozen_ids");
+    await this.#adopt(cmds, rows, frozen);
   }
 
   /**
@@ -101,7 +110,7 @@ export class AddBatch {
    */
   async beginAndLoad(simple: SimpleQuery, cmds: readonly AppendCommand[]): Promise<void> {
     const ids = [...new Set(cmds.map((c) => c.threadId))];
-    const [, locked, rows] = await simple(beginLockAndLoad(this.namespace, ids));
+    const [, locked, rows, frozen] = await simple(beginLockAndLoad(this.namespace, ids));
     const ns = locked?.[0] as NsColumns | undefined;
     if (ns === undefined) {
       await this.#log.lock(this.namespace);
@@ -109,13 +118,24 @@ export class AddBatch {
       return;
     }
     this.#log.adopt(this.namespace, ns);
-    await this.#adopt(cmds, (rows ?? []) as unknown as ThreadRow[]);
+    await this.#adopt(cmds, (rows ?? []) as unknown as ThreadRow[], frozen ?? []);
   }
 
   /** Takes the threads read, then reads the request-id records of the Adds that have one. */
-  async #adopt(cmds: readonly AppendCommand[], rows: readonly ThreadRow[]): Promise<void> {
+  async #adopt(
+    cmds: readonly AppendCommand[],
+    rows: readonly ThreadRow[],
+    frozen: readonly Record<string, unknown>[],
+  ): Promise<void> {
+    this.#frozenIds = new Set(frozen.map((r) => String(r.segment_id)));
     for (const r of rows) {
-      this.#threads.set(r.thread_id, { state: toThread(r), stored: r.stored, bytes: r.bytes });
+      this.#threads.set(r.thread_id, {
+        state: toThread(r),
+        stored: r.stored,
+        bytes: r.bytes,
+        headId: r.head ?? r.thread_id,
+        shared: r.lineage !== null,
+      });
     }
     const keyed = cmds.filter((c) => c.requestId !== "" && this.#threads.has(c.threadId));
     if (keyed.length === 0) return;
@@ -144,6 +164,8 @@ export class AddBatch {
     if (ns === undefined) throw new Error("postgres store: a batch of an unlocked namespace");
     const entry = this.#threads.get(cmd.threadId);
     if (entry !== undefined && isExpired(entry.state, cmd.now)) return undefined;
+    // Shared messages count towards its trim, and a new head needs a new id: one by one.
+    if (entry === undefined ? this.#frozenIds.has(cmd.threadId) : entry.shared) return undefined;
     if (entry !== undefined && cmd.requestId !== "") {
       const seen = this.#records.get(cmd.threadId)?.get(cmd.requestId);
       if (seen !== undefined && this.#writes.records.has(cmd.threadId)) return undefined;
@@ -168,14 +190,17 @@ export class AddBatch {
       state.labels = { ...cmd.labels };
       this.#writes.labels.set(cmd.threadId, cmd.labels);
     }
+    const headId = entry?.headId ?? cmd.threadId;
     const after = {
       state,
       stored: stored + added.length,
       bytes: (entry?.bytes ?? 0) + delta.bytes,
+      headId,
+      shared: false,
     };
     this.#threads.set(cmd.threadId, after);
     this.#writes.threads.set(cmd.threadId, after);
-    for (const message of added) this.#writes.messages.push({ threadId: cmd.threadId, message });
+    for (const message of added) this.#writes.messages.push({ segment: headId, message });
     this.#log.use(this.namespace, delta);
     const firstSeq = added.length > 0 ? lastSeqBefore + 1 : 0;
     const lastSeq = added.length > 0 ? state.lastSeq : 0;
