@@ -207,6 +207,37 @@ describe("Postgres store Fork", () => {
     });
   });
 
+  it("stores an imported origin as given and lists forks by parent, leaving out expired ones", async () => {
+    await withStore(async (store) => {
+      const origin = { threadId: "gone", atSeq: 7, forkTime: 900, parentCreateTime: 800 };
+      await store.importThread({
+        namespace: "ns",
+        threadId: "imported",
+        strategy: big,
+        lastSeq: 0,
+        summarizedThroughSeq: 0,
+        summary: "",
+        summaryTime: 0,
+        createTime: 1000,
+        updateTime: 1000,
+        now: 1000,
+        messages: [],
+        parent: origin,
+      });
+      expect((await store.getThread("ns", "imported"))?.parent).toEqual(origin);
+      expect(await store.listThreads("ns", "", 10, undefined, "gone")).toEqual(["imported"]);
+      await store.append(cmd({ messages: texts(2) }));
+      const now = Date.now();
+      await store.fork(forkCmd({ newThreadId: "short", ttlMs: 1, now: now - 10 }));
+      await store.fork(forkCmd({ newThreadId: "long", now }));
+      expect(await store.listThreads("ns", "", 10, undefined, "t")).toEqual(["long"]);
+      // The expired fork's id is free again: removed first, then forked anew.
+      const again = await store.fork(forkCmd({ newThreadId: "short", now }));
+      expect(again.thread.expireTime).toBeUndefined();
+      expect(await store.listThreads("ns", "", 10, undefined, "t")).toEqual(["long", "short"]);
+    });
+  });
+
   it("forks a 100,000-message parent in as many statements as a 300-message one", async () => {
     const counts: number[] = [];
     for (const n of [300, 100_000]) {

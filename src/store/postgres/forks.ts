@@ -134,7 +134,7 @@ async function ownView(
     lineage.sharedCount === 0
       ? 0
       : await forkTrimOf(ctx, namespace, plan.thread, before, floor, plan.atSeq);
-  const newFloor = Math.max(floor, 1) + trimmed;
+  const newFloor = floor + trimmed;
   const after = trimmed === 0 ? before : raiseFloor(before, newFloor).lineage;
   const from = Math.max(copy?.from ?? 0, newFloor);
   const copied =
