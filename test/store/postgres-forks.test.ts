@@ -238,6 +238,48 @@ describe("Postgres store Fork", () => {
     });
   });
 
+  it("refuses a Fork past MAX_LINEAGE segments and one past a quota, writing nothing", async () => {
+    const url = await server.createDatabase();
+    const store = await createPostgresStore(
+      url,
+      { maxMessagesPerNamespace: 9_000 },
+      { poolSize: 2 },
+    );
+    try {
+      // Each level adds more than FORK_COPY_MAX, so each Fork freezes one more segment.
+      let id = "t";
+      for (let level = 1; level <= 63; level++) {
+        await store.append(cmd({ threadId: id, messages: texts(130, `${level}-`) }));
+        await store.fork(forkCmd({ threadId: id, newThreadId: `l${level}` }));
+        id = `l${level}`;
+      }
+      const deep = await store.read("ns", id);
+      expect(deep?.messages).toHaveLength(63 * 130);
+      expect(deep?.messages.map((m) => m.seq)).toEqual(
+        Array.from({ length: 63 * 130 }, (_, i) => i + 1),
+      );
+      await store.append(cmd({ threadId: id, messages: texts(130, "last-") }));
+      await expect(
+        store.fork(forkCmd({ threadId: id, newThreadId: "too-deep" })),
+      ).rejects.toMatchObject({
+        code: "failed_precondition",
+      });
+      // A copy of 10 messages is past the message quota by one.
+      await store.append(cmd({ threadId: "q", messages: texts(10 + 9_000 - 64 * 130 - 10 - 1) }));
+      const before = await usage(url);
+      await expect(
+        store.fork(forkCmd({ threadId: "q", newThreadId: "q2", atSeq: 10 })),
+      ).rejects.toMatchObject({
+        code: "resource_exhausted",
+      });
+      expect(await usage(url)).toEqual(before);
+      expect(await store.getThread("ns", "too-deep")).toBeUndefined();
+      expect(await store.getThread("ns", "q2")).toBeUndefined();
+    } finally {
+      await store.close();
+    }
+  }, 120_000);
+
   it("forks a 100,000-message parent in as many statements as a 300-message one", async () => {
     const counts: number[] = [];
     for (const n of [300, 100_000]) {
