@@ -17,24 +17,29 @@ const THREAD_COLUMNS = `thread_id, incarnation, strategy, last_seq, summarized_t
 const LAYOUT_COLUMNS = `head, lineage, parent_thread_id, parent_at_seq, parent_fork_time,
   parent_create_time`;
 
-/** The batch's threads that exist (`namespace`, `ids`: $1 and $2, or literals). */
-export function loadThreads(namespace: string, ids: string): string {
-  return `SELECT ${THREAD_COLUMNS}, ${LAYOUT_COLUMNS} FROM threads
-  WHERE namespace = ${namespace} AND thread_id = ANY (${ids}::text[])`;
-}
+const LOADED_COLUMNS = `${THREAD_COLUMNS}, ${LAYOUT_COLUMNS}`
+  .split(",")
+  .map((c) => `t.${c.trim()}`)
+  .join(", ");
 
-/** Which of the batch's ids still name a frozen segment (as segments.ts FROZEN_IDS). */
-function frozenIds(namespace: string, ids: string): string {
-  return `SELECT segment_id FROM segments
-  WHERE namespace = ${namespace} AND segment_id = ANY (${ids}::text[])`;
+/**
+ * The batch's threads (`namespace`, `ids`: $1 and $2, or literals): a row
+ * per id, its columns NULL when no thread has it; then `frozen_id` says
+ * whether the id still names a frozen segment (a thread created under it
+ * opens a head of another id: segments.ts freshHeadId).
+ */
+export function loadThreads(namespace: string, ids: string): string {
+  return `SELECT k.id AS wanted, CASE WHEN t.thread_id IS NULL THEN EXISTS (SELECT 1 FROM segments s
+    WHERE s.namespace = ${namespace} AND s.segment_id = k.id) END AS frozen_id, ${LOADED_COLUMNS}
+  FROM unnest(${ids}::text[]) AS k (id)
+  LEFT JOIN threads t ON t.namespace = ${namespace} AND t.thread_id = k.id`;
 }
 
 export const LOAD_THREADS = loadThreads("$1", "$2");
 
 /**
- * BEGIN, the namespace's lock, the read of its threads and of the ids that
- * name frozen segments in one round trip, as one simple-protocol query of
- * four statements: each statement
+ * BEGIN, the namespace's lock and the read of its threads in one round
+ * trip, as one simple-protocol query of three statements: each statement
  * takes its snapshot when it starts, so the read sees what the holders of
  * the lock before it committed. Without parameters, so its values are
  * literals (pg.escapeLiteral); not a prepared statement.
@@ -42,7 +47,7 @@ export const LOAD_THREADS = loadThreads("$1", "$2");
 export function beginLockAndLoad(namespace: string, ids: readonly string[]): string {
   const ns = pg.escapeLiteral(namespace);
   const list = `ARRAY[${ids.map((id) => pg.escapeLiteral(id)).join(", ")}]`;
-  return `BEGIN; ${lockStatement(ns)}; ${loadThreads(ns, list)}; ${frozenIds(ns, list)}`;
+  return `BEGIN; ${lockStatement(ns)}; ${loadThreads(ns, list)}`;
 }
 
 /** The request-id records of ($2[i], $3[i]) pairs that exist. */

@@ -17,7 +17,6 @@ import {
 import { type ThreadRow, toThread } from "./codec.js";
 import type { LoggedFrom, NamespaceLog, NsColumns, Query } from "./events.js";
 import { type RequestRecord, replayOf } from "./requests.js";
-import { FROZEN_IDS } from "./segments.js";
 import { stateAfterAdd } from "./writes.js";
 
 /** A thread as the batch sees it: as stored, then as each Add decided leaves it. */
@@ -30,6 +29,11 @@ export interface ThreadEntry {
   /** It references frozen segments: its Adds go one by one (writes.ts append). */
   shared: boolean;
 }
+
+/** A row of LOAD_THREADS: a thread's, or NULLs and whether its id names a frozen segment. */
+type LoadedRow =
+  | (ThreadRow & { wanted: string; frozen_id: null })
+  | { wanted: string; frozen_id: boolean; thread_id: null };
 
 /** A simple-protocol query of several statements on the group's connection: each one's rows. */
 export type SimpleQuery = (sql: string) => Promise<Record<string, unknown>[][]>;
@@ -93,13 +97,12 @@ export class AddBatch {
   /** With the namespace locked, reads the threads and request-id records the Adds `cmds` refer to. */
   async load(cmds: readonly AppendCommand[]): Promise<void> {
     const ids = [...new Set(cmds.map((c) => c.threadId))];
-    const rows = await this.#q<ThreadRow>(
+    const rows = await this.#q<LoadedRow>(
       LOAD_THREADS,
       [this.namespace, ids],
       "windlass_load_threads",
     );
-    const frozen = await this.#q(FROZEN_IDS, [this.namespace, ids], "windlass_frozen_ids");
-    await this.#adopt(cmds, rows, frozen);
+    await this.#adopt(cmds, rows);
   }
 
   /**
@@ -110,7 +113,7 @@ export class AddBatch {
    */
   async beginAndLoad(simple: SimpleQuery, cmds: readonly AppendCommand[]): Promise<void> {
     const ids = [...new Set(cmds.map((c) => c.threadId))];
-    const [, locked, rows, frozen] = await simple(beginLockAndLoad(this.namespace, ids));
+    const [, locked, rows] = await simple(beginLockAndLoad(this.namespace, ids));
     const ns = locked?.[0] as NsColumns | undefined;
     if (ns === undefined) {
       await this.#log.lock(this.namespace);
@@ -118,17 +121,14 @@ export class AddBatch {
       return;
     }
     this.#log.adopt(this.namespace, ns);
-    await this.#adopt(cmds, (rows ?? []) as unknown as ThreadRow[], frozen ?? []);
+    await this.#adopt(cmds, (rows ?? []) as unknown as LoadedRow[]);
   }
 
   /** Takes the threads read, then reads the request-id records of the Adds that have one. */
-  async #adopt(
-    cmds: readonly AppendCommand[],
-    rows: readonly ThreadRow[],
-    frozen: readonly Record<string, unknown>[],
-  ): Promise<void> {
-    this.#frozenIds = new Set(frozen.map((r) => String(r.segment_id)));
-    for (const r of rows) {
+  async #adopt(cmds: readonly AppendCommand[], loaded: readonly LoadedRow[]): Promise<void> {
+    this.#frozenIds = new Set(loaded.filter((r) => r.frozen_id === true).map((r) => r.wanted));
+    for (const r of loaded) {
+      if (r.thread_id === null) continue;
       this.#threads.set(r.thread_id, {
         state: toThread(r),
         stored: r.stored,

@@ -28,10 +28,6 @@ export async function freshHeadId(
   return row?.head ?? null;
 }
 
-/** Which of `ids` name a frozen segment of the namespace. */
-export const FROZEN_IDS = `SELECT segment_id FROM segments
-  WHERE namespace = $1 AND segment_id = ANY ($2::text[])`;
-
 /**
  * Freezes an owned head: it becomes a segment of `refs` references, its
  * messages staying where they are; `renamed` is the thread whose head it
