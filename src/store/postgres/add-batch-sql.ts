@@ -17,22 +17,25 @@ const THREAD_COLUMNS = `thread_id, incarnation, strategy, last_seq, summarized_t
 const LAYOUT_COLUMNS = `head, lineage, parent_thread_id, parent_at_seq, parent_fork_time,
   parent_create_time`;
 
-const LOADED_COLUMNS = `${THREAD_COLUMNS}, ${LAYOUT_COLUMNS}`
+/** The NULLs of a thread's columns, for a row of LOAD_THREADS that is not a thread's. */
+const NO_THREAD = `${THREAD_COLUMNS}, ${LAYOUT_COLUMNS}`
   .split(",")
-  .map((c) => `t.${c.trim()}`)
+  .map(() => "NULL")
   .join(", ");
 
 /**
- * The batch's threads (`namespace`, `ids`: $1 and $2, or literals): a row
- * per id, its columns NULL when no thread has it; then `frozen_id` says
- * whether the id still names a frozen segment (a thread created under it
- * opens a head of another id: segments.ts freshHeadId).
+ * The batch's threads that exist (`namespace`, `ids`: $1 and $2, or
+ * literals), `frozen_id` NULL; then a row for each id that still names a
+ * frozen segment (`wanted` the id, `frozen_id` true, the thread's columns
+ * NULL): a thread created under it opens a head of another id
+ * (segments.ts freshHeadId). Both parts are ranges of a primary key.
  */
 export function loadThreads(namespace: string, ids: string): string {
-  return `SELECT k.id AS wanted, CASE WHEN t.thread_id IS NULL THEN EXISTS (SELECT 1 FROM segments s
-    WHERE s.namespace = ${namespace} AND s.segment_id = k.id) END AS frozen_id, ${LOADED_COLUMNS}
-  FROM unnest(${ids}::text[]) AS k (id)
-  LEFT JOIN threads t ON t.namespace = ${namespace} AND t.thread_id = k.id`;
+  return `SELECT thread_id AS wanted, NULL::boolean AS frozen_id, ${THREAD_COLUMNS}, ${LAYOUT_COLUMNS}
+  FROM threads WHERE namespace = ${namespace} AND thread_id = ANY (${ids}::text[])
+  UNION ALL
+  SELECT segment_id, true, ${NO_THREAD}
+  FROM segments WHERE namespace = ${namespace} AND segment_id = ANY (${ids}::text[])`;
 }
 
 export const LOAD_THREADS = loadThreads("$1", "$2");

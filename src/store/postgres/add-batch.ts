@@ -33,7 +33,7 @@ export interface ThreadEntry {
 /** A row of LOAD_THREADS: a thread's, or NULLs and whether its id names a frozen segment. */
 type LoadedRow =
   | (ThreadRow & { wanted: string; frozen_id: null })
-  | { wanted: string; frozen_id: boolean; thread_id: null };
+  | { wanted: string; frozen_id: true; thread_id: null };
 
 /** A simple-protocol query of several statements on the group's connection: each one's rows. */
 export type SimpleQuery = (sql: string) => Promise<Record<string, unknown>[][]>;

@@ -6,6 +6,7 @@ import { livePage } from "../live-page.js";
 import { READ_SLACK, type ReadView, type ThreadSnapshot } from "../store.js";
 import { layoutOf, oldestSeq, type ThreadRow, toMessage, toThread } from "./codec.js";
 import type { Query } from "./events.js";
+import { rangeBranches, rangeParams } from "./segments.js";
 
 /**
  * The store's reads: single statements on any pool connection, so each
@@ -59,19 +60,21 @@ export async function readThread(
   view: ReadView | undefined,
 ): Promise<ThreadSnapshot | undefined> {
   let from = 0;
-  let shared: { lineage: string | null; ranges: SegmentRange[] } = { lineage: null, ranges: [] };
+  // Where the statement reads: the head's id (a thread's own, unless it shared) and frozen ranges.
+  let plan: ReadPlan = { head: threadId, ranges: [] };
   if (view !== undefined) {
     const thread = await getThread(q, namespace, threadId);
     if (thread === undefined) return undefined;
     from = viewFrom(asRow(thread), thread.strategy, view);
   }
   for (let attempt = 0; ; attempt++) {
-    const rows = await q<ThreadRow & MessageColumns>(
-      shared.ranges.length === 0 ? READ_THREAD : READ_SHARED_THREAD,
-      shared.ranges.length === 0
-        ? [namespace, threadId, from]
-        : [namespace, threadId, from, ...rangeColumns(shared.ranges)],
-    );
+    const rows = await q<ThreadRow & MessageColumns>(readStatement(plan.ranges.length), [
+      namespace,
+      threadId,
+      from,
+      plan.head,
+      ...rangeParams(plan.ranges),
+    ]);
     const row = rows[0];
     if (row === undefined) return undefined;
     const thread = toThread(row);
@@ -79,56 +82,61 @@ export async function readThread(
     const needed = viewFrom(row, thread.strategy, view);
     const moved = needed < from;
     // A write between the two statements moved what the view needs further back.
-    if (moved && attempt < 3) {
-      from = needed;
+    if (moved) from = attempt < 3 ? needed : 0;
+    const want: ReadPlan = { head: row.head ?? row.thread_id, ranges: frozenRanges(row, from) };
+    // The thread's head or frozen ranges are not what the statement read: read again with them.
+    if ((moved || !samePlan(want, plan)) && attempt < 6) {
+      plan = want;
       continue;
-    }
-    if (moved) from = 0;
-    if (row.lineage !== shared.lineage || moved) {
-      const want = frozenRanges(row, from);
-      // The thread references frozen segments the statement did not read: read again with them.
-      if (want.length > 0 || shared.ranges.length > 0) {
-        shared = { lineage: row.lineage, ranges: want };
-        if (attempt < 6) continue;
-      }
     }
     const messages = rows.flatMap(messageOf);
     return { thread, messages, complete: from <= oldestSeq(row) };
   }
 }
 
-/** The thread and its owned head's messages from seq $3 on. */
-const READ_THREAD = `SELECT t.*, m.seq AS m_seq, m.role AS m_role, m.create_time AS m_create_time,
-         m.content AS m_content, m.extra AS m_extra
-       FROM threads t LEFT JOIN messages m
-         ON m.namespace = t.namespace AND m.thread_id = coalesce(t.head, t.thread_id)
-         AND m.seq >= $3
-       WHERE t.namespace = $1 AND t.thread_id = $2 ORDER BY m.seq`;
+/** What a read statement reads besides the thread row. */
+interface ReadPlan {
+  /** The owned head's segment id. */
+  head: string;
+  ranges: SegmentRange[];
+}
 
-/** As READ_THREAD, with the frozen ranges ($4 segments, $5 from, $6 to) before the head's. */
-const READ_SHARED_THREAD = `SELECT t.*, m.seq AS m_seq, m.role AS m_role,
-         m.create_time AS m_create_time, m.content AS m_content, m.extra AS m_extra
-       FROM threads t LEFT JOIN LATERAL (
-         SELECT h.seq, h.role, h.create_time, h.content, h.extra FROM messages h
-         WHERE h.namespace = t.namespace AND h.thread_id = coalesce(t.head, t.thread_id)
-           AND h.seq >= $3
-         UNION ALL
-         SELECT f.seq, f.role, f.create_time, f.content, f.extra
-         FROM unnest($4::text[], $5::bigint[], $6::bigint[]) AS r (segment, a, b)
-         JOIN messages f ON f.namespace = t.namespace AND f.thread_id = r.segment
-           AND f.seq BETWEEN r.a AND r.b
-       ) m ON true
+/**
+ * Whether the statement of `b` read what `a` says to: the same head and
+ * frozen ranges (a frozen segment never changes, and one the thread row of
+ * that snapshot references is there).
+ */
+function samePlan(a: ReadPlan, b: ReadPlan): boolean {
+  return (
+    a.head === b.head &&
+    a.ranges.length === b.ranges.length &&
+    a.ranges.every((r, i) => {
+      const o = b.ranges[i];
+      return o !== undefined && o.segment === r.segment && o.from === r.from && o.to === r.to;
+    })
+  );
+}
+
+/**
+ * The thread ($1, $2) and its messages from seq $3 on: of its owned head
+ * $4, and of `ranges` frozen ranges ($5 on, segments.ts rangeBranches)
+ * before it. Every part is a range of a primary key given by parameters.
+ */
+function readStatement(ranges: number): string {
+  const columns = "seq, role, create_time, content, extra";
+  const frozen = ranges === 0 ? "" : `${rangeBranches(ranges, 5, columns)} UNION ALL `;
+  return `SELECT t.*, m.seq AS m_seq, m.role AS m_role, m.create_time AS m_create_time,
+         m.content AS m_content, m.extra AS m_extra
+       FROM threads t LEFT JOIN (${frozen}SELECT ${columns} FROM messages
+         WHERE namespace = $1 AND thread_id = $4 AND seq >= $3) m ON true
        WHERE t.namespace = $1 AND t.thread_id = $2 ORDER BY m.seq`;
+}
 
 /** The frozen segments' ranges of the thread's seqs from `from` on (its head left out). */
 function frozenRanges(row: ThreadRow, from: number): SegmentRange[] {
   if (row.lineage === null) return [];
   const { lineage } = layoutOf(row);
   return rangesFor({ entries: lineage.entries, head: undefined }, row.last_seq, from, row.last_seq);
-}
-
-function rangeColumns(ranges: readonly SegmentRange[]): unknown[] {
-  return [ranges.map((r) => r.segment), ranges.map((r) => r.from), ranges.map((r) => r.to)];
 }
 
 function messageOf(r: MessageColumns): StoredMessage[] {

@@ -71,24 +71,37 @@ export async function releaseSegments(
   ids: readonly string[],
 ): Promise<void> {
   if (ids.length === 0) return;
+  const times = new Map<string, number>();
+  for (const id of ids) times.set(id, (times.get(id) ?? 0) + 1);
   // The rows kept and the rows deleted are disjoint: no row is written twice by the statement.
-  const [freed] = await q<{ count: number; bytes: number }>(
-    `WITH k AS (SELECT id, count(*) AS n FROM unnest($2::text[]) AS id GROUP BY id),
+  // `segment_id = ANY ($2)` makes both a range of the primary key whatever the planner's estimates.
+  const freed = await q<{ segment_id: string; count: number; bytes: number }>(
+    `WITH k AS (SELECT * FROM unnest($2::text[], $3::bigint[]) AS k (id, n)),
        u AS (UPDATE segments s SET refs = s.refs - k.n FROM k
-             WHERE s.namespace = $1 AND s.segment_id = k.id AND s.refs > k.n),
-       d AS (DELETE FROM segments s USING k WHERE s.namespace = $1 AND s.segment_id = k.id
-             AND s.refs <= k.n RETURNING s.segment_id, s.count, s.bytes),
-       m AS (DELETE FROM messages m USING d WHERE m.namespace = $1 AND m.thread_id = d.segment_id)
-     SELECT coalesce(sum(count), 0)::bigint AS count, coalesce(sum(bytes), 0)::bigint AS bytes
-     FROM d`,
-    [namespace, ids],
+             WHERE s.namespace = $1 AND s.segment_id = ANY ($2::text[]) AND s.segment_id = k.id
+               AND s.refs > k.n)
+     DELETE FROM segments s USING k
+     WHERE s.namespace = $1 AND s.segment_id = ANY ($2::text[]) AND s.segment_id = k.id
+       AND s.refs <= k.n
+     RETURNING s.segment_id, s.count, s.bytes`,
+    [namespace, [...times.keys()], [...times.values()]],
   );
-  if (freed !== undefined && freed.count + freed.bytes > 0) {
-    log.use(namespace, droppedDelta(freed.count, freed.bytes));
-  }
+  if (freed.length === 0) return;
+  await q("DELETE FROM messages WHERE namespace = $1 AND thread_id = ANY ($2::text[])", [
+    namespace,
+    freed.map((f) => f.segment_id),
+  ]);
+  const count = freed.reduce((n, f) => n + f.count, 0);
+  const bytes = freed.reduce((n, f) => n + f.bytes, 0);
+  log.use(namespace, droppedDelta(count, bytes));
 }
 
-/** The messages of `ranges` (one range read per segment), oldest first, in one statement. */
+/**
+ * The messages of `ranges` (one range read per segment), oldest first, in
+ * one statement: one branch per range, each a range of the messages'
+ * primary key given by parameters (never a join the planner could turn
+ * into a scan of the namespace).
+ */
 export async function readRanges(
   q: Query,
   namespace: string,
@@ -96,11 +109,26 @@ export async function readRanges(
 ): Promise<StoredMessage[]> {
   if (ranges.length === 0) return [];
   const rows = await q<MessageRow>(
-    `SELECT m.seq, m.role, m.create_time, m.content, m.extra
-     FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS r (segment, a, b)
-     JOIN messages m ON m.namespace = $1 AND m.thread_id = r.segment AND m.seq BETWEEN r.a AND r.b
-     ORDER BY m.seq`,
-    [namespace, ranges.map((r) => r.segment), ranges.map((r) => r.from), ranges.map((r) => r.to)],
+    `${rangeBranches(ranges.length, 2, "seq, role, create_time, content, extra")} ORDER BY seq`,
+    [namespace, ...rangeParams(ranges)],
   );
   return rows.map(toMessage);
+}
+
+/**
+ * `n` SELECTs of `columns` of the messages of namespace $1 joined by UNION
+ * ALL, the i-th reading segment $(first + 3i) from seq $(first + 3i + 1)
+ * through $(first + 3i + 2).
+ */
+export function rangeBranches(n: number, first: number, columns: string): string {
+  return Array.from({ length: n }, (_, i) => {
+    const p = first + 3 * i;
+    return `SELECT ${columns} FROM messages
+      WHERE namespace = $1 AND thread_id = $${p} AND seq BETWEEN $${p + 1} AND $${p + 2}`;
+  }).join(" UNION ALL ");
+}
+
+/** The parameters of rangeBranches for `ranges`. */
+export function rangeParams(ranges: readonly SegmentRange[]): unknown[] {
+  return ranges.flatMap((r) => [r.segment, r.from, r.to]);
 }
