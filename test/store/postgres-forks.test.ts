@@ -364,6 +364,34 @@ describe("Postgres store Fork", () => {
       await b.close();
     }
   });
+
+  it("keeps every fork a prefix of its parent while a replica adds to the parent meanwhile", async () => {
+    const url = await server.createDatabase();
+    const a = await createPostgresStore(url, {}, { poolSize: 4 });
+    const b = await createPostgresStore(url, {}, { poolSize: 4 });
+    try {
+      await a.append(cmd({ messages: texts(150, "p") }));
+      const adds = Array.from({ length: 20 }, (_, i) =>
+        a.append(cmd({ messages: texts(10, `a${i}-`) })),
+      );
+      const forks = Array.from({ length: 10 }, (_, i) => b.fork(forkCmd({ newThreadId: `f${i}` })));
+      const made = await Promise.all(forks);
+      await Promise.all(adds);
+      const parent = await contents(b, "t");
+      expect(parent).toHaveLength(350);
+      for (const f of made) {
+        expect(await contents(a, f.thread.threadId)).toEqual(parent.slice(0, f.thread.lastSeq));
+      }
+      // Every reference is released with its holder: nothing is left behind.
+      expect(await b.clearAll("ns", 5000)).toBe(11);
+      expect(await segments(url)).toEqual([]);
+      expect(await query(url, "SELECT count(*)::int AS n FROM messages")).toEqual([{ n: 0 }]);
+      expect(await usage(url)).toMatchObject({ threads: 0, messages: 0 });
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  }, 60_000);
 });
 
 /** The statements run in the database of `url` since the reset (pg_stat_statements). */
