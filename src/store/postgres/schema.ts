@@ -33,7 +33,10 @@ export const POSTGRES_SCHEMA_VERSION = 3;
  * PostgreSQL 15, not on Citus; what to check there first is that the NOTIFY
  * of a commit (events.ts FLUSH, a pg_notify in the statement that updates
  * the namespace's row) is sent where the LISTEN connection listens (the
- * coordinator), not on the worker the statement is pushed down to.
+ * coordinator), not on the worker the statement is pushed down to, and
+ * that nextval('segment_ids') (a new head's id, segments.ts) runs in a
+ * statement Citus accepts on a distributed table (it is evaluated on the
+ * coordinator).
  *
  * Ids compare as bytes (COLLATE "C" on UTF-8: the order ListThreads
  * promises), whatever the database's collation. Text a client sends freely
