@@ -224,6 +224,102 @@ describe("SQLite store: forks", () => {
     });
   });
 
+  it("forks a fork across its frozen entry and its own head; each reads its own seqs", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await importParent(s, 200);
+    await s.fork(forkCmd());
+    await s.append(add({ threadId: "f", messages: numbered(201, 260).map(user) }));
+    // f: the frozen 1..200 and its own head 201..260; g copies 201..230 and shares 1..200.
+    const g = await s.fork(forkCmd({ threadId: "f", newThreadId: "g", atSeq: 230 }));
+    expect(g.sharedCount).toBe(230);
+    await s.append(add({ threadId: "g", messages: [user("g231")] }));
+    expect(contents((await s.read("ns", "g"))?.messages)).toEqual([...numbered(1, 230), "g231"]);
+    expect(contents((await s.read("ns", "g", { limit: 40 }))?.messages).at(-32)).toBe("m200");
+    expect(contents((await s.read("ns", "f"))?.messages)).toEqual(numbered(1, 260));
+    expect(await s.listThreads("ns", "", 10, undefined, "f")).toEqual(["g"]);
+    expect(usageOf(path)).toMatchObject({ threads: 3, messages: 200 + 60 + 30 + 1 });
+    for (const id of ["t", "f"]) await s.clear("ns", id, 3000);
+    expect(contents((await s.read("ns", "g"))?.messages)).toEqual([...numbered(1, 230), "g231"]);
+    expect(usageOf(path)).toMatchObject({ threads: 1, messages: 231 });
+  });
+
+  it("serves a parent's Get after its head froze and it grew again, never a stale tail", async () => {
+    const s = openStore(freshPath());
+    await importParent(s, 300);
+    // Cached tail of t, ending at 300.
+    expect(contents((await s.read("ns", "t", { limit: 5 }))?.messages).at(-1)).toBe("m300");
+    await s.fork(forkCmd());
+    await s.append(add({ messages: [user("p301"), user("p302")] }));
+    expect(contents((await s.read("ns", "t", { limit: 5 }))?.messages).slice(-3)).toEqual([
+      "m300",
+      "p301",
+      "p302",
+    ]);
+    await s.rewind({
+      namespace: "ns",
+      threadId: "t",
+      toSeq: 299,
+      expectedLastSeq: undefined,
+      requestId: "",
+      requestHash: "",
+      now: 3000,
+    });
+    await s.append(add({ messages: [user("again")] }));
+    expect(contents((await s.read("ns", "t", { limit: 5 }))?.messages).slice(-2)).toEqual([
+      "m299",
+      "again",
+    ]);
+    expect(contents((await s.read("ns", "f", { limit: 5 }))?.messages).at(-1)).toBe("m300");
+  });
+
+  it("leaves the parent's state alone, logs thread_forked on the fork only, lists forks with labels", async () => {
+    const s = openStore(freshPath());
+    const head = await s.headCursor("ns");
+    await importParent(s, 3);
+    const before = await s.getThread("ns", "t");
+    await s.fork(forkCmd({ labels: { team: "a" } }));
+    await s.fork(forkCmd({ newThreadId: "e", labels: { team: "b" } }));
+    expect(await s.getThread("ns", "t")).toEqual(before);
+    const events = await s.readEvents("ns", head, 10);
+    expect(events.filter((e) => e.type === "thread_forked").map((e) => e.threadId)).toEqual([
+      "f",
+      "e",
+    ]);
+    expect(events.find((e) => e.threadId === "f")).toMatchObject({
+      type: "thread_forked",
+      parentThreadId: "t",
+      atSeq: 3,
+      sharedCount: 3,
+      summaryInherited: false,
+    });
+    expect(await s.listThreads("ns", "", 10, undefined, "t")).toEqual(["e", "f"]);
+    expect(await s.listThreads("ns", "", 10, { team: "a" }, "t")).toEqual(["f"]);
+    expect(await s.listThreads("ns", "e", 10, undefined, "t")).toEqual(["f"]);
+    await s.clear("ns", "f", 3000);
+    expect(await s.listThreads("ns", "", 10, undefined, "t")).toEqual(["e"]);
+  });
+
+  it("imports a thread with its parent origin as given, and returns it", async () => {
+    const s = openStore(freshPath());
+    const parent = { threadId: "gone", atSeq: 4, forkTime: 5, parentCreateTime: 6 };
+    await s.importThread({
+      namespace: "ns",
+      threadId: "i",
+      strategy: buffer,
+      lastSeq: 1,
+      summarizedThroughSeq: 0,
+      summary: "",
+      summaryTime: 0,
+      createTime: 1,
+      updateTime: 1,
+      messages: [{ role: "user", content: "x", seq: 1, createTime: 1 }],
+      parent,
+      now: 1,
+    });
+    expect((await s.read("ns", "i"))?.thread.parent).toEqual(parent);
+  });
+
   it("migrates a schema 3 file in place: its threads keep their messages, fork, and survive a Clear of the parent", async () => {
     const path = freshPath();
     const old = new Database(path);
