@@ -4,8 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { MAX_LINEAGE } from "../../src/core/lineage.js";
 import type { StoredMessage } from "../../src/core/types.js";
-import { createSqliteStore } from "../../src/store/sqlite/index.js";
+import { createSqliteStore, MESSAGE_QUERIES } from "../../src/store/sqlite/index.js";
+import { forksListSql } from "../../src/store/sqlite/labels.js";
 import type { ForkCommand, Store, StoreLimits } from "../../src/store/store.js";
 import { appendCommands, buffer, user } from "./fixtures.js";
 
@@ -38,7 +40,7 @@ const numbered = (from: number, to: number): string[] =>
   Array.from({ length: to - from + 1 }, (_, i) => `m${from + i}`);
 
 /** A thread "t" of `n` messages m1..mn, imported in one write. */
-async function importParent(s: Store, n: number, threadId = "t"): Promise<void> {
+async function importParent(s: Store, n: number, strategy = buffer): Promise<void> {
   const messages: StoredMessage[] = numbered(1, n).map((content, i) => ({
     role: "user",
     content,
@@ -47,8 +49,8 @@ async function importParent(s: Store, n: number, threadId = "t"): Promise<void> 
   }));
   await s.importThread({
     namespace: "ns",
-    threadId,
-    strategy: buffer,
+    threadId: "t",
+    strategy,
     lastSeq: n,
     summarizedThroughSeq: 0,
     summary: "",
@@ -318,6 +320,103 @@ describe("SQLite store: forks", () => {
       now: 1,
     });
     expect((await s.read("ns", "i"))?.thread.parent).toEqual(parent);
+  });
+
+  it("refuses a Fork past the namespace's thread quota or the lineage bound, writing nothing", async () => {
+    const path = freshPath();
+    const s = openStore(path, { maxThreadsPerNamespace: 2 });
+    await importParent(s, 3);
+    await s.fork(forkCmd());
+    await expect(s.fork(forkCmd({ newThreadId: "g" }))).rejects.toMatchObject({
+      code: "resource_exhausted",
+    });
+    expect(await s.getThread("ns", "g")).toBeUndefined();
+    // The fork copied its 3 messages (a head of at most FORK_COPY_MAX is copied).
+    expect(usageOf(path)).toMatchObject({ threads: 2, messages: 6 });
+
+    const deep = openStore(freshPath());
+    await importParent(deep, 129, { ...buffer, maxStored: 100_000 });
+    // Each Fork freezes t's head, one entry more for t's next fork to reference.
+    for (let i = 1; i < MAX_LINEAGE; i++) {
+      await deep.fork(forkCmd({ newThreadId: `f${i}` }));
+      await deep.append(add({ messages: numbered(1, 129).map(user) }));
+    }
+    await expect(deep.fork(forkCmd({ newThreadId: "last" }))).resolves.toMatchObject({
+      sharedCount: 129 * MAX_LINEAGE,
+    });
+    await deep.append(add({ messages: numbered(1, 129).map(user) }));
+    await expect(deep.fork(forkCmd({ newThreadId: "over" }))).rejects.toMatchObject({
+      code: "failed_precondition",
+    });
+    expect(await deep.getThread("ns", "over")).toBeUndefined();
+    expect((await deep.read("ns", "t"))?.messages).toHaveLength(129 * (MAX_LINEAGE + 1));
+  });
+
+  it("trims a parent past its frozen entries with its Adds, releasing them, and keeps its forks whole", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await importParent(s, 600);
+    await s.fork(forkCmd());
+    await s.append(add({ messages: numbered(601, 900).map(user) }));
+    await s.fork(forkCmd({ newThreadId: "g" }));
+    await s.clear("ns", "f", 3000);
+    // max_stored 1000: the Add drops 1..500, a part of the first segment (frozen: its rows stay).
+    await s.append(add({ messages: numbered(901, 1500).map(user) }));
+    expect(contents((await s.read("ns", "t"))?.messages)).toEqual(numbered(501, 1500));
+    expect(contents((await s.read("ns", "g"))?.messages)).toEqual(numbered(1, 900));
+    expect(usageOf(path)).toMatchObject({ threads: 2, messages: 1500 });
+    // Past the first segment: t releases it; g still holds it.
+    await s.append(add({ messages: numbered(1501, 1600).map(user) }));
+    expect(contents((await s.read("ns", "t"))?.messages)).toEqual(numbered(601, 1600));
+    expect(usageOf(path)).toMatchObject({ threads: 2, messages: 1600 });
+    await s.clear("ns", "g", 3000);
+    // The first segment goes with its last holder; the second (601..900) stays with t.
+    expect(usageOf(path)).toMatchObject({ threads: 1, messages: 1000 });
+    await s.close();
+    expect(tableCounts(path)).toMatchObject({ messages: 1000, segments: 1 });
+  });
+
+  it("removes an expired thread of the new id first, logging its thread_cleared", async () => {
+    const s = openStore(freshPath());
+    await importParent(s, 3);
+    await s.append(add({ threadId: "f", ttlMs: 10, now: 1000 }));
+    const head = await s.headCursor("ns");
+    const forked = await s.fork(forkCmd({ now: 5000 }));
+    expect(forked.thread.lastSeq).toBe(3);
+    const events = await s.readEvents("ns", head, 10);
+    expect(events.map((e) => e.type)).toEqual(["thread_cleared", "thread_forked"]);
+    expect(contents((await s.read("ns", "f"))?.messages)).toEqual(numbered(1, 3));
+  });
+
+  it("reads a segment's range and lists a parent's forks by searches, never a scan or a sort", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await importParent(s, 3);
+    await s.fork(forkCmd({ labels: { a: "1" } }));
+    await s.close();
+    const db = new Database(path, { readonly: true });
+    const planOf = (sql: string, params: unknown[]) =>
+      db
+        .prepare(`EXPLAIN QUERY PLAN ${sql}`)
+        .all(...params)
+        .map((row) => String((row as { detail: string }).detail))
+        .join("\n");
+    try {
+      const range = planOf(MESSAGE_QUERIES.range, [1, 1, 3, -1]);
+      expect(range).toMatch(
+        /SEARCH messages USING PRIMARY KEY \(thread=\? AND seq>\? AND seq<\?\)/,
+      );
+      for (const count of [0, 1, 2]) {
+        const labels = Array.from({ length: count }, () => ["a", "1"]).flat();
+        const plan = planOf(forksListSql(count), [...labels, "ns", "t", "", Date.now(), 10]);
+        expect(plan).toMatch(
+          /SEARCH f USING PRIMARY KEY \(namespace=\? AND parent_id=\? AND thread_id>\?\)/,
+        );
+        expect(plan).not.toMatch(/TEMP B-TREE|SCAN/);
+      }
+    } finally {
+      db.close();
+    }
   });
 
   it("migrates a schema 3 file in place: its threads keep their messages, fork, and survive a Clear of the parent", async () => {
