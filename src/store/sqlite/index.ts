@@ -8,6 +8,8 @@ import {
   type CommitSummaryCommand,
   DEFAULT_STORE_LIMITS,
   type FoldFailureCommand,
+  type ForkCommand,
+  type ForkResult,
   type ImportThreadCommand,
   type ReadView,
   type RewindCommand,
@@ -214,6 +216,13 @@ class SqliteStore implements Store {
       .value;
   }
 
+  /** The fork writes the new thread and may freeze the parent's head: both are held as in flight. */
+  async fork(cmd: ForkCommand): Promise<ForkResult> {
+    const op: WriteOp = { kind: "fork", cmd };
+    const threads = [cmd.newThreadId, cmd.threadId];
+    return (await this.#worker.write<ForkResult>(op, cmd.namespace, threads, cmd.deadline)).value;
+  }
+
   async read(
     namespace: string,
     threadId: string,
@@ -266,9 +275,10 @@ class SqliteStore implements Store {
     after: string,
     limit: number,
     labels?: Labels,
+    forksOf?: string,
   ): Promise<string[]> {
     this.#assertOpen();
-    return this.#reads.listThreads(namespace, after, limit, labels);
+    return this.#reads.listThreads(namespace, after, limit, labels, forksOf);
   }
 
   importThread(cmd: ImportThreadCommand): Promise<boolean> {
