@@ -178,7 +178,7 @@ describe("redis store: fork", () => {
     const r = await store.fork(
       forkCmd({ newThreadId: "f", atSeq: 250, strategy: { ...window20, maxStored: 40 } }),
     );
-    expect(r.sharedCount).toBe(40);
+    expect(r.sharedCount).toBe(250);
     expect((await store.read("ns", "f"))?.messages.map((m) => m.seq)).toEqual(seqs(211, 250));
     expect((await store.read("ns", "t"))?.messages).toHaveLength(300);
   });

@@ -194,7 +194,8 @@ async function planFork(
     copyFrom: copy === undefined ? 1 : Math.max(copy.from, floor + dropped),
     copyTo: copy === undefined ? 0 : copy.to,
     headLow: parent.firsts.get(HEAD) ?? 0,
-    shared: Math.max(0, at - (floor + dropped) + 1),
+    // What it took from the parent, before its own trim (core/lineage.ts).
+    shared: lineagePlan.sharedCount,
     inherited: decided.summaryInherited,
   };
 }

@@ -58,7 +58,7 @@ export interface RedisStoreOptions {
    */
   incarnationCheckMs?: number;
   /**
-   * Replicas that must have an Add, import, Rewind or Clear before it is
+   * Replicas that must have an Add, import, Rewind, Fork or Clear before it is
    * acknowledged (WAIT after it); default 0, acknowledged once the primary
    * ran it. Summary commits, fold leases and failure records are not waited
    * for: a summary lost in a failover is folded again from the messages.
@@ -77,7 +77,8 @@ export interface RedisStoreOptions {
  *
  * Atomicity: every mutation (append with its seqs, trim, idempotency record
  * and event; rewind; commit with its incarnation, coverage and fencing
- * checks; clear; lease take and release) is one Lua script run by EVALSHA (lua/), so it is
+ * checks; clear; lease take and release; fork, after reading the parent's
+ * hash and head length, forks.ts) is one Lua script run by EVALSHA (lua/), so it is
  * atomic on the server and costs one round trip. Scripts are loaded at
  * start-up; after a Redis restart the first NOSCRIPT reply falls back to
  * EVAL, which loads it (commands.ts).
