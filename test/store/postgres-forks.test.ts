@@ -280,6 +280,50 @@ describe("Postgres store Fork", () => {
     }
   }, 120_000);
 
+  it("inherits a summary at or before at_seq and leaves the parent's state as it was", async () => {
+    await withStore(async (store) => {
+      const summarize: Strategy = {
+        kind: "summary",
+        window: 2,
+        summarizeEvery: 2,
+        model: "extractive",
+        excludeSystem: false,
+        maxStored: 1000,
+      };
+      const seeded = await store.append(cmd({ strategy: summarize, messages: texts(200) }));
+      const token = (await store.acquireFoldLease("ns", "t", 60_000)) ?? 0;
+      await store.commitSummary({
+        namespace: "ns",
+        threadId: "t",
+        incarnation: seeded.thread.incarnation,
+        leaseToken: token,
+        fromSeq: 0,
+        throughSeq: 150,
+        summary: "so far",
+        foldedCount: 150,
+        now: 1500,
+      });
+      const parentBefore = await store.getThread("ns", "t");
+      const r = await store.fork(forkCmd({ atSeq: 180, labels: { team: "x" }, ttlMs: 0 }));
+      expect(r.summaryInherited).toBe(true);
+      expect(r.thread).toMatchObject({
+        summary: "so far",
+        summarizedThroughSeq: 150,
+        labels: { team: "x" },
+      });
+      expect(r.thread.expireTime).toBeUndefined();
+      expect(r.thread.incarnation).not.toBe(seeded.thread.incarnation);
+      // The parent's head is frozen underneath it; its state (times, lease, summary) is as it was.
+      expect(await store.getThread("ns", "t")).toEqual(parentBefore);
+      const folded = await store.read("ns", "f");
+      expect(folded?.messages.map((m) => m.seq)).toEqual(
+        Array.from({ length: 180 }, (_, i) => i + 1),
+      );
+      expect((await store.read("ns", "t", { limit: 3 }))?.messages.at(-1)?.seq).toBe(200);
+      expect(await store.acquireFoldLease("ns", "t", 60_000)).toBeUndefined();
+    });
+  });
+
   it("forks a 100,000-message parent in as many statements as a 300-message one", async () => {
     const counts: number[] = [];
     for (const n of [300, 100_000]) {
