@@ -107,7 +107,8 @@ export function cacheBudget(bytes: number): { pageCacheBytes: number; messageCac
  * writes wait; more are refused with unavailable; an Add or a Rewind still
  * queued at its deadline is refused unstored. Each write is a function of
  * its own in writes/ (appends.ts, rewind.ts, folds.ts, clears.ts,
- * imports.ts); the decisions are the core's pure functions. Reads run on
+ * imports.ts, forks.ts; segments.ts the frozen segments they share); the
+ * decisions are the core's pure functions. Reads run on
  * this thread on a connection of their own (reads.ts): WAL lets them read
  * the last commit while the worker writes, so no Get waits for an fsync.
  *
@@ -121,7 +122,8 @@ export function cacheBudget(bytes: number): { pageCacheBytes: number; messageCac
  *
  * A Get reads only what it can return (Store.read's view): the newest
  * messages, and a summary thread's unfolded ones, by one range search on the
- * messages table's primary key (thread, seq). Because this process is the
+ * messages table's primary key (segment, seq) per segment of the thread's
+ * lineage it touches (lineage.ts: a thread never forked has one). Because this process is the
  * file's only writer, it also keeps the newest messages of recently used
  * threads in memory (MessageCache, bounded in bytes), updated by each commit
  * as its answer comes back from the worker (a Rewind cuts it back, since the

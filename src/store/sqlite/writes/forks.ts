@@ -1,5 +1,10 @@
 import { randomUUID } from "node:crypto";
-import { decideFork, forkTargetExistsError, forkTrimCount } from "../../../core/fork.js";
+import {
+  decideFork,
+  type ForkPlan,
+  forkTargetExistsError,
+  forkTrimCount,
+} from "../../../core/fork.js";
 import { floorOf, type Lineage, planForkLineage } from "../../../core/lineage.js";
 import { checkQuotas } from "../../../core/quota.js";
 import { isExpired } from "../../../core/ttl.js";
@@ -28,19 +33,7 @@ export function fork(ctx: WriteContext, cmd: ForkCommand): Committed<ForkResult>
   }
   const expired = expireIfDue(ctx, cmd.namespace, cmd.newThreadId, cmd.now, target);
   if (live !== undefined) throw forkTargetExistsError();
-  const found = ctx.threads.get(cmd.namespace, cmd.threadId);
-  const parentRow = found !== undefined && !isExpired(expiryOf(found), cmd.now) ? found : undefined;
-  const parentLineage = parentRow === undefined ? undefined : ctx.threads.lineages.of(parentRow);
-  const floor =
-    parentRow === undefined || parentLineage === undefined
-      ? 0
-      : floorOf(parentLineage, parentRow.last_seq);
-  const parent = parentRow === undefined ? undefined : toThread(parentRow);
-  const oldest = parent === undefined || floor > parent.lastSeq ? undefined : floor;
-  const plan = decideFork(parent, oldest, { ...cmd, atSeq: cmd.atSeq });
-  if (parentRow === undefined || parentLineage === undefined) {
-    throw new Error("sqlite store: no parent"); // Unreachable: decideFork threw not_found.
-  }
+  const { row: parentRow, lineage: parentLineage, plan } = checkedParent(ctx, cmd);
   const lineagePlan = planForkLineage(parentLineage, parentRow.last_seq, plan.atSeq);
   const copied =
     lineagePlan.copy === undefined
@@ -95,6 +88,23 @@ export function fork(ctx: WriteContext, cmd: ForkCommand): Committed<ForkResult>
       ...(lineagePlan.headFrozen ? [parentRow.incarnation] : []),
     ],
   };
+}
+
+/** The live parent and core/fork.ts decideFork on it (throws its refusals). */
+function checkedParent(
+  ctx: WriteContext,
+  cmd: ForkCommand,
+): { row: ThreadRow; lineage: Lineage; plan: ForkPlan } {
+  const found = ctx.threads.get(cmd.namespace, cmd.threadId);
+  const row = found !== undefined && !isExpired(expiryOf(found), cmd.now) ? found : undefined;
+  const lineage = row === undefined ? undefined : ctx.threads.lineages.of(row);
+  const floor = row === undefined || lineage === undefined ? 0 : floorOf(lineage, row.last_seq);
+  const parent = row === undefined ? undefined : toThread(row);
+  const oldest = parent === undefined || floor > parent.lastSeq ? undefined : floor;
+  const plan = decideFork(parent, oldest, cmd);
+  // Unreachable: decideFork threw not_found.
+  if (row === undefined || lineage === undefined) throw new Error("sqlite store: no parent");
+  return { row, lineage, plan };
 }
 
 /**
