@@ -32,6 +32,7 @@ import { fill } from "./thread-length.js";
 
 const WINDOW = 20;
 const TAIL_BACK = 50;
+const WARMUP_FORKS = 50;
 const CALL_TIMEOUT_MS = 30_000;
 const START_TIMEOUT_MS = 20_000;
 const GOAL = 1.2;
@@ -154,7 +155,8 @@ async function measureStore(
     for (let round = -1; round < o.size("rounds"); round++) {
       const order: Which[] = round % 2 === 0 ? ["long", "short"] : ["short", "long"];
       for (const which of order) {
-        const count = round < 0 ? 10 : o.size("forks");
+        // The warm-up also lets the fill's garbage be collected before timing.
+        const count = round < 0 ? WARMUP_FORKS : o.size("forks");
         const forks = forkRequests(which, round, count, sizes[which]);
         const sink = (call: Call) =>
           round < 0 ? emptyTimed(store, call, which) : row(call, which);
@@ -269,7 +271,7 @@ export const forkScenario = {
   budgetMs(ctx: ScenarioContext): number {
     const o = ctx.options;
     const stores = storesFor(o, FORK_STORES).length;
-    const calls = 2 * (o.size("rounds") + 1) * 3 * (o.size("forks") + 10);
+    const calls = 2 * (o.size("rounds") + 1) * 3 * (o.size("forks") + WARMUP_FORKS);
     const timed = calls * 50 + 6 * (o.size("rounds") + 1) * (CALL_TIMEOUT_MS + 1_000);
     const fill = (o.size("long-messages") / 1_000 + 4) * 2_000;
     return stores * (timed + fill + 2 * START_TIMEOUT_MS + 60_000);
