@@ -208,5 +208,10 @@ export function cutLineage(lineage: Lineage, lastSeq: number, toSeq: number): Cu
   if (toSeq >= head.low) {
     return { lineage: { entries, head }, released, headDropAfter: toSeq, headDropped: false };
   }
-  return { lineage: { entries, head: undefined }, released, headDropAfter: undefined, headDropped: true };
+  return {
+    lineage: { entries, head: undefined },
+    released,
+    headDropAfter: undefined,
+    headDropped: true,
+  };
 }
