@@ -141,11 +141,8 @@ async function ownView(
     copy === undefined || from > copy.to
       ? []
       : await readRanges(ctx.q, namespace, [{ segment: copy.segment, from, to: copy.to }]);
-  return {
-    entries: after,
-    copied,
-    sharedCount: Math.max(0, plan.atSeq - newFloor + 1),
-  };
+  // The parent's stored messages it took at the fork point (the contract's), before its own trim.
+  return { entries: after, copied, sharedCount: lineage.sharedCount };
 }
 
 /**
