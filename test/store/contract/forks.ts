@@ -230,7 +230,7 @@ function forkRefusalCases(store: Store, backend: ContractBackend): void {
     expect(seqsOf(await store.read("ns", "f"))).toEqual([]);
   });
 
-  it("refuses nothing written in the usage either (quotas as before)", async () => {
+  it("leaves the namespace usage as it was after refused Forks", async () => {
     const q = await backend.open({ maxThreadsPerNamespace: 3, maxMessagesPerNamespace: 20 });
     try {
       await q.append(cmd({ messages: numbered(5) }));
