@@ -15,6 +15,7 @@ import {
   cmd,
   fold,
   forkCmd,
+  importCommand,
   numbered,
   refused,
   rejects,
@@ -230,7 +231,7 @@ function forkRefusalCases(store: Store, backend: ContractBackend): void {
     expect(seqsOf(await store.read("ns", "f"))).toEqual([]);
   });
 
-  it("refuses nothing written in the usage either (quotas as before)", async () => {
+  it("leaves the namespace usage as it was after refused Forks", async () => {
     const q = await backend.open({ maxThreadsPerNamespace: 3, maxMessagesPerNamespace: 20 });
     try {
       await q.append(cmd({ messages: numbered(5) }));
@@ -477,6 +478,14 @@ function forkQuotaCases(backend: ContractBackend): void {
 }
 
 function forkEventAndListCases(store: Store): void {
+  it("stores an imported thread's parent as given, and lists it among that parent's forks", async () => {
+    const parent = { threadId: "gone", atSeq: 6, forkTime: 300, parentCreateTime: 50 };
+    expect(await store.importThread(importCommand({ parent }))).toBe(true);
+    expect((await store.getThread("ns", "imp"))?.parent).toEqual(parent);
+    expect((await store.read("ns", "imp"))?.thread.parent).toEqual(parent);
+    expect(await store.listThreads("ns", "", 10, undefined, "gone")).toEqual(["imp"]);
+  });
+
   it("logs thread_forked on the fork only, before the fork's later messages_added", async () => {
     await store.append(cmd({ strategy: summary, messages: numbered(6) }));
     await fold(store, "t", 2);
