@@ -110,7 +110,7 @@ export interface ForkLineagePlan {
    */
   parent: Lineage;
   headFrozen: boolean;
-  /** Stored messages the fork holds from its parent. */
+  /** The parent's stored messages up to atSeq (shared or copied), before the fork's own trim. */
   sharedCount: number;
 }
 

@@ -291,7 +291,7 @@ export interface ForkCommand {
 export interface ForkResult {
   /** The new thread as the Fork wrote it (a replay: as it is now). */
   thread: ThreadState;
-  /** Stored messages the fork holds from its parent (shared or copied). */
+  /** The parent's stored messages up to atSeq the fork took over (shared or copied), before its own max_stored trim. */
   sharedCount: number;
   summaryInherited: boolean;
   /** True when this was a retry of an earlier request_id. */

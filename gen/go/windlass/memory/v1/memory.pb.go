@@ -1943,7 +1943,8 @@ type ForkResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The new thread (last_seq = at_seq).
 	Thread *Thread `protobuf:"bytes,1,opt,name=thread,proto3" json:"thread,omitempty"`
-	// Stored messages the fork holds from its parent.
+	// The parent's stored messages up to at_seq that the fork took over
+	// (shared or copied), counted before the fork's own max_stored trim.
 	SharedCount uint32 `protobuf:"varint,2,opt,name=shared_count,json=sharedCount,proto3" json:"shared_count,omitempty"`
 	// Whether the parent's summary was taken over.
 	SummaryInherited bool `protobuf:"varint,3,opt,name=summary_inherited,json=summaryInherited,proto3" json:"summary_inherited,omitempty"`
@@ -2721,7 +2722,8 @@ type ThreadForked struct {
 	ParentThreadId string `protobuf:"bytes,1,opt,name=parent_thread_id,json=parentThreadId,proto3" json:"parent_thread_id,omitempty"`
 	// The fork point.
 	AtSeq uint64 `protobuf:"varint,2,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
-	// Stored messages the fork holds from its parent.
+	// The parent's stored messages up to at_seq that the fork took over
+	// (shared or copied), counted before the fork's own max_stored trim.
 	SharedCount uint32 `protobuf:"varint,3,opt,name=shared_count,json=sharedCount,proto3" json:"shared_count,omitempty"`
 	// Whether the parent's summary was taken over.
 	SummaryInherited bool `protobuf:"varint,4,opt,name=summary_inherited,json=summaryInherited,proto3" json:"summary_inherited,omitempty"`

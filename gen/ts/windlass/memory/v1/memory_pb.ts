@@ -1052,7 +1052,8 @@ export type ForkResponse = Message<"windlass.memory.v1.ForkResponse"> & {
   thread?: Thread | undefined;
 
   /**
-   * Stored messages the fork holds from its parent.
+   * The parent's stored messages up to at_seq that the fork took over
+   * (shared or copied), counted before the fork's own max_stored trim.
    *
    * @generated from field: uint32 shared_count = 2;
    */
@@ -1475,7 +1476,8 @@ export type ThreadForked = Message<"windlass.memory.v1.ThreadForked"> & {
   atSeq: bigint;
 
   /**
-   * Stored messages the fork holds from its parent.
+   * The parent's stored messages up to at_seq that the fork took over
+   * (shared or copied), counted before the fork's own max_stored trim.
    *
    * @generated from field: uint32 shared_count = 3;
    */
