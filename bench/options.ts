@@ -7,6 +7,7 @@
 export const SCENARIO_NAMES = [
   "unary",
   "thread-length",
+  "fork",
   "memory",
   "watch",
   "read-path",
@@ -63,6 +64,14 @@ export const SIZE_FLAGS = {
     min: 1,
     max: 256,
     help: "thread-length: calls in flight (1: each call alone, so latency is the call's own)",
+  },
+  // fork (also: long-messages, short-messages, seconds, rounds, concurrency)
+  forks: {
+    full: 300,
+    quick: 60,
+    min: 2,
+    max: 10_000,
+    help: "fork: Forks per parent and round (each then read and written once)",
   },
   // memory
   messages: {
@@ -219,7 +228,8 @@ export function helpText(): string {
     "",
     `Scenarios: ${SCENARIO_NAMES.join(", ")} (default: unary; all: every one, in this order)`,
     "  --quick            smaller sizes and shorter runs, to see that a scenario works",
-    "  --stores LIST      thread-length: memory,sqlite,redis,postgres; memory: memory,sqlite,postgres;",
+    "  --stores LIST      thread-length: memory,sqlite,redis,postgres; fork: the same;",
+    "                     memory: memory,sqlite,postgres;",
     "                     durable-writes: memory,sqlite,postgres (default: all of the scenario's)",
     "  --results FILE     where to write the results (default bench/RESULTS.md)",
     "  --no-results       print only",

@@ -24,6 +24,7 @@ import { readSettings, runUnary, unaryBudgetMs, unaryEnvPrefix } from "./unary.j
  * run, and writes its section of bench/RESULTS.md):
  *   unary          Add and Get per store beside a bare grpc-js server (default)
  *   thread-length  Get (window 20) and Add on a 100,000-message thread vs a 100-message one
+ *   fork           Fork of a 100,000-message thread vs a 100-message one, then Get and Add on the forks
  *   memory         resident growth per stored message at 1,000,000 messages
  *   watch          SummaryUpdated fan-out to 1,000 watchers; 100 watchers that never read
  *   read-path      agent loop with a model taking 2 s per fold vs one answering at once
@@ -69,6 +70,8 @@ async function scenarioModule(name: ScenarioName): Promise<ScenarioModule> {
       };
     case "thread-length":
       return (await import("./thread-length.js")).threadLengthScenario;
+    case "fork":
+      return (await import("./fork.js")).forkScenario;
     case "memory":
       return (await import("./memory-growth.js")).memoryScenario;
     case "watch":

@@ -12,6 +12,7 @@ import {
 
 export const ADD_PATH = `/${MemoryService.typeName}/${MemoryService.method.add.name}`;
 export const GET_PATH = `/${MemoryService.typeName}/${MemoryService.method.get.name}`;
+export const FORK_PATH = `/${MemoryService.typeName}/${MemoryService.method.fork.name}`;
 
 /** The thread the Get scenario reads: window strategy, GET_SEED_MESSAGES stored. */
 export const GET_THREAD = "bench-get";

@@ -79,8 +79,8 @@ function messages(from: number, count: number): ChatMessage[] {
   });
 }
 
-/** Fills `threadId` to `count` messages with Adds of FILL_BATCH. */
-async function fill(
+/** Fills `threadId` to `count` messages with Adds of FILL_BATCH (bench/fork.ts fills its parents so too). */
+export async function fill(
   client: MemoryClient,
   threadId: string,
   count: number,

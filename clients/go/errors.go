@@ -42,3 +42,7 @@ func IsSeqConflict(err error) bool { return Code(err) == codes.Aborted }
 
 // IsResourceExhausted: a size, quota or rate limit was hit.
 func IsResourceExhausted(err error) bool { return Code(err) == codes.ResourceExhausted }
+
+// IsAlreadyExists: Fork's new thread id names a live thread (ALREADY_EXISTS);
+// clear it or choose another. Nothing was created.
+func IsAlreadyExists(err error) bool { return Code(err) == codes.AlreadyExists }

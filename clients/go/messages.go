@@ -33,6 +33,7 @@ const (
 	EventThreadCleared  = memoryv1.EventType_EVENT_TYPE_THREAD_CLEARED
 	EventSummaryFailed  = memoryv1.EventType_EVENT_TYPE_SUMMARY_FAILED
 	EventThreadRewound  = memoryv1.EventType_EVENT_TYPE_THREAD_REWOUND
+	EventThreadForked   = memoryv1.EventType_EVENT_TYPE_THREAD_FORKED
 )
 
 // System is a system message (instructions for the model).

@@ -14,19 +14,32 @@ import (
 type RewindResponse = memoryv1.RewindResponse
 
 // RewindOption sets an optional field of Rewind.
-type RewindOption func(*memoryv1.RewindRequest)
+type RewindOption interface{ applyRewind(*memoryv1.RewindRequest) }
 
-// IfLastSeq makes Rewind fail (IsSeqConflict, ABORTED) and drop nothing
-// unless the thread's last seq is still seq: a message added meanwhile is
-// never dropped.
-func IfLastSeq(seq uint64) RewindOption {
-	return func(r *memoryv1.RewindRequest) { r.ExpectedLastSeq = proto.Uint64(seq) }
+type rewindOption func(*memoryv1.RewindRequest)
+
+func (o rewindOption) applyRewind(r *memoryv1.RewindRequest) { o(r) }
+
+// LastSeqGuard is IfLastSeq: an option of both Rewind and Fork.
+type LastSeqGuard uint64
+
+func (g LastSeqGuard) applyRewind(r *memoryv1.RewindRequest) {
+	r.ExpectedLastSeq = proto.Uint64(uint64(g))
 }
+
+func (g LastSeqGuard) applyFork(r *memoryv1.ForkRequest) {
+	r.ExpectedLastSeq = proto.Uint64(uint64(g))
+}
+
+// IfLastSeq makes Rewind or Fork fail (IsSeqConflict, ABORTED) and change
+// nothing unless the thread's last seq is still seq: a message added
+// meanwhile is never dropped, and a fork holds exactly what was read.
+func IfLastSeq(seq uint64) LastSeqGuard { return LastSeqGuard(seq) }
 
 // RewindRequestID sets the idempotency key instead of a random one: a Rewind
 // repeated with it answers the first one's response and drops nothing more.
 func RewindRequestID(id string) RewindOption {
-	return func(r *memoryv1.RewindRequest) { r.RequestId = id }
+	return rewindOption(func(r *memoryv1.RewindRequest) { r.RequestId = id })
 }
 
 // popAttempts bounds how often Pop reads again after losing to an Add.
@@ -41,7 +54,7 @@ const popAttempts = 3
 func (c *Client) Rewind(ctx context.Context, thread string, toSeq uint64, opts ...RewindOption) (*RewindResponse, error) {
 	req := &memoryv1.RewindRequest{ThreadId: thread, ToSeq: toSeq}
 	for _, o := range opts {
-		o(req)
+		o.applyRewind(req)
 	}
 	if req.RequestId == "" {
 		req.RequestId = newRequestID()

@@ -8,6 +8,7 @@
 export type ErrorCode =
   | "invalid_argument"
   | "not_found"
+  | "already_exists"
   | "failed_precondition"
   | "aborted"
   | "out_of_range"

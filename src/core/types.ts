@@ -138,6 +138,20 @@ export interface ThreadState {
   ttlMs?: number;
   /** When the thread expires unless written again (ms since the epoch); with ttlMs only. */
   expireTime?: number;
+  /** Where the thread was forked from (Fork); absent when it is not a fork. */
+  parent?: ForkOrigin;
+}
+
+/** The thread a fork was created from, and where (ForkRequest). */
+export interface ForkOrigin {
+  /** The direct parent. */
+  threadId: string;
+  /** The fork holds the parent's messages up to this seq. */
+  atSeq: number;
+  /** When the fork was created (ms since the epoch). */
+  forkTime: number;
+  /** The parent's createTime when it was forked (tells a cleared parent from it). */
+  parentCreateTime: number;
 }
 
 /** Thread labels: key -> value (checked by service/labels.ts). */
@@ -149,7 +163,14 @@ export type EventBody =
   | { type: "summary_updated"; summary: string; summarizedThroughSeq: number; foldedCount: number }
   | { type: "thread_cleared"; reason?: "expired" }
   | { type: "summary_failed"; reason: string; attempt: number }
-  | { type: "thread_rewound"; toSeq: number; removedCount: number; summaryDropped: boolean };
+  | { type: "thread_rewound"; toSeq: number; removedCount: number; summaryDropped: boolean }
+  | {
+      type: "thread_forked";
+      parentThreadId: string;
+      atSeq: number;
+      sharedCount: number;
+      summaryInherited: boolean;
+    };
 
 export type EventType = EventBody["type"];
 

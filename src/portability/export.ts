@@ -9,7 +9,9 @@ export const EXPORT_PAGE = 100;
  * thread id order, one thread read at a time: memory stays bounded by the
  * largest thread, whatever the namespace's size. `write` is awaited, so a
  * slow destination slows the export instead of buffering it. A thread
- * cleared between the listing and its read is left out. Returns the count.
+ * cleared between the listing and its read is left out. A fork is written
+ * with its origin and every message it stores, shared ones included, so its
+ * line stands alone. Returns the count.
  */
 export async function exportNamespace(
   store: Store,
@@ -39,6 +41,7 @@ export async function exportNamespace(
           ...(thread.ttlMs === undefined || thread.expireTime === undefined
             ? {}
             : { ttlMs: thread.ttlMs, expireTime: thread.expireTime }),
+          ...(thread.parent === undefined ? {} : { parent: thread.parent }),
           messages,
         })}\n`,
       );

@@ -1,6 +1,7 @@
 import { MAX_TOKENS_LIMIT } from "../core/strategy.js";
 import { TOKEN_ENCODINGS } from "../core/tokens.js";
 import type {
+  ForkOrigin,
   Labels,
   Role,
   StoredMessage,
@@ -30,6 +31,17 @@ export { ThreadLineError };
  *  "create_time":1767225600000,"update_time":1767225601000,"labels":{"user_id":"u-42"},
  *  "messages":[{"seq":1,"create_time":1767225600000,"role":"user","content":"hi"}, …]}
  * ```
+ *
+ * A fork's line also has `parent` (left out for other threads, so older files
+ * stay valid and read the same): where it was forked from, as
+ * ThreadState.parent holds it. The line still holds all the fork's stored
+ * messages, shared ones included, so it imports on its own (the parent need
+ * not be in the file, nor exist) and nothing is shared after an import:
+ *
+ * ```json
+ * "parent":{"thread_id":"t1","at_seq":2,"fork_time":1767225602000,
+ *           "parent_create_time":1767225600000}
+ * ```
  */
 export const THREAD_LINE_FORMAT = "windlass-memory.thread.v1";
 
@@ -53,8 +65,18 @@ export function encodeThreadLine(t: ThreadLine): string {
     ...(t.ttlMs === undefined || t.expireTime === undefined
       ? {}
       : { ttl_ms: t.ttlMs, expire_time: t.expireTime }),
+    ...(t.parent === undefined ? {} : { parent: encodeParent(t.parent) }),
     messages: t.messages.map(encodeMessage),
   });
+}
+
+function encodeParent(p: ForkOrigin): Record<string, unknown> {
+  return {
+    thread_id: p.threadId,
+    at_seq: p.atSeq,
+    fork_time: p.forkTime,
+    parent_create_time: p.parentCreateTime,
+  };
 }
 
 function encodeStrategy(s: Strategy): Record<string, unknown> {
@@ -132,6 +154,7 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
     "labels",
     "ttl_ms",
     "expire_time",
+    "parent",
     "messages",
   ]);
   const format = r.string(o.format, "format");
@@ -159,6 +182,7 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
   }
   const labels = o.labels === undefined ? undefined : decodeLabels(r, o.labels, where);
   const ttl = decodeTtl(r, o.ttl_ms, o.expire_time);
+  const parent = o.parent === undefined ? undefined : decodeParent(r, o.parent, where);
   const messages = decodeMessages(r, o.messages, lastSeq);
   return {
     namespace,
@@ -172,7 +196,30 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
     updateTime: r.count(o.update_time, "update_time"),
     ...(labels === undefined ? {} : { labels }),
     ...(ttl ?? {}),
+    ...(parent === undefined ? {} : { parent }),
     messages,
+  };
+}
+
+/**
+ * A fork's origin. Its at_seq is not checked against last_seq: a fork
+ * rewound below its fork point keeps the origin it had.
+ */
+function decodeParent(r: Reader, value: unknown, where: string): ForkOrigin {
+  const o = r.object(value, "parent", ["thread_id", "at_seq", "fork_time", "parent_create_time"]);
+  const rawId = r.string(o.thread_id, "parent.thread_id");
+  let threadId: string;
+  try {
+    if (rawId === "") throw new Error("parent.thread_id: must not be empty");
+    threadId = threadIdFrom(rawId, "parent.thread_id");
+  } catch (err) {
+    throw new ThreadLineError(`${where}: ${(err as Error).message}`);
+  }
+  return {
+    threadId,
+    atSeq: r.count(o.at_seq, "parent.at_seq"),
+    forkTime: r.count(o.fork_time, "parent.fork_time"),
+    parentCreateTime: r.count(o.parent_create_time, "parent.parent_create_time"),
   };
 }
 

@@ -3,6 +3,8 @@ import type {
   AddResponse,
   ClearRequest,
   ClearResponse,
+  ForkRequest,
+  ForkResponse,
   GetRequest,
   GetResponse,
   ListThreadsRequest,
@@ -34,6 +36,7 @@ export interface MemoryServiceCore {
   clear(req: ClearRequest, ctx: CallContext): Promise<ClearResponse>;
   listThreads(req: ListThreadsRequest, ctx: CallContext): Promise<ListThreadsResponse>;
   rewind(req: RewindRequest, ctx: CallContext): Promise<RewindResponse>;
+  fork(req: ForkRequest, ctx: CallContext): Promise<ForkResponse>;
   /** Ends (returns) only when ctx.signal aborts or the service shuts down (throws unavailable). */
   watch(req: WatchRequest, ctx: CallContext): AsyncIterable<WatchResponse>;
 }

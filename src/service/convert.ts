@@ -9,6 +9,8 @@ import {
   type ChatMessage as ChatMessagePb,
   ChatMessageSchema,
   EventType as EventTypePb,
+  type ForkOrigin as ForkOriginPb,
+  ForkOriginSchema,
   Role as RolePb,
   type Strategy as StrategyPb,
   StrategySchema,
@@ -24,6 +26,7 @@ import { DEFAULT_TOKEN_ENCODING } from "../core/tokens.js";
 import type {
   ChatMessage,
   EventType,
+  ForkOrigin,
   MemoryEvent,
   Role,
   StoredMessage,
@@ -263,6 +266,16 @@ export function threadToPb(t: ThreadState): ThreadPb {
     ...(t.ttlMs === undefined || t.expireTime === undefined
       ? {}
       : { ttl: durationFromMs(t.ttlMs), expireTime: timestampFromMs(t.expireTime) }),
+    ...(t.parent === undefined ? {} : { parent: forkOriginToPb(t.parent) }),
+  });
+}
+
+function forkOriginToPb(o: ForkOrigin): ForkOriginPb {
+  return create(ForkOriginSchema, {
+    threadId: o.threadId,
+    atSeq: BigInt(o.atSeq),
+    forkTime: timestampFromMs(o.forkTime),
+    parentCreateTime: timestampFromMs(o.parentCreateTime),
   });
 }
 
@@ -300,6 +313,7 @@ const EVENT_TYPE_FROM_PB: Partial<Record<number, EventType>> = {
   [EventTypePb.THREAD_CLEARED]: "thread_cleared",
   [EventTypePb.SUMMARY_FAILED]: "summary_failed",
   [EventTypePb.THREAD_REWOUND]: "thread_rewound",
+  [EventTypePb.THREAD_FORKED]: "thread_forked",
 };
 
 export function eventTypeFromPb(t: EventTypePb, field: string): EventType {
@@ -353,6 +367,19 @@ export function eventToPb(e: MemoryEvent, resumeToken: string): WatchResponse {
             toSeq: BigInt(e.toSeq),
             removedCount: e.removedCount,
             summaryDropped: e.summaryDropped,
+          },
+        },
+      });
+    case "thread_forked":
+      return create(WatchResponseSchema, {
+        ...common,
+        event: {
+          case: "threadForked",
+          value: {
+            parentThreadId: e.parentThreadId,
+            atSeq: BigInt(e.atSeq),
+            sharedCount: e.sharedCount,
+            summaryInherited: e.summaryInherited,
           },
         },
       });

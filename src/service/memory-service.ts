@@ -9,6 +9,7 @@ import type { MemoryServiceCore } from "./context.js";
 import { assertOpen, type ServiceDeps } from "./deps.js";
 import { EventHub } from "./event-hub.js";
 import { FoldScheduler } from "./fold-scheduler.js";
+import { fork } from "./fork.js";
 import { get } from "./get.js";
 import { DEFAULT_SERVICE_LIMITS, type ServiceLimits } from "./limits.js";
 import { rewind } from "./rewind.js";
@@ -39,8 +40,8 @@ export interface MemoryService extends MemoryServiceCore {
 /**
  * The MemoryService behaviour over a Store and the summarisers: validation,
  * recall, background folds, Watch. Transport-free (see context.ts). Each RPC
- * is a module of its own (add.ts, get.ts, threads.ts, rewind.ts, watch.ts)
- * over the ServiceDeps made here.
+ * is a module of its own (add.ts, get.ts, threads.ts, rewind.ts, fork.ts,
+ * watch.ts) over the ServiceDeps made here.
  */
 export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
   const limits: ServiceLimits = { ...DEFAULT_SERVICE_LIMITS, ...opts.limits };
@@ -84,6 +85,7 @@ export function createMemoryService(opts: MemoryServiceOptions): MemoryService {
     clear: (req, ctx) => clear(deps, req, ctx),
     listThreads: (req, ctx) => listThreads(deps, req, ctx),
     rewind: (req, ctx) => rewind(deps, req, ctx),
+    fork: (req, ctx) => fork(deps, req, ctx),
     watch(req, ctx) {
       assertOpen(deps);
       return watchEvents(req, ctx, {

@@ -3,6 +3,7 @@ import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   type AddResponse,
   AddResponseSchema,
+  ForkOriginSchema,
   type GetResponse,
   type Strategy,
   StrategySchema,
@@ -123,12 +124,15 @@ interface ThreadPlan {
   readonly labels: readonly (readonly [string, number, string, number])[];
   readonly ttlSize: number;
   readonly expireSize: number;
+  /** Thread.parent's bytes: only forks have one, so toBinary's own is fast enough. */
+  readonly parent: Uint8Array | undefined;
 }
 
-// Tags of Thread's fields past 15 take two bytes: (20 << 3) | 2 = 162, then 21 and 22.
+// Tags of Thread's fields past 15 take two bytes: (20 << 3) | 2 = 162, then 21, 22 and 23.
 const LABELS_TAG = 162;
 const TTL_TAG = 170;
 const EXPIRE_TAG = 178;
+const PARENT_TAG = 186;
 
 function planThread(t: Thread): ThreadPlan {
   if (t.$unknown !== undefined && t.$unknown.length > 0) throw UNSUPPORTED;
@@ -157,6 +161,8 @@ function planThread(t: Thread): ThreadPlan {
   if (ttlSize >= 0) size += 2 + varintSize(ttlSize) + ttlSize;
   const expireSize = t.expireTime === undefined ? -1 : secondsNanosSize(t.expireTime);
   if (expireSize >= 0) size += 2 + varintSize(expireSize) + expireSize;
+  const parent = t.parent === undefined ? undefined : toBinary(ForkOriginSchema, t.parent);
+  if (parent !== undefined) size += 2 + varintSize(parent.length) + parent.length;
   return {
     thread: t,
     size,
@@ -169,6 +175,7 @@ function planThread(t: Thread): ThreadPlan {
     labels,
     ttlSize,
     expireSize,
+    parent,
   };
 }
 
@@ -206,6 +213,11 @@ function writeThread(out: Out, tag: number, p: ThreadPlan): void {
   if (t.expireTime !== undefined) {
     out.varint(EXPIRE_TAG);
     writeSecondsNanos(out, t.expireTime, p.expireSize);
+  }
+  if (p.parent !== undefined) {
+    out.varint(PARENT_TAG);
+    out.varint(p.parent.length);
+    out.bytes(p.parent);
   }
 }
 

@@ -7,10 +7,11 @@ import {
   type ListThreadsRequest,
   type ListThreadsResponse,
   ListThreadsResponseSchema,
+  type Thread as ThreadPb,
 } from "../../gen/ts/windlass/memory/v1/memory_pb.js";
 import { invalidArgument } from "../core/errors.js";
 import type { CallContext } from "./context.js";
-import { threadIdFrom } from "./convert.js";
+import { threadIdFrom, threadToPb } from "./convert.js";
 import { assertOpen, type ServiceDeps } from "./deps.js";
 import { labelsFrom } from "./labels.js";
 
@@ -60,7 +61,7 @@ async function clearAll(deps: ServiceDeps, ctx: CallContext): Promise<ClearRespo
   return create(ClearResponseSchema, { clearedThreads: cleared });
 }
 
-/** MemoryService.ListThreads: a page of ids after the page token, optionally by labels. */
+/** MemoryService.ListThreads: a page of ids after the page token, optionally by labels and parent. */
 export async function listThreads(
   deps: ServiceDeps,
   req: ListThreadsRequest,
@@ -70,13 +71,33 @@ export async function listThreads(
   const pageSize = req.pageSize === 0 ? PAGE_SIZE_DEFAULT : Math.min(req.pageSize, PAGE_SIZE_MAX);
   const after = decodePageToken(req.pageToken);
   const labels = labelsFrom(req.labels, "labels");
-  const ids = await deps.store.listThreads(ctx.namespace, after, pageSize + 1, labels);
+  // Checked as a thread id, but "" means every thread here, not "default".
+  const forksOf = req.forksOf === "" ? undefined : threadIdFrom(req.forksOf, "forks_of");
+  const ids = await deps.store.listThreads(ctx.namespace, after, pageSize + 1, labels, forksOf);
   const page = ids.slice(0, pageSize);
   const last = page[page.length - 1];
   return create(ListThreadsResponseSchema, {
     threadIds: page,
     nextPageToken: ids.length > pageSize && last !== undefined ? encodePageToken(last) : "",
+    ...(req.includeThreads ? { threads: await threadsOf(deps, ctx, page) } : {}),
   });
+}
+
+/**
+ * The threads of a listed page, one getThread per id (at most the page
+ * size), in the page's order; an id cleared since the listing is left out.
+ */
+async function threadsOf(
+  deps: ServiceDeps,
+  ctx: CallContext,
+  ids: readonly string[],
+): Promise<ThreadPb[]> {
+  const out: ThreadPb[] = [];
+  for (const id of ids) {
+    const t = await deps.store.getThread(ctx.namespace, id);
+    if (t !== undefined) out.push(threadToPb(t));
+  }
+  return out;
 }
 
 function encodePageToken(lastId: string): string {

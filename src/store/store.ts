@@ -1,6 +1,7 @@
 import type { QuotaLimits } from "../core/quota.js";
 import type {
   ChatMessage,
+  ForkOrigin,
   Labels,
   MemoryEvent,
   StoredMessage,
@@ -15,7 +16,7 @@ import type {
  * on its own.
  *
  * Events: every mutation appends its event (messages_added, summary_updated,
- * thread_cleared, summary_failed, thread_rewound) to the namespace's log in
+ * thread_cleared, summary_failed, thread_rewound, thread_forked) to the namespace's log in
  * the same atomic step, so the log and the state never disagree.
  *
  * The decisions behind the methods (idempotency, trimming, TTL, quotas,
@@ -55,6 +56,27 @@ export interface ThreadStore {
   rewind(cmd: RewindCommand): Promise<RewindResult>;
 
   /**
+   * Creates cmd.newThreadId holding cmd.threadId's messages up to atSeq,
+   * shared, not copied (core/lineage.ts: the cost is independent of the
+   * parent's length), in one atomic step, checking in this order (nothing
+   * written on any refusal): a request_id recorded on the new thread (the
+   * same requestHash replays the first result with `replayed: true`, even if
+   * the parent changed since; another is invalid_argument, as Add), the new
+   * id taken (core/fork.ts forkTargetExistsError; an expired thread of that
+   * id is removed first, logging thread_cleared "expired"), core/fork.ts
+   * decideFork on the parent (an expired parent is not found), the lineage
+   * bound (core/lineage.ts planForkLineage), the namespace quotas (one
+   * thread more, and the messages copied). Then writes the new thread under
+   * a new incarnation with the plan's state and its `parent` origin, its
+   * lineage (frozen references; a copied head), the request record (last
+   * seq 0, so no Rewind of the fork forgets it), the forks index entry, the
+   * fork's own trim when its strategy stores fewer (core/fork.ts
+   * forkTrimCount), and logs thread_forked on the new thread. The parent's
+   * state, update time, expire time and leases do not change.
+   */
+  fork(cmd: ForkCommand): Promise<ForkResult>;
+
+  /**
    * The thread and its stored messages, oldest first; undefined if it does
    * not exist. With `view`, the store may leave out older messages that a Get
    * with that limit cannot return: it still returns at least the newest
@@ -79,8 +101,19 @@ export interface ThreadStore {
    * (equality, AND). Each store indexes threads by label, so this costs the
    * threads carrying one of the labels (the rarest, where the store can
    * tell), never a scan of the namespace.
+   *
+   * With `forksOf` (not empty), only the direct forks of that thread id
+   * (ThreadState.parent.threadId, whatever incarnation of it they came
+   * from), combined with `labels` (AND); each store indexes forks by parent
+   * id, like a label.
    */
-  listThreads(namespace: string, after: string, limit: number, labels?: Labels): Promise<string[]>;
+  listThreads(
+    namespace: string,
+    after: string,
+    limit: number,
+    labels?: Labels,
+    forksOf?: string,
+  ): Promise<string[]>;
 }
 
 /** Fold leases and summaries: what the fold scheduler needs across replicas. */
@@ -231,6 +264,40 @@ export interface RewindResult {
   replayed: boolean;
 }
 
+/** Store.fork's input. */
+export interface ForkCommand {
+  namespace: string;
+  /** The parent. */
+  threadId: string;
+  newThreadId: string;
+  /** Undefined: the parent's last_seq. */
+  atSeq: number | undefined;
+  expectedLastSeq: number | undefined;
+  /** The fork's strategy, resolved; undefined: the parent's. */
+  strategy: Strategy | undefined;
+  /** Never empty; undefined: the parent's. */
+  labels: Labels | undefined;
+  /** ms; 0: none; undefined: the parent's. */
+  ttlMs: number | undefined;
+  /** Empty: no idempotency. Recorded on the new thread. */
+  requestId: string;
+  /** Digest of the request's payload (every field but request_id and new_thread_id). */
+  requestHash: string;
+  now: number;
+  /** As AppendCommand.deadline. */
+  deadline?: number;
+}
+
+export interface ForkResult {
+  /** The new thread as the Fork wrote it (a replay: as it is now). */
+  thread: ThreadState;
+  /** The parent's stored messages up to atSeq the fork took over (shared or copied), before its own max_stored trim. */
+  sharedCount: number;
+  summaryInherited: boolean;
+  /** True when this was a retry of an earlier request_id. */
+  replayed: boolean;
+}
+
 /** A whole thread to write as it is (Store.importThread). */
 export interface ImportThreadCommand {
   namespace: string;
@@ -249,6 +316,8 @@ export interface ImportThreadCommand {
   /** Retention, both or neither (an expire time already past makes the thread due at once). */
   ttlMs?: number;
   expireTime?: number;
+  /** Where the thread was forked from, kept as exported (the parent need not exist). */
+  parent?: ForkOrigin;
   /** Time of the messages_added event. */
   now: number;
 }

@@ -26,6 +26,8 @@ export function tracedStore(store: Store, kind: StoreConfig["kind"]): Store {
   return {
     append: (cmd) => span("append", cmd.namespace, cmd.threadId, () => store.append(cmd)),
     rewind: (cmd) => span("rewind", cmd.namespace, cmd.threadId, () => store.rewind(cmd)),
+    // The span names the new thread: the one the Fork writes.
+    fork: (cmd) => span("fork", cmd.namespace, cmd.newThreadId, () => store.fork(cmd)),
     read: (namespace, threadId, view) =>
       span("read", namespace, threadId, () => store.read(namespace, threadId, view)),
     getThread: (namespace, threadId) =>
@@ -46,9 +48,9 @@ export function tracedStore(store: Store, kind: StoreConfig["kind"]): Store {
       span("clear", namespace, threadId, () => store.clear(namespace, threadId, now)),
     clearAll: (namespace, now) =>
       span("clearAll", namespace, undefined, () => store.clearAll(namespace, now)),
-    listThreads: (namespace, after, limit, labels) =>
+    listThreads: (namespace, after, limit, labels, forksOf) =>
       span("listThreads", namespace, undefined, () =>
-        store.listThreads(namespace, after, limit, labels),
+        store.listThreads(namespace, after, limit, labels, forksOf),
       ),
     readEvents: (namespace, cursor, limit) =>
       span("readEvents", namespace, undefined, () => store.readEvents(namespace, cursor, limit)),

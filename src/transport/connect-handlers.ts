@@ -38,6 +38,7 @@ export function memoryServiceImpl(options: ServerOptions): ServiceImpl<typeof Me
     clear: (req, hctx) => unary(options, hctx, (ctx) => core.clear(req, ctx)),
     listThreads: (req, hctx) => unary(options, hctx, (ctx) => core.listThreads(req, ctx)),
     rewind: (req, hctx) => unary(options, hctx, (ctx) => core.rewind(req, ctx)),
+    fork: (req, hctx) => unary(options, hctx, (ctx) => core.fork(req, ctx)),
     watch: (req, hctx) => serverStreaming(options, hctx, (ctx) => core.watch(req, ctx)),
   };
 }

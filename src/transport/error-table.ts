@@ -18,6 +18,7 @@ export const errorCodeTable: {
 } = {
   invalid_argument: { grpc: status.INVALID_ARGUMENT, connect: Code.InvalidArgument },
   not_found: { grpc: status.NOT_FOUND, connect: Code.NotFound },
+  already_exists: { grpc: status.ALREADY_EXISTS, connect: Code.AlreadyExists },
   failed_precondition: { grpc: status.FAILED_PRECONDITION, connect: Code.FailedPrecondition },
   aborted: { grpc: status.ABORTED, connect: Code.Aborted },
   out_of_range: { grpc: status.OUT_OF_RANGE, connect: Code.OutOfRange },

@@ -129,6 +129,7 @@ function memoryServiceHandlers(options: ServerOptions) {
     clear: unary(options, methods.clear, (req, ctx) => core.clear(req, ctx)),
     listThreads: unary(options, methods.listThreads, (req, ctx) => core.listThreads(req, ctx)),
     rewind: unary(options, methods.rewind, (req, ctx) => core.rewind(req, ctx)),
+    fork: unary(options, methods.fork, (req, ctx) => core.fork(req, ctx)),
     watch: serverStreaming(options, methods.watch, (req, ctx) => core.watch(req, ctx)),
   } satisfies Record<keyof typeof methods, UntypedHandleCall>;
 }

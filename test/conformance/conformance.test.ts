@@ -14,6 +14,8 @@ import {
   AddResponseSchema,
   ClearRequestSchema,
   ClearResponseSchema,
+  ForkRequestSchema,
+  ForkResponseSchema,
   GetRequestSchema,
   GetResponseSchema,
   ListThreadsRequestSchema,
@@ -111,6 +113,13 @@ function clientOf(driver: Driver): ConformanceClient {
                   RewindResponseSchema,
                   await driver.rewind(fromJson(RewindRequestSchema, r), opts),
                 ),
+              ),
+            };
+          case "Fork":
+            return {
+              ok: true,
+              value: asObject(
+                toJson(ForkResponseSchema, await driver.fork(fromJson(ForkRequestSchema, r), opts)),
               ),
             };
         }

@@ -39,7 +39,7 @@ export interface ConformanceStream {
   cancel(): void;
 }
 
-export type UnaryMethod = "Add" | "Get" | "Clear" | "ListThreads" | "Rewind";
+export type UnaryMethod = "Add" | "Get" | "Clear" | "ListThreads" | "Rewind" | "Fork";
 
 /** Per-call options: the deadline, and the bearer token sent as `authorization: Bearer <token>`. */
 export interface CallOptions {
@@ -274,7 +274,7 @@ function checkOutcome(expect: Json | undefined, outcome: Outcome): string | unde
   return undefined;
 }
 
-const UNARY = new Set<string>(["Add", "Get", "Clear", "ListThreads", "Rewind"]);
+const UNARY = new Set<string>(["Add", "Get", "Clear", "ListThreads", "Rewind", "Fork"]);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const num = (v: Json | undefined, dflt: number): number => (typeof v === "number" ? v : dflt);
 

@@ -2,7 +2,9 @@ import { describe, expect, it } from "vitest";
 import { decideAppend, keepsSummary, trimCount } from "../../src/core/append.js";
 import { MemoryError } from "../../src/core/errors.js";
 import { mayCommitSummary, mayTakeLease, nextLeaseToken } from "../../src/core/fold-commit.js";
+import { forkTrimCount } from "../../src/core/fork.js";
 import { decideReplay } from "../../src/core/idempotency.js";
+import { cutLineage, raiseFloor, rangesFor } from "../../src/core/lineage.js";
 import { checkQuotas } from "../../src/core/quota.js";
 import { recallSize } from "../../src/core/recall.js";
 import { decideRewind, forgetRequest } from "../../src/core/rewind.js";
@@ -11,6 +13,7 @@ import type { Strategy, ThreadState } from "../../src/core/types.js";
 import { APPEND_DECISION_CASES, KEEPS_SUMMARY_CASES } from "./cases/append.js";
 import { FOLD_COMMIT_CASES } from "./cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "./cases/lease-take.js";
+import { CUT_LINEAGE_CASES, RAISE_FLOOR_CASES, RANGES_FOR_CASES } from "./cases/lineage.js";
 import { QUOTA_CASES } from "./cases/quota.js";
 import { RECALL_SIZE_CASES } from "./cases/recall-size.js";
 import { REPLAY_CASES } from "./cases/replay.js";
@@ -61,6 +64,33 @@ describe("decision case tables, core", () => {
     expect(trimCount(strategyOf(c.kind, c.maxStored), messages, c.summarizedThroughSeq)).toBe(
       c.expected,
     );
+  });
+
+  it.each(TRIM_COUNT_CASES.map((c) => [c.name, c] as const))("forkTrimCount: %s", (_n, c) => {
+    // The same count from seqs alone: what a store with frozen segments trims by.
+    const atSeq = c.firstSeq + c.roles.length - 1;
+    const roleAt = (seq: number) => c.roles[seq - c.firstSeq];
+    expect(
+      forkTrimCount(
+        strategyOf(c.kind, c.maxStored),
+        c.firstSeq,
+        atSeq,
+        c.summarizedThroughSeq,
+        roleAt,
+      ),
+    ).toBe(c.expected);
+  });
+
+  it.each(RAISE_FLOOR_CASES.map((c) => [c.name, c] as const))("raiseFloor: %s", (_n, c) => {
+    expect(raiseFloor(c.lineage, c.newFloor)).toEqual(c.expected);
+  });
+
+  it.each(RANGES_FOR_CASES.map((c) => [c.name, c] as const))("rangesFor: %s", (_n, c) => {
+    expect(rangesFor(c.lineage, c.lastSeq, c.from, c.to)).toEqual(c.expected);
+  });
+
+  it.each(CUT_LINEAGE_CASES.map((c) => [c.name, c] as const))("cutLineage: %s", (_n, c) => {
+    expect(cutLineage(c.lineage, c.lastSeq, c.toSeq)).toEqual(c.expected);
   });
 
   it.each(REPLAY_CASES.map((c) => [c.name, c] as const))("decideReplay: %s", (_n, c) => {

@@ -6,6 +6,8 @@ import type {
   AddResponse,
   ClearRequestSchema,
   ClearResponse,
+  ForkRequestSchema,
+  ForkResponse,
   GetRequestSchema,
   GetResponse,
   ListThreadsRequestSchema,
@@ -36,6 +38,7 @@ export interface Driver {
     req: MessageInitShape<typeof RewindRequestSchema>,
     opts?: CallOpts,
   ): Promise<RewindResponse>;
+  fork(req: MessageInitShape<typeof ForkRequestSchema>, opts?: CallOpts): Promise<ForkResponse>;
   /** Opens a Watch; `next()` returns the next event, `cancel()` ends it from the client side. */
   watch(req: MessageInitShape<typeof WatchRequestSchema>, opts?: CallOpts): WatchHandle;
   close(): void;
@@ -140,6 +143,7 @@ export function grpcDriver(grpcPort: number, token?: string): Driver {
     clear: (r, opts) => call(() => c.clear(r, o(opts))),
     listThreads: (r, opts) => call(() => c.listThreads(r, o(opts))),
     rewind: (r, opts) => call(() => c.rewind(r, o(opts))),
+    fork: (r, opts) => call(() => c.fork(r, o(opts))),
     watch(r, opts) {
       const q = eventQueue();
       const stream = c.watch(r, o(opts));
@@ -175,6 +179,7 @@ export function connectDriver(
     clear: (r, opts) => call(() => c.clear(r, o(opts))),
     listThreads: (r, opts) => call(() => c.listThreads(r, o(opts))),
     rewind: (r, opts) => call(() => c.rewind(r, o(opts))),
+    fork: (r, opts) => call(() => c.fork(r, o(opts))),
     watch(r, opts) {
       const q = eventQueue();
       const ac = new AbortController();

@@ -81,6 +81,8 @@ const threadState = fc
       labels: fc.dictionary(text, text, { maxKeys: 4 }),
       ttlMs: fc.integer({ min: 1, max: 10 * 365 * 24 * 3600 * 1000 }),
       expireTime: ms,
+      // A fork's origin (Thread.parent = 23, a two-byte tag like labels'), with an empty id too.
+      parent: fc.record({ threadId: text, atSeq: seq, forkTime: ms, parentCreateTime: ms }),
     },
     {
       requiredKeys: [

@@ -1080,6 +1080,11 @@ describe("Postgres store rewind", () => {
   });
 });
 
+/** What version 3 (forks) added, taken away again: the tables as version 2 made them. */
+const UNDO_V3 = `ALTER TABLE threads DROP COLUMN head, DROP COLUMN lineage,
+  DROP COLUMN parent_thread_id, DROP COLUMN parent_at_seq, DROP COLUMN parent_fork_time,
+  DROP COLUMN parent_create_time; DROP TABLE segments; DROP SEQUENCE segment_ids;`;
+
 describe("Postgres store schema version 1", () => {
   it("migrates to version 2, telling each recorded Add by the seqs it stored", async () => {
     const url = await server.createDatabase();
@@ -1107,7 +1112,7 @@ describe("Postgres store schema version 1", () => {
     // The tables as version 1 made them.
     await query(
       url,
-      `ALTER TABLE requests DROP COLUMN last_seq; DELETE FROM windlass_schema;
+      `ALTER TABLE requests DROP COLUMN last_seq; ${UNDO_V3} DELETE FROM windlass_schema;
        INSERT INTO windlass_schema (version) VALUES (1)`,
     );
     store = await createPostgresStore(url);
@@ -1122,7 +1127,7 @@ describe("Postgres store schema version 1", () => {
         { id: "r1", last_seq: 4 },
         { id: "r2", last_seq: 6 },
       ]);
-      expect(await query(url, "SELECT max(version) AS v FROM windlass_schema")).toEqual([{ v: 2 }]);
+      expect(await query(url, "SELECT max(version) AS v FROM windlass_schema")).toEqual([{ v: 3 }]);
       await store.rewind(rewindCmd({ toSeq: 4 }));
       expect(await add(["c", "d"], "r2", "h2")).toMatchObject({ firstSeq: 5, replayed: false });
       expect(await add(["a", "b"], "r1", "h1")).toMatchObject({ firstSeq: 3, replayed: true });

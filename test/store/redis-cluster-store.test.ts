@@ -215,6 +215,58 @@ describe("redis store on a cluster", () => {
     expect(await store.sweepExpired(Date.now() + 120_000, 100)).toBe(11);
   });
 
+  it("forks in the namespace's slot: a frozen segment and the forks index beside the thread (min replicas 1)", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, { minReplicas: 1 }, prefix));
+    const k = keyLayout(prefix, true).namespace("tenant-f");
+    const big = appendCommands({ ...window20, maxStored: 10_000 });
+    const messages = Array.from({ length: 300 }, (_, i) => user(`m${i}`));
+    await store.append({ ...big({ messages }), namespace: "tenant-f" });
+    const monitor = await primaryClientOf(k.base);
+    const marker = await primaryClientOf(k.base);
+    const lines: string[] = [];
+    await monitor.monitor((line) => lines.push(String(line)));
+    const forked = await store.fork({
+      namespace: "tenant-f",
+      threadId: "t",
+      newThreadId: "f",
+      atSeq: 200,
+      expectedLastSeq: undefined,
+      strategy: undefined,
+      labels: undefined,
+      ttlMs: undefined,
+      requestId: "r",
+      requestHash: "h",
+      now: Date.now(),
+    });
+    expect(forked.sharedCount).toBe(200);
+    // Acknowledged after a WAIT, like an Add; the one script after the parent's hash and head length.
+    const end = `end-${randomUUID()}`;
+    await marker.sendCommand(["ECHO", end]);
+    const until = Date.now() + 5000;
+    while (!lines.some((l) => l.includes(end)) && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await monitor.close();
+    await marker.close();
+    const sent = lines
+      .filter((l) => !l.includes(" lua]") && !l.includes(end))
+      .map((l) => /\] "(\w+)"/.exec(l)?.[1]);
+    expect(sent.filter((c) => c !== "INCR")).toEqual(["HGETALL", "LLEN", "EVALSHA", "WAIT"]);
+    expect((await store.read("tenant-f", "f"))?.messages).toHaveLength(200);
+    expect(await store.listThreads("tenant-f", "", 10, undefined, "t")).toEqual(["f"]);
+    const c = await primaryClientOf(k.events);
+    try {
+      const found = (await c.sendCommand(["KEYS", `${k.base}*`])) as string[];
+      expect(found).toContain(k.segment("1"));
+      expect(found).toContain(k.forks("t"));
+      expect(new Set(found.map(keySlot))).toEqual(new Set([keySlot(k.base)]));
+    } finally {
+      await c.close();
+    }
+    expect(await store.clearAll("tenant-f", Date.now())).toBe(2);
+  });
+
   it("refuses every token of the history once a slot lost its data, and serves new ones", async () => {
     const prefix = `test-${randomUUID()}`;
     const store = await track(open({}, {}, prefix));

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { createClient } from "redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { LineageEntry } from "../../src/core/lineage.js";
 import { messageBytes } from "../../src/core/quota.js";
 import { strategyKey } from "../../src/core/strategy.js";
 import type { ChatMessage } from "../../src/core/types.js";
@@ -10,6 +11,7 @@ import { ACQUIRE_LEASE, FOLD_COMMIT } from "../../src/store/redis/lua/folds.js";
 import { type LuaFragment, script } from "../../src/store/redis/lua/fragment.js";
 import { REQUESTS } from "../../src/store/redis/lua/idempotency.js";
 import { TTL } from "../../src/store/redis/lua/labels.js";
+import { LINEAGE } from "../../src/store/redis/lua/lineage.js";
 import { QUOTA } from "../../src/store/redis/lua/quota.js";
 import { RECALL_SIZE } from "../../src/store/redis/lua/read.js";
 import { DECIDE_REWIND } from "../../src/store/redis/lua/rewind.js";
@@ -18,6 +20,7 @@ import { REWIND_REFUSALS } from "../../src/store/redis/rewind.js";
 import { APPEND_DECISION_CASES, KEEPS_SUMMARY_CASES } from "../core/cases/append.js";
 import { FOLD_COMMIT_CASES } from "../core/cases/fold-commit.js";
 import { LEASE_TAKE_CASES } from "../core/cases/lease-take.js";
+import { CUT_LINEAGE_CASES, RAISE_FLOOR_CASES, RANGES_FOR_CASES } from "../core/cases/lineage.js";
 import { QUOTA_CASES } from "../core/cases/quota.js";
 import { RECALL_SIZE_CASES } from "../core/cases/recall-size.js";
 import { REPLAY_CASES } from "../core/cases/replay.js";
@@ -63,6 +66,24 @@ function evalLua(
   ]);
 }
 
+/**
+ * Runs a LINEAGE function over entries as the thread hash stores them
+ * (keys.ts: `[segment, low, through, first]`); its two lists back as entries.
+ */
+async function lineageEval(
+  body: string,
+  entries: readonly LineageEntry[],
+  arg: number,
+): Promise<{ entries: LineageEntry[]; released: LineageEntry[] }> {
+  const stored = entries.map((e) => [e.segment, e.low, e.through, e.low]);
+  const reply = await evalLua([LINEAGE], body, [], [JSON.stringify(stored), arg]);
+  // cjson writes an empty table as {}.
+  const lists = (JSON.parse(String(reply)) as unknown[]).map((l) => (Array.isArray(l) ? l : []));
+  const back = (l: unknown[]) =>
+    (l as [string, number, number][]).map(([segment, low, through]) => ({ segment, low, through }));
+  return { entries: back(lists[0] ?? []), released: back(lists[1] ?? []) };
+}
+
 const opt = (v: number | string | undefined): string => (v === undefined ? "" : String(v));
 const cases = <T extends { name: string }>(table: readonly T[]) =>
   table.map((c) => [c.name, c] as const);
@@ -93,6 +114,57 @@ return {n, bytes}`,
       );
       expect(reply, `split ${split}`).toEqual([c.expected, droppedBytes]);
     }
+  });
+
+  it.each(cases(TRIM_COUNT_CASES))("lineage_trim_count (forkTrimCount): %s", async (_n, c) => {
+    const tools = c.roles.flatMap((r, i) => (r === "tool" ? [c.firstSeq + i] : []));
+    const reply = await evalLua(
+      [LINEAGE],
+      `local tools = {}
+for i = 6, #ARGV do tools[tonumber(ARGV[i])] = true end
+return lineage_trim_count(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+  tonumber(ARGV[5]), function(seq) return tools[seq] == true end)`,
+      [],
+      [c.kind, c.maxStored, c.summarizedThroughSeq, c.firstSeq, c.roles.length, ...tools],
+    );
+    expect(reply).toBe(c.expected);
+  });
+
+  it.each(cases(RAISE_FLOOR_CASES))("raise_floor (raiseFloor): %s", async (_n, c) => {
+    const reply = await lineageEval(
+      "return cjson.encode({raise_floor(lineage_of(ARGV[1]), tonumber(ARGV[2]))})",
+      c.lineage.entries,
+      c.newFloor,
+    );
+    expect(reply).toEqual({ entries: c.expected.lineage.entries, released: c.expected.released });
+  });
+
+  it.each(cases(RANGES_FOR_CASES))("ranges_for (rangesFor): %s", async (_n, c) => {
+    // The head's length as the store derives it: its list holds low..last_seq.
+    const headLength = Math.max(0, c.lastSeq - (c.lineage.head?.low ?? c.lastSeq + 1) + 1);
+    const stored = c.lineage.entries.map((e) => [e.segment, e.low, e.through, e.low]);
+    const reply = await evalLua(
+      [LINEAGE],
+      `local out = {}
+for _, r in ipairs(ranges_for(lineage_of(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))) do
+  out[#out + 1] = {r[1] or ARGV[6], r[2], r[3]}
+end
+return cjson.encode(out)`,
+      [],
+      [JSON.stringify(stored), c.lastSeq, headLength, c.from, c.to, c.lineage.head?.segment ?? ""],
+    );
+    const got = JSON.parse(String(reply)) as unknown;
+    const ranges = (Array.isArray(got) ? got : []) as [string, number, number][];
+    expect(ranges.map(([segment, from, to]) => ({ segment, from, to }))).toEqual(c.expected);
+  });
+
+  it.each(cases(CUT_LINEAGE_CASES))("cut_lineage (cutLineage): %s", async (_n, c) => {
+    const reply = await lineageEval(
+      "return cjson.encode({cut_lineage(lineage_of(ARGV[1]), tonumber(ARGV[2]))})",
+      c.lineage.entries,
+      c.toSeq,
+    );
+    expect(reply).toEqual({ entries: c.expected.lineage.entries, released: c.expected.released });
   });
 
   it.each(cases(REPLAY_CASES))("decide_replay (decideReplay): %s", async (_n, c) => {

@@ -8,6 +8,7 @@ import {
   AddRequestSchema,
   ClearRequestSchema,
   EventType,
+  ForkRequestSchema,
   GetRequestSchema,
   GetResponseSchema,
   ListThreadsRequestSchema,
@@ -82,6 +83,8 @@ describe.each(clientKinds)("Connect server with $kind", ({ options }) => {
     expect((await client.get(getInit, { timeoutMs: 5_000 })).summary).toBe("summary of t1");
     expect((await client.clear({ threadId: "t1" })).clearedThreads).toBe(1);
     expect((await client.listThreads({ pageSize: 2 })).threadIds).toEqual(["a", "b"]);
+    const forkInit = { threadId: "t1", newThreadId: "t2", atSeq: 0n, labels: { k: "v" } };
+    expect((await client.fork(forkInit)).thread?.threadId).toBe("t2");
     const watchInit = { threadIds: ["t1"], eventTypes: [EventType.MESSAGES_ADDED] };
     const abort = new AbortController();
     for await (const event of client.watch(watchInit, { signal: abort.signal })) {
@@ -94,6 +97,7 @@ describe.each(clientKinds)("Connect server with $kind", ({ options }) => {
       ["get", create(GetRequestSchema, getInit)],
       ["clear", create(ClearRequestSchema, { threadId: "t1" })],
       ["listThreads", create(ListThreadsRequestSchema, { pageSize: 2 })],
+      ["fork", create(ForkRequestSchema, forkInit)],
       ["watch", create(WatchRequestSchema, watchInit)],
     ]);
     expect(core.calls[0]?.request).toMatchObject({ expectedLastSeq: 0n });

@@ -20,6 +20,7 @@ import { capturingLogger } from "./harness.js";
 const expected: [ErrorCode, status, Code][] = [
   ["invalid_argument", status.INVALID_ARGUMENT, Code.InvalidArgument],
   ["not_found", status.NOT_FOUND, Code.NotFound],
+  ["already_exists", status.ALREADY_EXISTS, Code.AlreadyExists],
   ["failed_precondition", status.FAILED_PRECONDITION, Code.FailedPrecondition],
   ["aborted", status.ABORTED, Code.Aborted],
   ["out_of_range", status.OUT_OF_RANGE, Code.OutOfRange],

@@ -7,6 +7,7 @@ import {
   AddRequestSchema,
   ClearRequestSchema,
   EventType,
+  ForkRequestSchema,
   GetRequestSchema,
   GetResponseSchema,
   ListThreadsRequestSchema,
@@ -81,6 +82,8 @@ describe("gRPC server (grpc-js)", () => {
       "a",
       "b",
     ]);
+    const forkInit = { threadId: "t1", newThreadId: "t2", atSeq: 0n, labels: { k: "v" } };
+    expect((await client.fork(forkInit)).thread?.threadId).toBe("t2");
     const watchInit = {
       threadIds: ["t1"],
       eventTypes: [EventType.SUMMARY_UPDATED],
@@ -99,6 +102,7 @@ describe("gRPC server (grpc-js)", () => {
       ["get", create(GetRequestSchema, getInit)],
       ["clear", create(ClearRequestSchema, { all: true })],
       ["listThreads", create(ListThreadsRequestSchema, { pageSize: 10, pageToken: "p" })],
+      ["fork", create(ForkRequestSchema, forkInit)],
       ["watch", create(WatchRequestSchema, watchInit)],
     ]);
     // Presence of an optional field set to zero survives the wire.
@@ -286,6 +290,7 @@ describe("gRPC server (grpc-js)", () => {
           "Clear",
           "ListThreads",
           "Rewind",
+          "Fork",
           "Watch",
         ]);
         expect(memory?.messageType.map((m) => m.name)).toContain("AddRequest");

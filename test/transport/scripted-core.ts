@@ -2,6 +2,7 @@ import { create, type Message } from "@bufbuild/protobuf";
 import {
   AddResponseSchema,
   ClearResponseSchema,
+  ForkResponseSchema,
   GetResponseSchema,
   ListThreadsResponseSchema,
   RewindResponseSchema,
@@ -83,6 +84,14 @@ export function scriptedCore(script: Partial<MemoryServiceCore> = {}): ScriptedC
       return create(RewindResponseSchema, {
         thread: { threadId: req.threadId === "" ? "default" : req.threadId, lastSeq: req.toSeq },
         removedCount: 1,
+      });
+    },
+    async fork(req, ctx) {
+      record("fork", req, ctx);
+      if (script.fork) return script.fork(req, ctx);
+      return create(ForkResponseSchema, {
+        thread: { threadId: req.newThreadId, lastSeq: req.atSeq ?? 0n },
+        sharedCount: 1,
       });
     },
     watch(req, ctx) {

@@ -15,13 +15,17 @@ import {
 } from "@connectrpc/connect-node";
 import { type BackoffOptions, backoffDelay, sleep } from "./backoff.js";
 import { ResyncRequiredError, toMemoryError } from "./errors.js";
+import { type ForkOptions, forkFields, type ListThreadsOptions, listFields } from "./fork.js";
 import {
   type AddResponse,
   type ChatMessage,
   type EventType,
+  type ForkResponse,
   type GetResponse,
+  type ListThreadsResponse,
   MemoryService,
   type RewindResponse,
+  type Thread,
   type WatchResponse,
 } from "./gen/windlass/memory/v1/memory_pb.js";
 import type { MessageInit, StrategyInit } from "./messages.js";
@@ -135,6 +139,17 @@ export interface MemoryClient {
     options?: RewindOptions,
   ): Promise<RewindResponse>;
   /**
+   * Creates newThreadId holding threadId's messages up to atSeq (default:
+   * all), shared with the parent, not copied; then both change
+   * independently. Strategy, labels and ttl are the parent's unless given.
+   * Retried after UNAVAILABLE with the same request_id, as add is, so a retry
+   * answers the first fork instead of ALREADY_EXISTS. NOT_FOUND (no parent),
+   * ALREADY_EXISTS (newThreadId is taken), ABORTED (expectedLastSeq),
+   * OUT_OF_RANGE (atSeq past last_seq), FAILED_PRECONDITION (messages up to
+   * atSeq trimmed), RESOURCE_EXHAUSTED, INVALID_ARGUMENT.
+   */
+  fork(threadId: string, newThreadId: string, options?: ForkOptions): Promise<ForkResponse>;
+  /**
    * Removes and returns the newest stored message (undefined when there is
    * none), guarded by expected_last_seq: a message added meanwhile is never
    * dropped unseen; pop reads again after that ABORTED, up to 3 times.
@@ -150,8 +165,10 @@ export interface MemoryClient {
   clear(threadId: string, options?: { signal?: AbortSignal }): Promise<number>;
   /** Forgets every thread of your namespace; resolves to how many existed. */
   clearAll(options?: { signal?: AbortSignal }): Promise<number>;
-  /** Your thread ids, sorted, one page (array) at a time. */
-  threads(options?: { pageSize?: number; signal?: AbortSignal }): AsyncIterable<string[]>;
+  /** Your thread ids, sorted, one page (array) at a time; forksOf and labels narrow it. */
+  threads(options?: ListThreadsOptions): AsyncIterable<string[]>;
+  /** As threads, but each thread with its state (`parent`: a fork's origin). */
+  listThreads(options?: ListThreadsOptions): AsyncIterable<Thread[]>;
   /**
    * Events of your namespace, in order. After UNAVAILABLE, RESOURCE_EXHAUSTED
    * (a slow reader was cut off) or the end of the stream it reconnects with
@@ -236,6 +253,22 @@ export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
     }
   }
 
+  async function* listPages(
+    listOptions: ListThreadsOptions,
+    includeThreads: boolean,
+  ): AsyncGenerator<ListThreadsResponse> {
+    let pageToken = "";
+    do {
+      const request = listFields(listOptions, pageToken, includeThreads);
+      const page = await call(
+        () => raw.listThreads(request, { signal: listOptions.signal, timeoutMs }),
+        listOptions.signal,
+      );
+      yield page;
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+  }
+
   return {
     raw,
 
@@ -272,6 +305,15 @@ export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
       const signal = callOptions.signal;
       return retrying(
         () => raw.rewind(request, { signal, timeoutMs: callOptions.timeoutMs ?? timeoutMs }),
+        signal,
+      );
+    },
+
+    fork(threadId, newThreadId, callOptions = {}) {
+      const request = forkFields(threadId, newThreadId, callOptions, randomUUID());
+      const signal = callOptions.signal;
+      return retrying(
+        () => raw.fork(request, { signal, timeoutMs: callOptions.timeoutMs ?? timeoutMs }),
         signal,
       );
     },
@@ -323,23 +365,11 @@ export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
     },
 
     threads(callOptions = {}) {
-      return {
-        async *[Symbol.asyncIterator]() {
-          let pageToken = "";
-          do {
-            const page = await call(
-              () =>
-                raw.listThreads(
-                  { pageSize: callOptions.pageSize ?? 0, pageToken },
-                  { signal: callOptions.signal, timeoutMs },
-                ),
-              callOptions.signal,
-            );
-            yield page.threadIds;
-            pageToken = page.nextPageToken;
-          } while (pageToken !== "");
-        },
-      };
+      return mapPages(listPages(callOptions, false), (page) => page.threadIds);
+    },
+
+    listThreads(callOptions = {}) {
+      return mapPages(listPages(callOptions, true), (page) => page.threads);
     },
 
     watch(filter = {}, watchOptions = {}) {
@@ -392,4 +422,8 @@ export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
       agent?.destroy();
     },
   };
+}
+
+async function* mapPages<P, T>(pages: AsyncIterable<P>, pick: (page: P) => T): AsyncGenerator<T> {
+  for await (const page of pages) yield pick(page);
 }

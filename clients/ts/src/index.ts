@@ -12,11 +12,14 @@ export {
   type WatchStream,
 } from "./client.js";
 export { MemoryError, ResyncRequiredError } from "./errors.js";
+export type { ForkOptions, ListThreadsOptions } from "./fork.js";
 export {
   type AddResponse,
   type ChatMessage,
   ChatMessageSchema,
   EventType,
+  type ForkOrigin,
+  type ForkResponse,
   type GetResponse,
   MemoryService,
   Profile,

@@ -3,7 +3,8 @@ import type { ThreadState } from "../../core/types.js";
 import { droppedDelta } from "../../core/usage.js";
 import type { CommitSummaryCommand, FoldFailureCommand } from "../store.js";
 import { addUsage, type MemoryState, type NamespaceState } from "./namespaces.js";
-import { copyThread, dropCount, dropOldest, sumBytes, type ThreadRecord } from "./thread-record.js";
+import { dropFront, trimCount } from "./segments.js";
+import { copyThread, type ThreadRecord } from "./thread-record.js";
 
 /** Store.commitSummary: writes a fold's summary if it still applies (fencing), then trims. */
 export function commitSummary(m: MemoryState, cmd: CommitSummaryCommand): ThreadState | undefined {
@@ -41,10 +42,8 @@ export function recordFoldFailure(m: MemoryState, cmd: FoldFailureCommand): void
 
 /** Trims the thread to its strategy's max_stored and gives the room back. */
 function trim(s: NamespaceState, rec: ThreadRecord): void {
-  const n = dropCount(rec, rec.state.strategy, rec.state.summarizedThroughSeq);
+  const n = trimCount(s.segments, rec, rec.state.strategy, rec.state.summarizedThroughSeq);
   if (n === 0) return;
-  const bytes = sumBytes(rec.messages, rec.head, rec.head + n);
-  dropOldest(rec, n);
-  rec.bytes -= bytes;
-  addUsage(s.usage, droppedDelta(n, bytes));
+  const freed = dropFront(s.segments, rec, n);
+  addUsage(s.usage, droppedDelta(freed.count, freed.bytes));
 }

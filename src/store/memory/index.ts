@@ -10,6 +10,7 @@ import {
 import { clear, clearAll, sweepExpired } from "./clears.js";
 import { EventCursors } from "./events.js";
 import { commitSummary, recordFoldFailure } from "./folds.js";
+import { fork } from "./forks.js";
 import { MemoryState } from "./namespaces.js";
 import { getThread, listThreads, read } from "./reads.js";
 import { rewind } from "./rewind.js";
@@ -23,7 +24,8 @@ export { compareBytes } from "./sorted-ids.js";
  * event loop, which is what makes each one atomic (clearAll: each batch).
  * Its history lives and dies with the process (events.ts EventCursors).
  *
- * Where things happen: writes.ts (Add, import), rewind.ts, clears.ts
+ * Where things happen: writes.ts (Add, import), rewind.ts, forks.ts with
+ * segments.ts (the frozen segments forks share), clears.ts
  * (Clear, clear all, the TTL sweep), folds.ts (summary commits) with
  * leases.ts, reads.ts, events.ts (the log and Watch), requests.ts
  * (request-id records); namespaces.ts holds the state.
@@ -40,11 +42,12 @@ function threadStore(m: MemoryState): ThreadStore {
   return {
     append: async (cmd) => append(m, cmd),
     rewind: async (cmd) => rewind(m, cmd),
+    fork: async (cmd) => fork(m, cmd),
     read: async (namespace, threadId, view) => read(m, namespace, threadId, view),
     getThread: async (namespace, threadId) => getThread(m, namespace, threadId),
     clear: async (namespace, threadId, now) => clear(m, namespace, threadId, now),
-    listThreads: (namespace, after, limit, labels) =>
-      listThreads(m, namespace, after, limit, labels),
+    listThreads: (namespace, after, limit, labels, forksOf) =>
+      listThreads(m, namespace, after, limit, labels, forksOf),
   };
 }
 

@@ -6,6 +6,7 @@ import { type EventCursors, NamespaceLog } from "./events.js";
 import { ExpiryQueue } from "./expiry-queue.js";
 import { LabelIndex } from "./labels.js";
 import { FoldLeases } from "./leases.js";
+import { release, type Segments } from "./segments.js";
 import { SortedIds } from "./sorted-ids.js";
 import { storedCount, type ThreadRecord } from "./thread-record.js";
 
@@ -16,6 +17,10 @@ export interface NamespaceState {
   ids: SortedIds;
   /** The threads by label, for a filtered ListThreads. */
   labels: LabelIndex;
+  /** The frozen segments forks share (segments.ts), by id. */
+  segments: Segments;
+  /** Parent thread id -> its direct forks' ids, for ListThreads(forks_of). */
+  forks: Map<string, SortedIds>;
   /** What the quotas count, kept up to date by every change. */
   usage: NamespaceUsage;
   log: NamespaceLog;
@@ -51,6 +56,8 @@ export class MemoryState {
         threads: new Map(),
         ids: new SortedIds(),
         labels: new LabelIndex(),
+        segments: new Map(),
+        forks: new Map(),
         usage: { threads: 0, messages: 0, bytes: 0 },
         log: new NamespaceLog(name, this.cursors, this.lim.eventRetention),
       };
@@ -85,10 +92,38 @@ export function addUsage(usage: NamespaceUsage, delta: NamespaceUsage): void {
   usage.bytes += delta.bytes;
 }
 
-/** Takes a thread out of the namespace's labels and usage (the caller deletes it). */
+/**
+ * Takes a thread out of the namespace's labels, forks index and usage, and
+ * drops its references to frozen segments (the caller deletes it). Its own
+ * forks keep theirs, so they stay readable.
+ */
 export function forget(s: NamespaceState, rec: ThreadRecord): void {
-  if (rec.state.labels !== undefined) s.labels.remove(rec.state.threadId, rec.state.labels);
-  addUsage(s.usage, removalDelta({ messages: storedCount(rec), bytes: rec.bytes }));
+  const { threadId, labels, parent } = rec.state;
+  if (labels !== undefined) s.labels.remove(threadId, labels);
+  if (parent !== undefined) removeFork(s, parent.threadId, threadId);
+  const freed = release(s.segments, rec.entries);
+  rec.entries = [];
+  addUsage(
+    s.usage,
+    removalDelta({ messages: storedCount(rec) + freed.count, bytes: rec.bytes + freed.bytes }),
+  );
+}
+
+/** Indexes `forkId` as a direct fork of `parentId`. */
+export function addFork(s: NamespaceState, parentId: string, forkId: string): void {
+  let ids = s.forks.get(parentId);
+  if (ids === undefined) {
+    ids = new SortedIds();
+    s.forks.set(parentId, ids);
+  }
+  ids.add(forkId);
+}
+
+function removeFork(s: NamespaceState, parentId: string, forkId: string): void {
+  const ids = s.forks.get(parentId);
+  if (ids === undefined) return;
+  ids.delete(forkId);
+  if (ids.size === 0) s.forks.delete(parentId);
 }
 
 /** Removes a thread, logging thread_cleared (with reason expired when it expired). */

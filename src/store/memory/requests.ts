@@ -1,7 +1,7 @@
 import { requestIdReusedError } from "../../core/append.js";
 import { decideReplay, type RequestRetention, requestsToKeep } from "../../core/idempotency.js";
 import { forgetRequest } from "../../core/rewind.js";
-import type { AppendResult, RewindResult } from "../store.js";
+import type { AppendResult, ForkResult, RewindResult } from "../store.js";
 import { copyThread, type ThreadRecord } from "./thread-record.js";
 
 /**
@@ -14,6 +14,7 @@ import { copyThread, type ThreadRecord } from "./thread-record.js";
 interface ResultByKind {
   append: AppendResult;
   rewind: RewindResult;
+  fork: ForkResult;
 }
 
 /** The first result a request id got. */
@@ -55,7 +56,7 @@ export function replayOf<K extends keyof ResultByKind>(
 }
 
 /** A copy of a recorded result, for a caller, marked as a replay. */
-function replayed<T extends AppendResult | RewindResult>(first: T): T {
+function replayed<T extends AppendResult | RewindResult | ForkResult>(first: T): T {
   return { ...first, thread: copyThread(first.thread), replayed: true };
 }
 

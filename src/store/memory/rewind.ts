@@ -1,9 +1,11 @@
+import { cutLineage } from "../../core/lineage.js";
 import { decideRewind, type RewindPlan } from "../../core/rewind.js";
 import { droppedDelta } from "../../core/usage.js";
 import type { RewindCommand, RewindResult } from "../store.js";
 import { addUsage, type MemoryState, type NamespaceState } from "./namespaces.js";
 import { forgetRewound, recordRequest, replayOf } from "./requests.js";
-import { copyThread, dropAfter, oldestStoredSeq, type ThreadRecord } from "./thread-record.js";
+import { lineageOf, oldestSeq, release, storedTotal } from "./segments.js";
+import { copyThread, dropAfter, type ThreadRecord } from "./thread-record.js";
 
 /**
  * Store.rewind: drops the thread's messages after cmd.toSeq as
@@ -15,7 +17,7 @@ export function rewind(m: MemoryState, cmd: RewindCommand): RewindResult {
   const rec = m.live(cmd.namespace, cmd.threadId, cmd.now);
   const replay = replayOf("rewind", rec, cmd, m.lim);
   if (replay !== undefined) return replay;
-  const plan = decideRewind(rec?.state, rec && oldestStoredSeq(rec), cmd);
+  const plan = decideRewind(rec?.state, rec && oldestSeq(rec), cmd);
   if (rec === undefined) throw new Error("unreachable: decideRewind refuses a missing thread");
   const done =
     plan === "unchanged"
@@ -36,13 +38,18 @@ function applyPlan(
   cmd: RewindCommand,
   plan: RewindPlan,
 ): { removedCount: number; summaryDropped: boolean } {
-  const dropped = dropAfter(rec, plan.dropAfterSeq);
+  const stored = storedTotal(rec);
+  const cut = cutLineage(lineageOf(rec), rec.state.lastSeq, plan.dropAfterSeq);
+  rec.entries = [...cut.lineage.entries];
+  const freed = release(s.segments, cut.released);
+  const head = dropAfter(rec, plan.dropAfterSeq);
+  const removedCount = stored - storedTotal(rec);
+  addUsage(s.usage, droppedDelta(head.count + freed.count, head.bytes + freed.bytes));
   rec.state = plan.thread;
   forgetRewound(rec, cmd.toSeq);
   // A fold running meanwhile read messages that are gone: it must not commit.
   m.leases.end(cmd.namespace, cmd.threadId);
-  addUsage(s.usage, droppedDelta(dropped.count, dropped.bytes));
-  const done = { removedCount: dropped.count, summaryDropped: plan.summaryDropped };
+  const done = { removedCount, summaryDropped: plan.summaryDropped };
   s.log.emit(cmd.threadId, cmd.now, { type: "thread_rewound", toSeq: cmd.toSeq, ...done });
   return done;
 }

@@ -1,4 +1,6 @@
+import { randomUUID } from "node:crypto";
 import { trimCountOf } from "../../core/append.js";
+import type { LineageEntry } from "../../core/lineage.js";
 import { messageBytes } from "../../core/quota.js";
 import type { ChatMessage, StoredMessage, Strategy, ThreadState } from "../../core/types.js";
 import type { RequestRecord } from "./requests.js";
@@ -17,6 +19,14 @@ export interface ThreadRecord {
   requests: Map<string, RequestRecord>;
   /** Sum of quota.ts messageBytes over `messages`. */
   bytes: number;
+  /**
+   * The frozen segments (segments.ts) holding the thread's older messages,
+   * oldest first (core/lineage.ts); empty for a thread that never forked and
+   * was never forked from. `messages` is the owned head after them.
+   */
+  entries: LineageEntry[];
+  /** The owned head's segment id: frozen under this id by a Fork, then replaced. */
+  segment: string;
 }
 
 /** What dropping messages took out of a thread. */
@@ -31,7 +41,15 @@ export function newThreadRecord(
   messages: StoredMessage[] = [],
   bytes = 0,
 ): ThreadRecord {
-  return { state, messages, head: 0, requests: new Map(), bytes };
+  return {
+    state,
+    messages,
+    head: 0,
+    requests: new Map(),
+    bytes,
+    entries: [],
+    segment: randomUUID(),
+  };
 }
 
 /** A copy of the thread's state for a caller, who may keep or change it. */

@@ -4,18 +4,18 @@ import { importedState } from "../../core/import.js";
 import { checkQuotas, type NamespaceUsage } from "../../core/quota.js";
 import { isExpired, ttlAfterAdd, ttlFields } from "../../core/ttl.js";
 import type { StoredMessage, Strategy } from "../../core/types.js";
-import { appendDelta, importDelta } from "../../core/usage.js";
+import { appendDelta, bytesOf, importDelta } from "../../core/usage.js";
 import type { AppendCommand, AppendResult, ImportThreadCommand } from "../store.js";
-import { addUsage, type MemoryState, type NamespaceState, removeThread } from "./namespaces.js";
-import { recordRequest, replayOf } from "./requests.js";
 import {
-  copyThread,
-  dropCount,
-  dropOldest,
-  newThreadRecord,
-  sumBytes,
-  type ThreadRecord,
-} from "./thread-record.js";
+  addFork,
+  addUsage,
+  type MemoryState,
+  type NamespaceState,
+  removeThread,
+} from "./namespaces.js";
+import { recordRequest, replayOf } from "./requests.js";
+import { dropFront, trimCount, trimmedUsage } from "./segments.js";
+import { copyThread, newThreadRecord, type ThreadRecord } from "./thread-record.js";
 
 /** Store.append: where an Add commits. */
 export function append(m: MemoryState, cmd: AppendCommand): AppendResult {
@@ -34,7 +34,7 @@ export function append(m: MemoryState, cmd: AppendCommand): AppendResult {
     s.ids.add(cmd.threadId);
   }
   updateThread(m, s, plan, cmd);
-  rec.bytes += plan.delta.bytes;
+  rec.bytes += plan.addedBytes;
   addUsage(s.usage, plan.delta);
   const lastSeqBefore = plan.lastSeqBefore;
   const n = cmd.messages.length;
@@ -67,6 +67,7 @@ interface AppendPlan {
   lastSeqBefore: number;
   /** Oldest stored messages the Add's trim drops. */
   dropped: number;
+  addedBytes: number;
   delta: NamespaceUsage;
 }
 
@@ -93,8 +94,8 @@ function planAppend(
   const list = rec.messages;
   const before = list.length;
   for (const msg of added) list.push(msg);
-  const dropped = dropCount(rec, strategy, through);
-  const trimmed = { count: dropped, bytes: sumBytes(list, rec.head, rec.head + dropped) };
+  const dropped = trimCount(s.segments, rec, strategy, through);
+  const trimmed = trimmedUsage(s.segments, rec, dropped);
   const delta = appendDelta(existing === undefined, added, trimmed);
   try {
     checkQuotas(m.lim, s.usage, delta);
@@ -103,7 +104,8 @@ function planAppend(
     throw err;
   }
   const created = existing === undefined;
-  return { rec, created, strategy, keepsSummary: keeps, lastSeqBefore, dropped, delta };
+  const addedBytes = bytesOf(added);
+  return { rec, created, strategy, keepsSummary: keeps, lastSeqBefore, dropped, addedBytes, delta };
 }
 
 /** Writes an accepted Add's strategy, summary, labels, trim and retention to its thread. */
@@ -120,7 +122,8 @@ function updateThread(m: MemoryState, s: NamespaceState, plan: AppendPlan, cmd: 
     s.labels.replace(cmd.threadId, state.labels, cmd.labels);
     state.labels = { ...cmd.labels };
   }
-  if (plan.dropped > 0) dropOldest(rec, plan.dropped);
+  // Its usage is already in plan.delta.
+  dropFront(s.segments, rec, plan.dropped);
   const hadExpiry = state.expireTime !== undefined;
   const ttl = ttlAfterAdd(cmd.ttlMs, state.ttlMs, plan.created, cmd.defaultTtlMs);
   delete state.ttlMs;
@@ -137,8 +140,11 @@ export function importThread(m: MemoryState, cmd: ImportThreadCommand): boolean 
   const delta = importDelta(s.threads.has(cmd.threadId), messages);
   if (delta === undefined) return false;
   checkQuotas(m.lim, s.usage, delta);
-  const rec = newThreadRecord(importedState(cmd, randomUUID()), messages, delta.bytes);
+  const state = importedState(cmd, randomUUID());
+  if (cmd.parent !== undefined) state.parent = { ...cmd.parent };
+  const rec = newThreadRecord(state, messages, delta.bytes);
   s.threads.set(cmd.threadId, rec);
+  if (state.parent !== undefined) addFork(s, state.parent.threadId, cmd.threadId);
   s.ids.add(cmd.threadId);
   s.labels.replace(cmd.threadId, undefined, rec.state.labels);
   m.scheduleExpiry(cmd.namespace, rec);

@@ -13,10 +13,29 @@ import { lockStatement, logStatementParts } from "./events.js";
 const THREAD_COLUMNS = `thread_id, incarnation, strategy, last_seq, summarized_through_seq,
   summary, summary_time, create_time, update_time, stored, bytes, labels, ttl_ms, expire_at`;
 
-/** The batch's threads that exist (`namespace`, `ids`: $1 and $2, or literals). */
+/** What the batch reads of a thread beyond what it writes (schema.ts version 3). */
+const LAYOUT_COLUMNS = `head, lineage, parent_thread_id, parent_at_seq, parent_fork_time,
+  parent_create_time`;
+
+/** The NULLs of a thread's columns, for a row of LOAD_THREADS that is not a thread's. */
+const NO_THREAD = `${THREAD_COLUMNS}, ${LAYOUT_COLUMNS}`
+  .split(",")
+  .map(() => "NULL")
+  .join(", ");
+
+/**
+ * The batch's threads that exist (`namespace`, `ids`: $1 and $2, or
+ * literals), `frozen_id` NULL; then a row for each id that still names a
+ * frozen segment (`wanted` the id, `frozen_id` true, the thread's columns
+ * NULL): a thread created under it opens a head of another id
+ * (segments.ts freshHeadId). Both parts are ranges of a primary key.
+ */
 export function loadThreads(namespace: string, ids: string): string {
-  return `SELECT ${THREAD_COLUMNS} FROM threads
-  WHERE namespace = ${namespace} AND thread_id = ANY (${ids}::text[])`;
+  return `SELECT thread_id AS wanted, NULL::boolean AS frozen_id, ${THREAD_COLUMNS}, ${LAYOUT_COLUMNS}
+  FROM threads WHERE namespace = ${namespace} AND thread_id = ANY (${ids}::text[])
+  UNION ALL
+  SELECT segment_id, true, ${NO_THREAD}
+  FROM segments WHERE namespace = ${namespace} AND segment_id = ANY (${ids}::text[])`;
 }
 
 export const LOAD_THREADS = loadThreads("$1", "$2");
@@ -43,7 +62,7 @@ export const LOAD_RECORDS = `SELECT r.thread_id, r.request_id, r.hash, r.time, r
 const LOG = logStatementParts(28);
 
 /**
- * The batch's messages ($2-$7), request-id records ($8-$13), thread rows
+ * The batch's messages ($2-$7, $2 their segments), request-id records ($8-$13), thread rows
  * ($14-$27), and the namespace's events and row with the NOTIFY ($28-$38,
  * NamespaceLog.take), in one statement: five tables, so no row is written
  * twice by it.
@@ -83,7 +102,7 @@ export function writeAddsParams(namespace: string, w: BatchWrites): unknown[] {
   const states = threads.map((t) => t.state);
   return [
     namespace,
-    ms.map((m) => m.threadId),
+    ms.map((m) => m.segment),
     ms.map((m) => m.message.seq),
     ms.map((m) => m.message.role),
     ms.map((m) => m.message.createTime),

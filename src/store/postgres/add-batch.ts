@@ -24,7 +24,16 @@ export interface ThreadEntry {
   state: ThreadState;
   stored: number;
   bytes: number;
+  /** The owned head's segment id: where its messages go. */
+  headId: string;
+  /** It references frozen segments: its Adds go one by one (writes.ts append). */
+  shared: boolean;
 }
+
+/** A row of LOAD_THREADS: a thread's, or NULLs and whether its id names a frozen segment. */
+type LoadedRow =
+  | (ThreadRow & { wanted: string; frozen_id: null })
+  | { wanted: string; frozen_id: true; thread_id: null };
 
 /** A simple-protocol query of several statements on the group's connection: each one's rows. */
 export type SimpleQuery = (sql: string) => Promise<Record<string, unknown>[][]>;
@@ -34,7 +43,8 @@ type RecordedAdd = Omit<AppendResult, "replayed">;
 
 /** The rows a batch writes, each thread's and record's last version only. */
 export interface BatchWrites {
-  messages: { threadId: string; message: StoredMessage }[];
+  /** `segment`: the owned head the message goes to (the messages' thread_id column). */
+  messages: { segment: string; message: StoredMessage }[];
   threads: Map<string, ThreadEntry>;
   labels: Map<string, Labels>;
   /** thread id -> request id -> the record to write. */
@@ -71,6 +81,8 @@ export class AddBatch {
   readonly #log: NamespaceLog;
   readonly #lim: StoreLimits;
   readonly #threads = new Map<string, ThreadEntry>();
+  /** Ids of the batch that still name a frozen segment: a thread created so opens another head. */
+  #frozenIds = new Set<string>();
   /** Records read or written: thread id -> request id -> record. */
   readonly #records = new Map<string, Map<string, RequestRecord>>();
   #writes: BatchWrites = emptyWrites();
@@ -85,7 +97,7 @@ export class AddBatch {
   /** With the namespace locked, reads the threads and request-id records the Adds `cmds` refer to. */
   async load(cmds: readonly AppendCommand[]): Promise<void> {
     const ids = [...new Set(cmds.map((c) => c.threadId))];
-    const rows = await this.#q<ThreadRow>(
+    const rows = await this.#q<LoadedRow>(
       LOAD_THREADS,
       [this.namespace, ids],
       "windlass_load_threads",
@@ -109,13 +121,21 @@ export class AddBatch {
       return;
     }
     this.#log.adopt(this.namespace, ns);
-    await this.#adopt(cmds, (rows ?? []) as unknown as ThreadRow[]);
+    await this.#adopt(cmds, (rows ?? []) as unknown as LoadedRow[]);
   }
 
   /** Takes the threads read, then reads the request-id records of the Adds that have one. */
-  async #adopt(cmds: readonly AppendCommand[], rows: readonly ThreadRow[]): Promise<void> {
-    for (const r of rows) {
-      this.#threads.set(r.thread_id, { state: toThread(r), stored: r.stored, bytes: r.bytes });
+  async #adopt(cmds: readonly AppendCommand[], loaded: readonly LoadedRow[]): Promise<void> {
+    this.#frozenIds = new Set(loaded.filter((r) => r.frozen_id === true).map((r) => r.wanted));
+    for (const r of loaded) {
+      if (r.thread_id === null) continue;
+      this.#threads.set(r.thread_id, {
+        state: toThread(r),
+        stored: r.stored,
+        bytes: r.bytes,
+        headId: r.head ?? r.thread_id,
+        shared: r.lineage !== null,
+      });
     }
     const keyed = cmds.filter((c) => c.requestId !== "" && this.#threads.has(c.threadId));
     if (keyed.length === 0) return;
@@ -144,6 +164,8 @@ export class AddBatch {
     if (ns === undefined) throw new Error("postgres store: a batch of an unlocked namespace");
     const entry = this.#threads.get(cmd.threadId);
     if (entry !== undefined && isExpired(entry.state, cmd.now)) return undefined;
+    // Shared messages count towards its trim, and a new head needs a new id: one by one.
+    if (entry === undefined ? this.#frozenIds.has(cmd.threadId) : entry.shared) return undefined;
     if (entry !== undefined && cmd.requestId !== "") {
       const seen = this.#records.get(cmd.threadId)?.get(cmd.requestId);
       if (seen !== undefined && this.#writes.records.has(cmd.threadId)) return undefined;
@@ -168,14 +190,17 @@ export class AddBatch {
       state.labels = { ...cmd.labels };
       this.#writes.labels.set(cmd.threadId, cmd.labels);
     }
+    const headId = entry?.headId ?? cmd.threadId;
     const after = {
       state,
       stored: stored + added.length,
       bytes: (entry?.bytes ?? 0) + delta.bytes,
+      headId,
+      shared: false,
     };
     this.#threads.set(cmd.threadId, after);
     this.#writes.threads.set(cmd.threadId, after);
-    for (const message of added) this.#writes.messages.push({ threadId: cmd.threadId, message });
+    for (const message of added) this.#writes.messages.push({ segment: headId, message });
     this.#log.use(this.namespace, delta);
     const firstSeq = added.length > 0 ? lastSeqBefore + 1 : 0;
     const lastSeq = added.length > 0 ? state.lastSeq : 0;

@@ -1,4 +1,5 @@
 import pg from "pg";
+import { floorOf, type Lineage, type LineageEntry } from "../../core/lineage.js";
 import type {
   ChatMessage,
   EventBody,
@@ -39,6 +40,46 @@ export interface ThreadRow {
   labels: Labels | null;
   ttl_ms: number | null;
   expire_at: number | null;
+  /** The owned head's segment id; null: the thread's own id (schema.ts version 3). */
+  head: string | null;
+  /** The frozen entries, JSON [[segment, low, through], …]; null: none. */
+  lineage: string | null;
+  parent_thread_id: string | null;
+  parent_at_seq: number | null;
+  parent_fork_time: number | null;
+  parent_create_time: number | null;
+}
+
+/** Where a thread's messages are, as its row says (schema.ts version 3). */
+export interface Layout {
+  /** The owned head's segment id (the messages' thread_id column). */
+  headId: string;
+  lineage: Lineage;
+  lastSeq: number;
+}
+
+export function layoutOf(
+  row: Pick<ThreadRow, "thread_id" | "head" | "lineage" | "last_seq" | "stored">,
+): Layout {
+  const entries =
+    row.lineage === null
+      ? []
+      : (JSON.parse(row.lineage) as [string, number, number][]).map(
+          ([segment, low, through]): LineageEntry => ({ segment, low, through }),
+        );
+  const headId = row.head ?? row.thread_id;
+  return {
+    headId,
+    lineage: { entries, head: { segment: headId, low: row.last_seq - row.stored + 1 } },
+    lastSeq: row.last_seq,
+  };
+}
+
+/** The lineage column of `entries` (null when none: the layout of a thread that shares nothing). */
+export function lineageColumn(entries: readonly LineageEntry[]): string | null {
+  return entries.length === 0
+    ? null
+    : JSON.stringify(entries.map((e) => [e.segment, e.low, e.through]));
 }
 
 export interface MessageRow {
@@ -78,12 +119,35 @@ export function toThread(row: ThreadRow): ThreadState {
     ...(row.ttl_ms === null || row.expire_at === null
       ? {}
       : { ttlMs: row.ttl_ms, expireTime: row.expire_at }),
+    ...(row.parent_thread_id === null
+      ? {}
+      : {
+          parent: {
+            threadId: row.parent_thread_id,
+            atSeq: row.parent_at_seq ?? 0,
+            forkTime: row.parent_fork_time ?? 0,
+            parentCreateTime: row.parent_create_time ?? 0,
+          },
+        }),
   };
 }
 
-/** The oldest stored seq of a thread (stored seqs are consecutive up to last_seq). */
-export function oldestSeq(row: Pick<ThreadRow, "last_seq" | "stored">): number {
-  return row.last_seq - row.stored + 1;
+/**
+ * The oldest stored seq of a thread (stored seqs are consecutive up to
+ * last_seq, across its segments; above last_seq when it stores none).
+ */
+export function oldestSeq(
+  row: Pick<ThreadRow, "thread_id" | "head" | "lineage" | "last_seq" | "stored">,
+): number {
+  if (row.lineage === null) return row.last_seq - row.stored + 1;
+  return floorOf(layoutOf(row).lineage, row.last_seq);
+}
+
+/** How many messages the thread stores, shared ones included (what max_stored counts). */
+export function storedCount(
+  row: Pick<ThreadRow, "thread_id" | "head" | "lineage" | "last_seq" | "stored">,
+): number {
+  return row.last_seq - oldestSeq(row) + 1;
 }
 
 export function toMessage(row: MessageRow): StoredMessage {

@@ -9,6 +9,8 @@ import {
   type CommitSummaryCommand,
   DEFAULT_STORE_LIMITS,
   type FoldFailureCommand,
+  type ForkCommand,
+  type ForkResult,
   type ImportThreadCommand,
   type ReadView,
   type RewindCommand,
@@ -195,6 +197,10 @@ class PostgresStore implements Store {
     return this.#write({ kind: "rewind", cmd }, cmd.deadline);
   }
 
+  fork(cmd: ForkCommand): Promise<ForkResult> {
+    return this.#write({ kind: "fork", cmd }, cmd.deadline);
+  }
+
   async read(
     namespace: string,
     threadId: string,
@@ -255,9 +261,10 @@ class PostgresStore implements Store {
     after: string,
     limit: number,
     labels?: Labels,
+    forksOf?: string,
   ): Promise<string[]> {
     this.#assertOpen();
-    return listThreads(this.#q, namespace, after, limit, labels);
+    return listThreads(this.#q, namespace, after, limit, labels, forksOf);
   }
 
   importThread(cmd: ImportThreadCommand): Promise<boolean> {

@@ -1,10 +1,12 @@
+import { rangesFor, type SegmentRange } from "../../core/lineage.js";
 import { recallSize } from "../../core/recall.js";
 import { isExpired } from "../../core/ttl.js";
-import type { Labels, Role, Strategy, ThreadState } from "../../core/types.js";
+import type { Labels, Role, StoredMessage, Strategy, ThreadState } from "../../core/types.js";
 import { livePage } from "../live-page.js";
 import { READ_SLACK, type ReadView, type ThreadSnapshot } from "../store.js";
-import { oldestSeq, type ThreadRow, toMessage, toThread } from "./codec.js";
+import { layoutOf, oldestSeq, type ThreadRow, toMessage, toThread } from "./codec.js";
 import type { Query } from "./events.js";
+import { rangeBranches, rangeParams } from "./segments.js";
 
 /**
  * The store's reads: single statements on any pool connection, so each
@@ -44,7 +46,12 @@ function viewFrom(row: ThreadRow, strategy: Strategy, view: ReadView | undefined
  * The thread and its messages from the view's first seq on, in one
  * statement (one snapshot): the seq is worked out from the thread as a
  * first statement found it and checked against the thread the second one
- * returns with the messages; a write in between makes it read again.
+ * returns with the messages; a write in between makes it read again. The
+ * same for a thread that references frozen segments: the statement reads
+ * their ranges (core/lineage.ts rangesFor, one range read per segment) as
+ * the first statement's lineage names them, and its answer counts only if
+ * the thread it returns still has that lineage (frozen segments never
+ * change, and a segment it references is not deleted).
  */
 export async function readThread(
   q: Query,
@@ -53,46 +60,97 @@ export async function readThread(
   view: ReadView | undefined,
 ): Promise<ThreadSnapshot | undefined> {
   let from = 0;
+  // Where the statement reads: the head's id (a thread's own, unless it shared) and frozen ranges.
+  let plan: ReadPlan = { head: threadId, ranges: [] };
   if (view !== undefined) {
     const thread = await getThread(q, namespace, threadId);
     if (thread === undefined) return undefined;
     from = viewFrom(asRow(thread), thread.strategy, view);
   }
   for (let attempt = 0; ; attempt++) {
-    const rows = await q<ThreadRow & MessageColumns>(
-      `SELECT t.*, m.seq AS m_seq, m.role AS m_role, m.create_time AS m_create_time,
-         m.content AS m_content, m.extra AS m_extra
-       FROM threads t LEFT JOIN messages m
-         ON m.namespace = t.namespace AND m.thread_id = t.thread_id AND m.seq >= $3
-       WHERE t.namespace = $1 AND t.thread_id = $2 ORDER BY m.seq`,
-      [namespace, threadId, from],
-    );
+    const rows = await q<ThreadRow & MessageColumns>(readStatement(plan.ranges.length), [
+      namespace,
+      threadId,
+      from,
+      plan.head,
+      ...rangeParams(plan.ranges),
+    ]);
     const row = rows[0];
     if (row === undefined) return undefined;
     const thread = toThread(row);
     if (isExpired(thread, Date.now())) return undefined;
     const needed = viewFrom(row, thread.strategy, view);
+    const moved = needed < from;
     // A write between the two statements moved what the view needs further back.
-    if (needed < from && attempt < 3) {
-      from = needed;
+    if (moved) from = attempt < 3 ? needed : 0;
+    const want: ReadPlan = { head: row.head ?? row.thread_id, ranges: frozenRanges(row, from) };
+    // The thread's head or frozen ranges are not what the statement read: read again with them.
+    if ((moved || !samePlan(want, plan)) && attempt < 6) {
+      plan = want;
       continue;
     }
-    if (needed < from) from = 0;
-    const messages = rows.flatMap((r) =>
-      r.m_seq === null
-        ? []
-        : [
-            toMessage({
-              seq: r.m_seq,
-              role: r.m_role,
-              create_time: r.m_create_time,
-              content: r.m_content,
-              extra: r.m_extra,
-            }),
-          ],
-    );
+    const messages = rows.flatMap(messageOf);
     return { thread, messages, complete: from <= oldestSeq(row) };
   }
+}
+
+/** What a read statement reads besides the thread row. */
+interface ReadPlan {
+  /** The owned head's segment id. */
+  head: string;
+  ranges: SegmentRange[];
+}
+
+/**
+ * Whether the statement of `b` read what `a` says to: the same head and
+ * frozen ranges (a frozen segment never changes, and one the thread row of
+ * that snapshot references is there).
+ */
+function samePlan(a: ReadPlan, b: ReadPlan): boolean {
+  return (
+    a.head === b.head &&
+    a.ranges.length === b.ranges.length &&
+    a.ranges.every((r, i) => {
+      const o = b.ranges[i];
+      return o !== undefined && o.segment === r.segment && o.from === r.from && o.to === r.to;
+    })
+  );
+}
+
+/**
+ * The thread ($1, $2) and its messages from seq $3 on: of its owned head
+ * $4, and of `ranges` frozen ranges ($5 on, segments.ts rangeBranches)
+ * before it. Every part is a range of a primary key given by parameters.
+ */
+function readStatement(ranges: number): string {
+  const columns = "seq, role, create_time, content, extra";
+  const frozen = ranges === 0 ? "" : `${rangeBranches(ranges, 5, columns)} UNION ALL `;
+  return `SELECT t.*, m.seq AS m_seq, m.role AS m_role, m.create_time AS m_create_time,
+         m.content AS m_content, m.extra AS m_extra
+       FROM threads t LEFT JOIN (${frozen}SELECT ${columns} FROM messages
+         WHERE namespace = $1 AND thread_id = $4 AND seq >= $3) m ON true
+       WHERE t.namespace = $1 AND t.thread_id = $2 ORDER BY m.seq`;
+}
+
+/** The frozen segments' ranges of the thread's seqs from `from` on (its head left out). */
+function frozenRanges(row: ThreadRow, from: number): SegmentRange[] {
+  if (row.lineage === null) return [];
+  const { lineage } = layoutOf(row);
+  return rangesFor({ entries: lineage.entries, head: undefined }, row.last_seq, from, row.last_seq);
+}
+
+function messageOf(r: MessageColumns): StoredMessage[] {
+  return r.m_seq === null
+    ? []
+    : [
+        toMessage({
+          seq: r.m_seq,
+          role: r.m_role,
+          create_time: r.m_create_time,
+          content: r.m_content,
+          extra: r.m_extra,
+        }),
+      ];
 }
 
 /** A message's columns beside its thread's, as the LEFT JOIN returns them (null: none). */
@@ -115,7 +173,8 @@ function asRow(t: ThreadState): ThreadRow {
  * Ids after `after`, ascending in byte order, at most `limit`, without the
  * expired ones: a range of the threads' primary key, or with labels of the
  * thread_labels index for the first label, joined by primary-key lookups for
- * the others.
+ * the others; with `forksOf`, a range of the forks index (threads_by_parent),
+ * each label a primary-key lookup.
  */
 export async function listThreads(
   q: Query,
@@ -123,9 +182,13 @@ export async function listThreads(
   after: string,
   limit: number,
   labels: Labels | undefined,
+  forksOf?: string,
 ): Promise<string[]> {
   if (limit <= 0) return [];
   const entries = Object.entries(labels ?? {});
+  if (forksOf !== undefined && forksOf !== "") {
+    return listForks(q, namespace, after, limit, entries, forksOf);
+  }
   const now = Date.now();
   const fetch = async (from: string, n: number): Promise<string[]> => {
     if (entries.length === 0) {
@@ -164,6 +227,32 @@ export async function listThreads(
     const gone = new Set(rows.map((r) => r.thread_id));
     return ids.map((id) => gone.has(id));
   });
+}
+
+/** listThreads of the forks of `parent`, in one statement. */
+async function listForks(
+  q: Query,
+  namespace: string,
+  after: string,
+  limit: number,
+  labels: [string, string][],
+  parent: string,
+): Promise<string[]> {
+  const joins = labels
+    .map(
+      (_, i) =>
+        `JOIN thread_labels l${i} ON l${i}.namespace = t.namespace AND l${i}.key = $${6 + 2 * i}
+          AND l${i}.value = $${7 + 2 * i} AND l${i}.thread_id = t.thread_id`,
+    )
+    .join(" ");
+  const rows = await q<{ thread_id: string }>(
+    `SELECT t.thread_id FROM threads t ${joins}
+     WHERE t.namespace = $1 AND t.parent_thread_id = $2 AND t.thread_id > $3
+       AND (t.expire_at IS NULL OR t.expire_at > $4)
+     ORDER BY t.thread_id LIMIT $5`,
+    [namespace, parent, after, Date.now(), limit, ...labels.flat()],
+  );
+  return rows.map((r) => r.thread_id);
 }
 
 /** Threads whose expire time is at or before `now`, oldest expiry first. */

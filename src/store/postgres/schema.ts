@@ -2,7 +2,7 @@ import type { Pool, PoolClient } from "pg";
 import { newStoreId, newTokenSecret } from "../resume-token.js";
 
 /** The version the DDL below brings a database to (table windlass_schema). */
-export const POSTGRES_SCHEMA_VERSION = 2;
+export const POSTGRES_SCHEMA_VERSION = 3;
 
 /**
  * The key layout, for one PostgreSQL or a Citus cluster. Every table but
@@ -10,7 +10,9 @@ export const POSTGRES_SCHEMA_VERSION = 2;
  * `namespace`: namespaces (namespace), threads (namespace, thread_id),
  * messages (namespace, thread_id, seq), requests (namespace, thread_id,
  * request_id), fold_leases (namespace, thread_id), events (namespace, seq),
- * thread_labels (namespace, key, value, thread_id).
+ * thread_labels (namespace, key, value, thread_id), segments (namespace,
+ * segment_id); the forks index threads_by_parent is (namespace,
+ * parent_thread_id, thread_id).
  *
  * Sharding (Citus, or any Postgres that distributes tables by a column):
  * the distribution column is `namespace`, every one of those tables
@@ -31,7 +33,10 @@ export const POSTGRES_SCHEMA_VERSION = 2;
  * PostgreSQL 15, not on Citus; what to check there first is that the NOTIFY
  * of a commit (events.ts FLUSH, a pg_notify in the statement that updates
  * the namespace's row) is sent where the LISTEN connection listens (the
- * coordinator), not on the worker the statement is pushed down to.
+ * coordinator), not on the worker the statement is pushed down to, and
+ * that nextval('segment_ids') (a new head's id, segments.ts) runs in a
+ * statement Citus accepts on a distributed table (it is evaluated on the
+ * coordinator).
  *
  * Ids compare as bytes (COLLATE "C" on UTF-8: the order ListThreads
  * promises), whatever the database's collation. Text a client sends freely
@@ -147,6 +152,40 @@ ALTER TABLE requests ADD COLUMN last_seq bigint;
 UPDATE requests SET last_seq = substring(result FROM '"lastSeq":([0-9]+)}$')::bigint;
 `;
 
+/**
+ * Version 3: forks (core/lineage.ts). Messages live in segments; the
+ * messages' thread_id column is the segment id. A thread's owned head is
+ * `head`, NULL naming the segment of its own id (so every thread written
+ * before keeps its rows where they are), and `stored`/`bytes` count that
+ * head only, its seqs last_seq - stored + 1 .. last_seq. `lineage` is the
+ * frozen segments it references, as JSON [[segment, low, through], …]
+ * (NULL: none; at most MAX_LINEAGE, read with the row). A frozen segment has
+ * a `segments` row: its reference count and physical count/bytes, deleted
+ * with its messages when the count reaches 0. A head opened for a thread
+ * whose id still names a live frozen segment is named
+ * `<thread_id>\u0001<n>` (n from segment_ids; a thread id holds no control
+ * character, so no id of a thread can name it). `parent_*` is the fork's
+ * origin (ThreadState.parent) and threads_by_parent the forks index.
+ * Adding NULL columns, a table and a sequence only changes the catalog; the
+ * partial index reads the threads once (not the messages).
+ */
+const DDL_V3 = `
+ALTER TABLE threads ADD COLUMN head text COLLATE "C", ADD COLUMN lineage text,
+  ADD COLUMN parent_thread_id text COLLATE "C", ADD COLUMN parent_at_seq bigint,
+  ADD COLUMN parent_fork_time bigint, ADD COLUMN parent_create_time bigint;
+CREATE INDEX threads_by_parent ON threads (namespace, parent_thread_id, thread_id)
+  WHERE parent_thread_id IS NOT NULL;
+CREATE TABLE segments (
+  namespace text COLLATE "C" NOT NULL,
+  segment_id text COLLATE "C" NOT NULL,
+  refs bigint NOT NULL,
+  count bigint NOT NULL,
+  bytes bigint NOT NULL,
+  PRIMARY KEY (namespace, segment_id)
+);
+CREATE SEQUENCE segment_ids;
+`;
+
 /** MIGRATIONS[v] brings a database from version v to v + 1 (0: empty). */
 const MIGRATIONS: Record<number, (c: PoolClient) => Promise<void>> = {
   0: async (c) => {
@@ -160,17 +199,21 @@ const MIGRATIONS: Record<number, (c: PoolClient) => Promise<void>> = {
   1: async (c) => {
     await c.query(DDL_V2);
   },
+  2: async (c) => {
+    await c.query(DDL_V3);
+  },
 };
 
 /** Any constant: serialises the migrations of replicas that start together. */
 const MIGRATION_LOCK = 0x77696e64;
 
 /**
- * Brings the database to POSTGRES_SCHEMA_VERSION in one transaction, under
- * an advisory lock so replicas starting at once migrate it once; throws when
- * it was written by a newer schema.
+ * Brings the database to POSTGRES_SCHEMA_VERSION (`target`, for tests of a
+ * migration: an older one) in one transaction, under an advisory lock so
+ * replicas starting at once migrate it once; throws when it was written by a
+ * newer schema.
  */
-export async function migrate(pool: Pool): Promise<void> {
+export async function migrate(pool: Pool, target = POSTGRES_SCHEMA_VERSION): Promise<void> {
   const c = await pool.connect();
   try {
     await c.query("BEGIN");
@@ -185,13 +228,13 @@ export async function migrate(pool: Pool): Promise<void> {
         `schema version ${version} is newer than this server's (${POSTGRES_SCHEMA_VERSION})`,
       );
     }
-    for (let v = version; v < POSTGRES_SCHEMA_VERSION; v++) {
+    for (let v = version; v < target; v++) {
       const step = MIGRATIONS[v];
       if (step === undefined) throw new Error(`no migration from schema version ${v}`);
       await step(c);
     }
-    if (version < POSTGRES_SCHEMA_VERSION) {
-      await c.query("INSERT INTO windlass_schema (version) VALUES ($1)", [POSTGRES_SCHEMA_VERSION]);
+    if (version < target) {
+      await c.query("INSERT INTO windlass_schema (version) VALUES ($1)", [target]);
     }
     await c.query("COMMIT");
   } catch (err) {

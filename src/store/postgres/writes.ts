@@ -11,15 +11,18 @@ import type {
   AppendResult,
   CommitSummaryCommand,
   FoldFailureCommand,
+  ForkCommand,
   ImportThreadCommand,
   RewindCommand,
   StoreLimits,
 } from "../store.js";
-import { INSERT_MESSAGES, messageColumns, type ThreadRow, toThread } from "./codec.js";
+import { INSERT_MESSAGES, layoutOf, messageColumns, type ThreadRow, toThread } from "./codec.js";
 import type { NamespaceLog, Query } from "./events.js";
+import { fork } from "./forks.js";
 import { recordedResult, recordRequest } from "./requests.js";
 import { rewind } from "./rewind.js";
-import { dropThrough, planTrim, saveThread, setLabels, threadRow } from "./thread-rows.js";
+import { freshHeadId, releaseSegments } from "./segments.js";
+import { applyTrim, planTrim, saveThread, setLabels, threadRow } from "./thread-rows.js";
 
 /**
  * The store's writes, one at a time, each inside a transaction
@@ -38,6 +41,7 @@ export type WriteOp =
   | { kind: "clear"; namespace: string; threadId: string; now: number }
   | { kind: "clearBatch"; namespace: string; now: number; limit: number }
   | { kind: "import"; cmd: ImportThreadCommand }
+  | { kind: "fork"; cmd: ForkCommand }
   | { kind: "sweepOne"; namespace: string; threadId: string; now: number };
 
 export interface WriteContext {
@@ -67,6 +71,8 @@ export function runWrite(ctx: WriteContext, op: WriteOp): Promise<unknown> {
       return clearThreads(ctx, op.namespace, op.now, { first: op.limit });
     case "import":
       return importThread(ctx, op.cmd);
+    case "fork":
+      return fork(ctx, op.cmd);
     case "sweepOne":
       return sweepOne(ctx, op.namespace, op.threadId, op.now);
   }
@@ -92,20 +98,20 @@ async function append(ctx: WriteContext, cmd: AppendCommand): Promise<AppendResu
   const created = existing === undefined;
   const { state, lastSeqBefore, added } = stateAfterAdd(existing, strategy, cmd);
   const stored = row?.stored ?? 0;
-  const trimmed = await planTrim(
-    q,
-    cmd.namespace,
-    state,
-    { lastSeq: lastSeqBefore, stored },
-    added,
-  );
-  const delta = appendDelta(created, cmd.messages, trimmed);
+  // A new thread's head: its own id, unless a frozen segment of that id outlived an earlier one.
+  const head = row === undefined ? await freshHeadId(q, cmd.namespace, cmd.threadId) : row.head;
+  const layout = layoutOf(row ?? { ...EMPTY_ROW, thread_id: cmd.threadId, head });
+  const trimmed = await planTrim(q, cmd.namespace, state, layout, added);
+  const delta = appendDelta(created, cmd.messages, {
+    count: trimmed.headCount,
+    bytes: trimmed.headBytes,
+  });
   checkQuotas(lim, ns.usage, delta);
 
-  await dropThrough(q, cmd.namespace, cmd.threadId, Math.min(trimmed.through, lastSeqBefore));
+  const lineage = await applyTrim(ctx, cmd.namespace, layout, trimmed.through, lastSeqBefore);
   const kept = added.filter((m) => m.seq > trimmed.through);
   if (kept.length > 0) {
-    await q(INSERT_MESSAGES, [cmd.namespace, cmd.threadId, ...messageColumns(kept)]);
+    await q(INSERT_MESSAGES, [cmd.namespace, layout.headId, ...messageColumns(kept)]);
   }
   const ttl = ttlAfterAdd(cmd.ttlMs, row?.ttl_ms ?? undefined, created, cmd.defaultTtlMs);
   delete state.ttlMs;
@@ -116,10 +122,10 @@ async function append(ctx: WriteContext, cmd: AppendCommand): Promise<AppendResu
     await setLabels(q, cmd.namespace, cmd.threadId, cmd.labels);
   }
   const counts = {
-    stored: stored + added.length - trimmed.count,
+    stored: stored + added.length - trimmed.headCount,
     bytes: (row?.bytes ?? 0) + delta.bytes,
   };
-  await saveThread(q, cmd.namespace, state, counts);
+  await saveThread(q, cmd.namespace, state, counts, { head, lineage });
   log.use(cmd.namespace, delta);
   const firstSeq = added.length > 0 ? lastSeqBefore + 1 : 0;
   const lastSeq = added.length > 0 ? state.lastSeq : 0;
@@ -162,8 +168,15 @@ export function stateAfterAdd(
   return { state, lastSeqBefore, added };
 }
 
-/** Deletes threads with everything hanging off them, gives their room back, logs thread_cleared. */
-async function removeThreads(
+/** What layoutOf reads of a thread that does not exist yet. */
+const EMPTY_ROW = { head: null, lineage: null, last_seq: 0, stored: 0 };
+
+/**
+ * Deletes threads with everything hanging off them (their owned heads'
+ * messages; one reference less on each frozen segment they hold), gives
+ * their room back, logs thread_cleared.
+ */
+export async function removeThreads(
   ctx: WriteContext,
   namespace: string,
   rows: readonly ThreadRow[],
@@ -172,12 +185,14 @@ async function removeThreads(
 ): Promise<void> {
   if (rows.length === 0) return;
   await ctx.q(
-    `WITH m AS (DELETE FROM messages WHERE namespace = $1 AND thread_id = ANY ($2::text[])),
+    `WITH m AS (DELETE FROM messages WHERE namespace = $1 AND thread_id = ANY ($3::text[])),
        r AS (DELETE FROM requests WHERE namespace = $1 AND thread_id = ANY ($2::text[])),
        l AS (DELETE FROM thread_labels WHERE namespace = $1 AND thread_id = ANY ($2::text[]))
      DELETE FROM threads WHERE namespace = $1 AND thread_id = ANY ($2::text[])`,
-    [namespace, rows.map((r) => r.thread_id)],
+    [namespace, rows.map((r) => r.thread_id), rows.map((r) => r.head ?? r.thread_id)],
   );
+  const held = rows.flatMap((r) => layoutOf(r).lineage.entries.map((e) => e.segment));
+  await releaseSegments(ctx.q, ctx.log, namespace, held);
   for (const row of rows) {
     ctx.log.use(namespace, removalDelta({ messages: row.stored, bytes: row.bytes }));
     const body = reason === undefined ? {} : { reason };
@@ -239,19 +254,17 @@ async function commitSummary(
     summarizedThroughSeq: cmd.throughSeq,
     updateTime: cmd.now,
   };
-  const trimmed = await planTrim(
+  const layout = layoutOf(row);
+  const trimmed = await planTrim(q, cmd.namespace, state, layout, []);
+  const lineage = await applyTrim(ctx, cmd.namespace, layout, trimmed.through, row.last_seq);
+  await saveThread(
     q,
     cmd.namespace,
     state,
-    { lastSeq: row.last_seq, stored: row.stored },
-    [],
+    { stored: row.stored - trimmed.headCount, bytes: row.bytes - trimmed.headBytes },
+    { head: row.head, lineage },
   );
-  await dropThrough(q, cmd.namespace, cmd.threadId, trimmed.through);
-  await saveThread(q, cmd.namespace, state, {
-    stored: row.stored - trimmed.count,
-    bytes: row.bytes - trimmed.bytes,
-  });
-  log.use(cmd.namespace, droppedDelta(trimmed.count, trimmed.bytes));
+  log.use(cmd.namespace, droppedDelta(trimmed.headCount, trimmed.headBytes));
   log.log(cmd.namespace, cmd.threadId, cmd.now, {
     type: "summary_updated",
     summary: cmd.summary,
@@ -280,9 +293,22 @@ async function importThread(ctx: WriteContext, cmd: ImportThreadCommand): Promis
   if (delta === undefined) return false;
   checkQuotas(lim, ns.usage, delta);
   const state = importedState(cmd, randomUUID());
-  await saveThread(q, cmd.namespace, state, { stored: cmd.messages.length, bytes: delta.bytes });
+  // The origin as exported: nothing is shared with a thread of that id.
+  if (cmd.parent !== undefined) state.parent = { ...cmd.parent };
+  const head = await freshHeadId(q, cmd.namespace, cmd.threadId);
+  await saveThread(
+    q,
+    cmd.namespace,
+    state,
+    { stored: cmd.messages.length, bytes: delta.bytes },
+    { head, lineage: null },
+  );
   if (cmd.messages.length > 0) {
-    await q(INSERT_MESSAGES, [cmd.namespace, cmd.threadId, ...messageColumns(cmd.messages)]);
+    await q(INSERT_MESSAGES, [
+      cmd.namespace,
+      head ?? cmd.threadId,
+      ...messageColumns(cmd.messages),
+    ]);
   }
   if (cmd.labels !== undefined) await setLabels(q, cmd.namespace, cmd.threadId, cmd.labels);
   log.use(cmd.namespace, delta);

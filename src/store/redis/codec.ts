@@ -7,6 +7,7 @@ import { strategyKey } from "../../core/strategy.js";
 import type {
   ChatMessage,
   EventBody,
+  ForkOrigin,
   Labels,
   MemoryEvent,
   StoredMessage,
@@ -168,7 +169,14 @@ export function decodeThread(flat: unknown): ThreadState {
     ...(f.has("expire_at")
       ? { ttlMs: Number(field(f, "ttl_ms")), expireTime: Number(field(f, "expire_at")) }
       : {}),
+    // Written by FORK and IMPORT_THREAD from ForkOrigin.
+    ...(f.has("parent") ? { parent: JSON.parse(field(f, "parent")) as ForkOrigin } : {}),
   };
+}
+
+/** The `lineage` field of a thread hash as a flat field array (keys.ts); "" when none. */
+export function lineageField(flat: unknown): string {
+  return pairs(flat).get("lineage") ?? "";
 }
 
 /** An append result as the script records it: `"<first>\n<last>\n<thread as JSON array>"`. */
@@ -234,6 +242,15 @@ export function decodeEvent(entry: unknown, namespace: string, tokens: ResumeTok
         toSeq: Number(field(f, "to_seq")),
         removedCount: Number(field(f, "removed_count")),
         summaryDropped: field(f, "summary_dropped") === "1",
+      };
+      break;
+    case "thread_forked":
+      body = {
+        type,
+        parentThreadId: field(f, "parent_thread_id"),
+        atSeq: Number(field(f, "at_seq")),
+        sharedCount: Number(field(f, "shared_count")),
+        summaryInherited: field(f, "summary_inherited") === "1",
       };
       break;
     default:

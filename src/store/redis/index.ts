@@ -5,6 +5,8 @@ import type {
   AppendResult,
   CommitSummaryCommand,
   FoldFailureCommand,
+  ForkCommand,
+  ForkResult,
   ImportThreadCommand,
   ReadView,
   RewindCommand,
@@ -23,6 +25,7 @@ import { type RedisClients, type RedisConnection, redisClients } from "./connect
 import type { RedisContext } from "./context.js";
 import { storeError } from "./errors.js";
 import { headCursor, readEvents } from "./events.js";
+import { fork } from "./forks.js";
 import { currentIncarnation, DEFAULT_INCARNATION_CHECK_MS, Incarnation } from "./incarnation.js";
 import { DEFAULT_KEY_PREFIX, type KeyLayout, keyLayout } from "./keys.js";
 import { acquireFoldLease, commitSummary, recordFoldFailure, releaseFoldLease } from "./leases.js";
@@ -55,7 +58,7 @@ export interface RedisStoreOptions {
    */
   incarnationCheckMs?: number;
   /**
-   * Replicas that must have an Add, import, Rewind or Clear before it is
+   * Replicas that must have an Add, import, Rewind, Fork or Clear before it is
    * acknowledged (WAIT after it); default 0, acknowledged once the primary
    * ran it. Summary commits, fold leases and failure records are not waited
    * for: a summary lost in a failover is folded again from the messages.
@@ -74,7 +77,8 @@ export interface RedisStoreOptions {
  *
  * Atomicity: every mutation (append with its seqs, trim, idempotency record
  * and event; rewind; commit with its incarnation, coverage and fencing
- * checks; clear; lease take and release) is one Lua script run by EVALSHA (lua/), so it is
+ * checks; clear; lease take and release; fork, after reading the parent's
+ * hash and head length, forks.ts) is one Lua script run by EVALSHA (lua/), so it is
  * atomic on the server and costs one round trip. Scripts are loaded at
  * start-up; after a Redis restart the first NOSCRIPT reply falls back to
  * EVAL, which loads it (commands.ts).
@@ -208,6 +212,10 @@ class RedisStore implements Store {
     return rewind(this.#ctx, cmd);
   }
 
+  fork(cmd: ForkCommand): Promise<ForkResult> {
+    return fork(this.#ctx, cmd);
+  }
+
   read(namespace: string, threadId: string, view?: ReadView): Promise<ThreadSnapshot | undefined> {
     return readThread(this.#ctx, namespace, threadId, view);
   }
@@ -220,8 +228,14 @@ class RedisStore implements Store {
     return clearThread(this.#ctx, namespace, threadId, now);
   }
 
-  listThreads(namespace: string, after: string, limit: number, labels?: Labels): Promise<string[]> {
-    return listThreads(this.#ctx, namespace, after, limit, labels);
+  listThreads(
+    namespace: string,
+    after: string,
+    limit: number,
+    labels?: Labels,
+    forksOf?: string,
+  ): Promise<string[]> {
+    return listThreads(this.#ctx, namespace, after, limit, labels, forksOf);
   }
 
   commitSummary(cmd: CommitSummaryCommand): Promise<ThreadState | undefined> {

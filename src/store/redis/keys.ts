@@ -26,6 +26,20 @@
  *   `B ri:<thread>` zset request_id by time (idempotency retention);
  * - `B l:<thread>` string: the fold lease's fencing token, with a TTL.
  *
+ * A thread that forked or was forked from also has, in its hash, `parent`
+ * (JSON of its ForkOrigin, on a fork) and `lineage` (JSON array of its
+ * frozen segment entries `[segment, low, through, first]`, oldest first:
+ * it holds seqs low..through of segment `segment`, whose list starts at
+ * seq `first`); its list `B m:<thread>` is then its owned head, holding
+ * the seqs after the last entry's through (core/lineage.ts). A thread
+ * without `lineage` has today's layout: its list is all it stores.
+ * Frozen segment `x`: the list `B s:<x>` (a former owned head, RENAMEd
+ * there when a Fork froze it) and the hash `B sg:<x>` (refs: the lineage
+ * entries naming it; count, bytes: what it holds in the usage), both
+ * UNLINKed when refs reaches 0. `B seg-seq` numbers the segments, so no id
+ * is ever used twice; `B fk:<thread>` is the zset of the ids of the forks
+ * of that thread id, scored 0 (a fork leaves it when it is removed).
+ *
  * Per namespace:
  * - `B usage` hash: threads, messages, bytes (the quotas);
  * - `B threads` zset of thread ids, all scored 0 (so ZRANGE is byte order);
@@ -85,6 +99,10 @@ export interface NamespaceKeys {
   requestTimes(id: string): string;
   lease(id: string): string;
   label(key: string, value: string): string;
+  /** The zset of the ids of the forks of thread `id`. */
+  forks(id: string): string;
+  /** The list of frozen segment `id`. */
+  segment(id: string): string;
 }
 
 /** The keys of one deployment. */
@@ -146,5 +164,7 @@ function namespaceKeys(base: string, incarnationMarker: string, fence: string): 
     requestTimes: (id) => `${base}ri:${id}`,
     lease: (id) => `${base}l:${id}`,
     label: (key, value) => `${base}lb:${key}=${value}`,
+    forks: (id) => `${base}fk:${id}`,
+    segment: (id) => `${base}s:${id}`,
   };
 }

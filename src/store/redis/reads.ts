@@ -54,19 +54,17 @@ export async function listThreads(
   after: string,
   limit: number,
   labels?: Labels,
+  forksOf?: string,
 ): Promise<string[]> {
   if (limit <= 0) return [];
   const k = ctx.keys.namespace(namespace);
+  // The forks index is a zset like a label's: intersected the same way.
+  const sets = Object.entries(labels ?? {}).map(([key, v]) => k.label(key, v));
+  if (forksOf !== undefined && forksOf !== "") sets.push(k.forks(forksOf));
   const fetch =
-    labels !== undefined && Object.keys(labels).length > 0
+    sets.length > 0
       ? async (from: string, n: number) =>
-          asArray(
-            await ctx.io.run(
-              LIST_LABELED,
-              Object.entries(labels).map(([key, v]) => k.label(key, v)),
-              [from, String(n)],
-            ),
-          ).map(asString)
+          asArray(await ctx.io.run(LIST_LABELED, sets, [from, String(n)])).map(asString)
       : async (from: string, n: number) =>
           asArray(
             await ctx.io.command([

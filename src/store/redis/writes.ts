@@ -62,7 +62,7 @@ export async function append(ctx: RedisContext, cmd: AppendCommand): Promise<App
  * (one WAIT confirms both); on a cluster the set has a slot of its own,
  * maybe on another primary, so it gets that primary's session and WAIT.
  */
-async function noteTtlNamespace(
+export async function noteTtlNamespace(
   ctx: RedisContext,
   namespace: string,
   write: AcknowledgedWrite,
@@ -181,6 +181,7 @@ export async function importThread(ctx: RedisContext, cmd: ImportThreadCommand):
       cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
       ttl === undefined ? "" : String(ttl.ttlMs),
       ttl === undefined ? "" : String(ttl.expireTime),
+      cmd.parent === undefined ? "" : JSON.stringify(cmd.parent),
       ...entries,
     ],
     write.link,

@@ -1,7 +1,9 @@
+import type { LineageEntry } from "../../core/lineage.js";
 import type { NamespaceUsage } from "../../core/quota.js";
 import type {
   ChatMessage,
   EventBody,
+  ForkOrigin,
   Labels,
   Role,
   StoredMessage,
@@ -13,6 +15,7 @@ import { strategyFromJson } from "../strategy-json.js";
 /** A row of `threads` (schema.ts), with the columns labels.ts and ttl.ts add. */
 export interface ThreadRow {
   id: number;
+  namespace: string;
   thread_id: string;
   incarnation: string;
   strategy: string;
@@ -28,6 +31,12 @@ export interface ThreadRow {
   /** Retention (sqlite/ttl.ts); NULL for none. */
   ttl_ms?: number | null;
   expire_at?: number | null;
+  /** The owned segment (schema.ts LINEAGE_COLUMNS): NULL the thread's own key, 0 none. */
+  head?: number | null;
+  /** JSON of the frozen entries (LineageEntry[]); NULL for none. */
+  lineage?: string | null;
+  /** JSON of the ForkOrigin; NULL when not a fork. */
+  parent?: string | null;
 }
 
 /** seq, role, create_time, content, extra: read raw, as arrays, which is faster than objects. */
@@ -48,6 +57,11 @@ export interface RequestRow {
  */
 export type RecordedResult = Omit<AppendResult, "replayed">;
 export type RecordedRewind = Omit<RewindResult, "replayed">;
+/** A Fork's record: a replay answers with the fork as it is now and these. */
+export interface RecordedFork {
+  sharedCount: number;
+  summaryInherited: boolean;
+}
 
 export interface EventRow {
   seq: number;
@@ -76,7 +90,21 @@ export function toThread(row: ThreadRow): ThreadState {
     ...(row.ttl_ms == null || row.expire_at == null
       ? {}
       : { ttlMs: row.ttl_ms, expireTime: row.expire_at }),
+    // Written by the Fork (or an import) from a ForkOrigin.
+    ...(row.parent == null ? {} : { parent: JSON.parse(row.parent) as ForkOrigin }),
   };
+}
+
+/** The segment id of the thread's owned head; undefined when it has none. */
+export function headSegmentOf(row: ThreadRow): number | undefined {
+  if (row.head == null) return row.id;
+  return row.head === 0 ? undefined : row.head;
+}
+
+/** The thread's frozen entries (segment ids as strings, as core/lineage.ts has them). */
+export function entriesOf(row: ThreadRow): LineageEntry[] {
+  // Written by ThreadRows.saveLineage from LineageEntry[].
+  return row.lineage == null ? [] : (JSON.parse(row.lineage) as LineageEntry[]);
 }
 
 /** The row's retention as core/ttl.ts isExpired takes it, without decoding the rest. */

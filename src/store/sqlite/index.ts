@@ -8,6 +8,8 @@ import {
   type CommitSummaryCommand,
   DEFAULT_STORE_LIMITS,
   type FoldFailureCommand,
+  type ForkCommand,
+  type ForkResult,
   type ImportThreadCommand,
   type ReadView,
   type RewindCommand,
@@ -105,7 +107,8 @@ export function cacheBudget(bytes: number): { pageCacheBytes: number; messageCac
  * writes wait; more are refused with unavailable; an Add or a Rewind still
  * queued at its deadline is refused unstored. Each write is a function of
  * its own in writes/ (appends.ts, rewind.ts, folds.ts, clears.ts,
- * imports.ts); the decisions are the core's pure functions. Reads run on
+ * imports.ts, forks.ts; segments.ts the frozen segments they share); the
+ * decisions are the core's pure functions. Reads run on
  * this thread on a connection of their own (reads.ts): WAL lets them read
  * the last commit while the worker writes, so no Get waits for an fsync.
  *
@@ -119,7 +122,8 @@ export function cacheBudget(bytes: number): { pageCacheBytes: number; messageCac
  *
  * A Get reads only what it can return (Store.read's view): the newest
  * messages, and a summary thread's unfolded ones, by one range search on the
- * messages table's primary key (thread, seq). Because this process is the
+ * messages table's primary key (segment, seq) per segment of the thread's
+ * lineage it touches (lineage.ts: a thread never forked has one). Because this process is the
  * file's only writer, it also keeps the newest messages of recently used
  * threads in memory (MessageCache, bounded in bytes), updated by each commit
  * as its answer comes back from the worker (a Rewind cuts it back, since the
@@ -214,6 +218,13 @@ class SqliteStore implements Store {
       .value;
   }
 
+  /** The fork writes the new thread and may freeze the parent's head: both are held as in flight. */
+  async fork(cmd: ForkCommand): Promise<ForkResult> {
+    const op: WriteOp = { kind: "fork", cmd };
+    const threads = [cmd.newThreadId, cmd.threadId];
+    return (await this.#worker.write<ForkResult>(op, cmd.namespace, threads, cmd.deadline)).value;
+  }
+
   async read(
     namespace: string,
     threadId: string,
@@ -266,9 +277,10 @@ class SqliteStore implements Store {
     after: string,
     limit: number,
     labels?: Labels,
+    forksOf?: string,
   ): Promise<string[]> {
     this.#assertOpen();
-    return this.#reads.listThreads(namespace, after, limit, labels);
+    return this.#reads.listThreads(namespace, after, limit, labels, forksOf);
   }
 
   importThread(cmd: ImportThreadCommand): Promise<boolean> {

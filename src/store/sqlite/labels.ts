@@ -97,3 +97,61 @@ export function labeledListSql(count: number): string {
       AND (t.expire_at IS NULL OR t.expire_at > ?)
     ORDER BY l0.thread_id LIMIT ?`;
 }
+
+/**
+ * The forks index (schema.ts thread_forks): parent id -> fork ids in byte
+ * order, one row per fork, gone with the fork by cascade (a parent's Clear
+ * leaves its forks listed under its id). Listed like a label: one range of
+ * the index, joined with the label rows for a filter that has both.
+ */
+export class SqliteForks {
+  readonly #db: Database.Database;
+  readonly #add: Database.Statement<[string, string, string, number]>;
+  /** Listings by number of labels (0 to MAX_LABELS). */
+  readonly #lists = new Map<number, Database.Statement<unknown[], string>>();
+
+  constructor(db: Database.Database) {
+    this.#db = db;
+    this.#add = db.prepare(
+      "INSERT INTO thread_forks (namespace, parent_id, thread_id, thread) VALUES (?, ?, ?, ?)",
+    );
+  }
+
+  /** Indexes `threadId` (key `key`) as a fork of `parentId`, inside the caller's transaction. */
+  add(namespace: string, parentId: string, threadId: string, key: number): void {
+    this.#add.run(namespace, parentId, threadId, key);
+  }
+
+  /** Unexpired forks of `parentId` after `after` carrying every label, ascending, at most `limit`. */
+  list(
+    namespace: string,
+    parentId: string,
+    after: string,
+    limit: number,
+    labels: Labels | undefined,
+    now: number,
+  ): string[] {
+    const entries = Object.entries(labels ?? {});
+    let statement = this.#lists.get(entries.length);
+    if (statement === undefined) {
+      statement = this.#db.prepare<unknown[], string>(forksListSql(entries.length)).pluck();
+      this.#lists.set(entries.length, statement);
+    }
+    return statement.all(...entries.flat(), namespace, parentId, after, now, Math.max(0, limit));
+  }
+}
+
+/** The listing of a parent's forks with `count` labels (parameters: each label's key and value, then namespace, parent, after, now, limit). */
+export function forksListSql(count: number): string {
+  const joins: string[] = [];
+  for (let i = 0; i < count; i++) {
+    joins.push(
+      `JOIN thread_labels l${i} ON l${i}.namespace = f.namespace AND l${i}.key = ? AND l${i}.value = ? AND l${i}.thread_id = f.thread_id`,
+    );
+  }
+  return `SELECT f.thread_id FROM thread_forks f ${joins.join(" ")}
+    JOIN threads t ON t.id = f.thread
+    WHERE f.namespace = ? AND f.parent_id = ? AND f.thread_id > ?
+      AND (t.expire_at IS NULL OR t.expire_at > ?)
+    ORDER BY f.thread_id LIMIT ?`;
+}

@@ -1,12 +1,13 @@
 import type Database from "better-sqlite3";
+import { floorOf } from "../../core/lineage.js";
 import { recallSize } from "../../core/recall.js";
 import { isExpired } from "../../core/ttl.js";
 import type { Labels, StoredMessage, Strategy, ThreadState } from "../../core/types.js";
 import { READ_SLACK, type ReadView, type ThreadSnapshot } from "../store.js";
-import { type MessageRow, type ThreadRow, toMessage, toThread } from "./codec.js";
-import { SqliteLabels } from "./labels.js";
+import { type ThreadRow, toThread } from "./codec.js";
+import { SqliteForks, SqliteLabels } from "./labels.js";
+import { LineageRows } from "./lineage.js";
 import type { MessageCache } from "./message-cache.js";
-import { MESSAGE_QUERIES } from "./schema.js";
 
 /**
  * The oldest seq a read with `view` returns: the newest recallSize +
@@ -31,10 +32,9 @@ function viewFrom(row: ThreadRow, strategy: Strategy, view: ReadView): number {
 export class SqliteReads {
   readonly #thread: Database.Statement<[string, string], ThreadRow>;
   readonly #listThreads: Database.Statement<[string, string, number, number], string>;
-  readonly #messages: Database.Statement<[number], MessageRow>;
-  readonly #messagesFrom: Database.Statement<[number, number, number], MessageRow>;
-  readonly #oldestSeq: Database.Statement<[number], number | null>;
+  readonly #lineages: LineageRows;
   readonly #labels: SqliteLabels;
+  readonly #forks: SqliteForks;
   /** One snapshot of the file for a whole read: the worker may commit between statements. */
   readonly #readTx: (
     namespace: string,
@@ -54,16 +54,9 @@ export class SqliteReads {
            AND (expire_at IS NULL OR expire_at > ?) ORDER BY thread_id LIMIT ?`,
       )
       .pluck();
-    this.#messages = db
-      .prepare<[number], MessageRow>(
-        "SELECT seq, role, create_time, content, extra FROM messages WHERE thread = ? ORDER BY seq",
-      )
-      .raw();
-    this.#messagesFrom = db
-      .prepare<[number, number, number], MessageRow>(MESSAGE_QUERIES.from)
-      .raw();
-    this.#oldestSeq = db.prepare<[number], number | null>(MESSAGE_QUERIES.oldestSeq).pluck();
+    this.#lineages = new LineageRows(db);
     this.#labels = new SqliteLabels(db);
+    this.#forks = new SqliteForks(db);
     this.#readTx = db.transaction(
       (namespace: string, threadId: string, view: ReadView | undefined) =>
         this.#readThread(namespace, threadId, view),
@@ -80,8 +73,20 @@ export class SqliteReads {
     return thread === undefined || isExpired(thread, Date.now()) ? undefined : thread;
   }
 
-  /** Unexpired thread ids after `after`, in byte order; with `labels`, by the label index. */
-  listThreads(namespace: string, after: string, limit: number, labels?: Labels): string[] {
+  /**
+   * Unexpired thread ids after `after`, in byte order; with `labels`, by the
+   * label index; with `forksOf`, by the forks index (and the labels).
+   */
+  listThreads(
+    namespace: string,
+    after: string,
+    limit: number,
+    labels?: Labels,
+    forksOf?: string,
+  ): string[] {
+    if (forksOf !== undefined && forksOf !== "") {
+      return this.#forks.list(namespace, forksOf, after, limit, labels, Date.now());
+    }
     if (labels !== undefined && Object.keys(labels).length > 0) {
       return this.#labels.list(namespace, after, limit, labels, Date.now());
     }
@@ -100,7 +105,9 @@ export class SqliteReads {
     if (isExpired(thread, Date.now())) return undefined;
     const useCache = !this.writing(namespace, threadId);
     if (view === undefined) {
-      const messages = this.#messages.all(row.id).map(toMessage);
+      const lineage = this.#lineages.of(row);
+      const floor = floorOf(lineage, row.last_seq);
+      const messages = this.#lineages.read(lineage, row.last_seq, floor, row.last_seq);
       if (useCache) this.cache.set(row.incarnation, messages, true, row.last_seq);
       return { thread, messages, complete: true };
     }
@@ -122,9 +129,10 @@ export class SqliteReads {
         return { messages: cached.messages.slice(start), complete: cached.whole && start === 0 };
       }
     }
-    const messages = this.#messagesFrom.all(row.id, from, -1).map(toMessage);
-    const oldest = this.#oldestSeq.get(row.id) ?? null;
-    const complete = oldest === null || from <= oldest;
+    const lineage = this.#lineages.of(row);
+    const floor = floorOf(lineage, row.last_seq);
+    const messages = this.#lineages.read(lineage, row.last_seq, from, row.last_seq);
+    const complete = floor > row.last_seq || from <= floor;
     if (useCache) this.cache.set(row.incarnation, messages, complete, row.last_seq);
     return { messages, complete };
   }

@@ -6,7 +6,7 @@ import { ensureLabelSchema } from "./labels.js";
 import { ensureTtlSchema } from "./ttl.js";
 
 /** Version of the schema below; stored in `meta` so later releases can migrate. */
-export const SQLITE_SCHEMA_VERSION = 3;
+export const SQLITE_SCHEMA_VERSION = 4;
 
 /**
  * The queries that let a Get, a trim and a Rewind cost what they return or
@@ -18,10 +18,62 @@ export const MESSAGE_QUERIES = {
   from: `SELECT seq, role, create_time, content, extra FROM messages
     WHERE thread = ? AND seq >= ? ORDER BY seq LIMIT ?`,
   oldestSeq: "SELECT min(seq) FROM messages WHERE thread = ?",
+  /** One segment's seqs [from, to], oldest first: a read of one part of a lineage. */
+  range: `SELECT seq, role, create_time, content, extra FROM messages
+    WHERE thread = ? AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?`,
   deleteThrough: "DELETE FROM messages WHERE thread = ? AND seq <= ?",
   /** What a Rewind drops: the messages after its to_seq. */
   deleteAfter: "DELETE FROM messages WHERE thread = ? AND seq > ?",
 } as const;
+
+/**
+ * Messages by segment (schema 4 on): `thread` names the segment, which is
+ * the thread's key for the head every thread starts with (and every thread
+ * of schema 3 has), so rows of older files stay as they are. No foreign key:
+ * a frozen segment outlives the thread that froze it (sqlite/writes/segments.ts).
+ */
+const MESSAGES_SCHEMA = `-- Clustered by (segment, seq): recall reads one segment's messages in one range scan.
+CREATE TABLE IF NOT EXISTS messages (
+  thread INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  role TEXT NOT NULL,
+  create_time INTEGER NOT NULL,
+  content TEXT NOT NULL,
+  extra TEXT,
+  PRIMARY KEY (thread, seq)
+) STRICT, WITHOUT ROWID`;
+
+/**
+ * Forks (schema 4 on): frozen segments with their reference counts and
+ * physical size, and the forks index (parent id -> fork ids, byte order),
+ * whose rows go with the fork by cascade.
+ */
+const SEGMENTS_SCHEMA = `;
+CREATE TABLE IF NOT EXISTS segments (
+  id INTEGER PRIMARY KEY,
+  refs INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  bytes INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS thread_forks (
+  namespace TEXT NOT NULL,
+  parent_id TEXT NOT NULL,
+  thread_id TEXT NOT NULL,
+  thread INTEGER NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+  PRIMARY KEY (namespace, parent_id, thread_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS thread_forks_by_thread ON thread_forks (thread);
+`;
+
+/**
+ * Columns of threads for forks (schema 4 on): `head`, the owned segment
+ * (NULL: the thread's own key, as every thread starts; 0: none until the
+ * next Add), `lineage`, the JSON of its frozen entries (NULL: none), and
+ * `parent`, the JSON of its ForkOrigin (NULL: not a fork). `bytes` counts
+ * the owned head's messages only.
+ */
+const LINEAGE_COLUMNS = ["head INTEGER", "lineage TEXT", "parent TEXT"];
 
 /** The event log's tables (schema 2 on). */
 const EVENTS_SCHEMA = `
@@ -72,20 +124,12 @@ CREATE TABLE IF NOT EXISTS threads (
   update_time INTEGER NOT NULL,
   -- Sum of quota.ts messageBytes over the thread's stored messages.
   bytes INTEGER NOT NULL DEFAULT 0,
+  ${LINEAGE_COLUMNS.map((c) => `${c},`).join("\n  ")}
   UNIQUE (namespace, thread_id)
 ) STRICT;
 
--- Clustered by (thread, seq): recall reads one thread's messages in one range scan.
-CREATE TABLE IF NOT EXISTS messages (
-  thread INTEGER NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
-  seq INTEGER NOT NULL,
-  role TEXT NOT NULL,
-  create_time INTEGER NOT NULL,
-  content TEXT NOT NULL,
-  extra TEXT,
-  PRIMARY KEY (thread, seq)
-) STRICT, WITHOUT ROWID;
-
+${MESSAGES_SCHEMA}
+${SEGMENTS_SCHEMA}
 -- An index on a rowid table ends with the rowid, so (thread, time) orders a
 -- thread's records oldest first, ties in insertion order.
 CREATE TABLE IF NOT EXISTS requests (
@@ -136,6 +180,7 @@ export function migrateSchema(db: Database.Database): void {
     init.run("database_id", newStoreId());
     init.run("token_secret", newTokenSecret());
     init.run("lease_counter", 0);
+    init.run("segment_counter", 0);
   } else if (typeof version !== "number" || version > SQLITE_SCHEMA_VERSION) {
     throw new Error(
       `schema version ${String(version)} is newer than this server's (${SQLITE_SCHEMA_VERSION})`,
@@ -213,4 +258,35 @@ const MIGRATIONS: Record<number, (db: Database.Database) => void> = {
         FROM threads GROUP BY namespace;
     `);
   },
+  3: migrateToSegments,
 };
+
+/**
+ * 3 -> 4: forks. No message row is rewritten: each thread's messages become
+ * its owned head, whose segment id is the thread's key (head NULL). The
+ * messages table loses its foreign key to threads (a frozen segment outlives
+ * its thread) by editing its stored definition, which SQLite documents as
+ * safe for dropping a constraint (https://sqlite.org/lang_altertable.html,
+ * "otheralter"): the rows on disk do not change, so it costs O(1), not a copy
+ * of the table. Thread keys and segment ids are drawn from one counter from
+ * here on (`segment_counter`), so a new id never names a live frozen segment.
+ */
+function migrateToSegments(db: Database.Database): void {
+  const version = db.pragma("schema_version", { simple: true }) as number;
+  db.unsafeMode(true);
+  try {
+    db.pragma("writable_schema = ON");
+    db.prepare("UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = 'messages'").run(
+      MESSAGES_SCHEMA.replace("IF NOT EXISTS ", "").replace(/^--.*\n/, ""),
+    );
+    db.pragma(`schema_version = ${version + 1}`);
+    db.pragma("writable_schema = OFF");
+  } finally {
+    db.unsafeMode(false);
+  }
+  for (const c of LINEAGE_COLUMNS) db.exec(`ALTER TABLE threads ADD COLUMN ${c}`);
+  db.exec(SEGMENTS_SCHEMA.slice(1));
+  db.prepare(
+    "INSERT INTO meta (key, value) VALUES ('segment_counter', (SELECT coalesce(max(id), 0) FROM threads))",
+  ).run();
+}

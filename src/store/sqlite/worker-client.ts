@@ -42,8 +42,8 @@ function workerFile(): string {
 interface Waiting {
   resolve: (c: Committed<unknown>) => void;
   reject: (err: Error) => void;
-  /** The key of `inFlight` this write holds. */
-  key: string;
+  /** The keys of `inFlight` this write holds. */
+  keys: string[];
   namespace: string;
   /** Its WriteGate slot, free again once the worker has answered. */
   slot: number;
@@ -143,12 +143,13 @@ export class WriteWorker {
   /**
    * Hands `op` to the worker; resolves once the group holding it has
    * committed. With a `deadline`, a write the worker has not taken by then
-   * is refused with deadline_exceeded, unstored.
+   * is refused with deadline_exceeded, unstored. `threadId`: the thread (or
+   * threads, a Fork's) the write may change, held as in flight until answered.
    */
   write<T>(
     op: WriteOp,
     namespace: string,
-    threadId: string,
+    threadId: string | readonly string[],
     deadline?: number,
   ): Promise<Committed<T>> {
     const refused = this.#refusal(deadline);
@@ -164,8 +165,10 @@ export class WriteWorker {
     }
     const id = this.#nextId++;
     if (this.#waiting.size === 0) this.#worker.ref();
-    const key = `${namespace}\0${threadId}`;
-    this.#hold(key);
+    const keys = (typeof threadId === "string" ? [threadId] : threadId).map(
+      (id) => `${namespace}\0${id}`,
+    );
+    for (const key of keys) this.#hold(key);
     this.#gate.queue(slot);
     // After this turn's I/O callbacks: the writes of every call that arrived
     // together cross to the worker in one message.
@@ -175,7 +178,7 @@ export class WriteWorker {
       const w: Waiting = {
         resolve: resolve as (c: Committed<unknown>) => void,
         reject,
-        key,
+        keys,
         namespace,
         slot,
       };
@@ -288,10 +291,10 @@ export class WriteWorker {
     if (w.refused === true) return;
     if (outcome.ok) {
       this.#onCommitted(outcome.committed, w.namespace);
-      this.#release(w.key);
+      this.#releaseAll(w.keys);
       w.resolve(outcome.committed);
     } else {
-      this.#release(w.key);
+      this.#releaseAll(w.keys);
       w.reject(fromWireError(outcome.error));
     }
   }
@@ -309,7 +312,7 @@ export class WriteWorker {
       this.#waiting.delete(id);
       clearTimeout(w.timer);
       if (w.refused === true) continue;
-      this.#release(w.key);
+      this.#releaseAll(w.keys);
       const outcome = this.#gate.cancel(w.slot)
         ? "this write was not stored"
         : "this write's outcome is unknown";
@@ -323,12 +326,16 @@ export class WriteWorker {
   #refuse(w: Waiting, err: MemoryError): void {
     if (w.refused === true || !this.#gate.cancel(w.slot)) return;
     w.refused = true;
-    this.#release(w.key);
+    this.#releaseAll(w.keys);
     w.reject(err);
   }
 
   #hold(key: string): void {
     this.#inFlight.set(key, (this.#inFlight.get(key) ?? 0) + 1);
+  }
+
+  #releaseAll(keys: readonly string[]): void {
+    for (const key of keys) this.#release(key);
   }
 
   #release(key: string): void {

@@ -122,6 +122,8 @@ func (c *grpcClient) unary(method string, request any, timeout time.Duration, to
 		return unary(ctx, &memoryv1.ListThreadsRequest{}, body, c.stub.ListThreads)
 	case "Rewind":
 		return unary(ctx, &memoryv1.RewindRequest{}, body, c.stub.Rewind)
+	case "Fork":
+		return unary(ctx, &memoryv1.ForkRequest{}, body, c.stub.Fork)
 	}
 	return outcome{}, fmt.Errorf("unknown call %s", method)
 }

@@ -246,6 +246,7 @@ _REQUESTS: dict[str, tuple[type[Message], str]] = {
     "Clear": (memory_pb2.ClearRequest, "Clear"),
     "ListThreads": (memory_pb2.ListThreadsRequest, "ListThreads"),
     "Rewind": (memory_pb2.RewindRequest, "Rewind"),
+    "Fork": (memory_pb2.ForkRequest, "Fork"),
 }
 
 

@@ -3,6 +3,7 @@ import { adminContract } from "./admin.js";
 import { eventsContract } from "./events.js";
 import { expiryContract } from "./expiry.js";
 import { foldsContract } from "./folds.js";
+import { forksContract } from "./forks.js";
 import { labelsContract } from "./labels.js";
 import { quotasContract } from "./quotas.js";
 import { requestsContract } from "./requests.js";
@@ -29,6 +30,7 @@ export const contractSuites: readonly ((backend: ContractBackend) => void)[] = [
   expiryContract,
   adminContract,
   rewindContract,
+  forksContract,
 ];
 
 /**

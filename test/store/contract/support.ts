@@ -3,6 +3,7 @@ import { afterEach, beforeEach, expect } from "vitest";
 import { MemoryError } from "../../../src/core/errors.js";
 import type { ChatMessage, StoredMessage, Strategy, ThreadState } from "../../../src/core/types.js";
 import type {
+  ForkCommand,
   ImportThreadCommand,
   RewindCommand,
   Store,
@@ -88,6 +89,27 @@ export function rewindCmd(toSeq: number, over: Partial<RewindCommand> = {}): Rew
     threadId: "t",
     toSeq,
     expectedLastSeq: undefined,
+    requestId: "",
+    requestHash: "",
+    now: 2000,
+    ...over,
+  };
+}
+
+/**
+ * A Fork of thread "t" of namespace "ns" into `newThreadId` at its last seq
+ * at time 2000, inheriting everything, changed by `over`.
+ */
+export function forkCmd(newThreadId = "f", over: Partial<ForkCommand> = {}): ForkCommand {
+  return {
+    namespace: "ns",
+    threadId: "t",
+    newThreadId,
+    atSeq: undefined,
+    expectedLastSeq: undefined,
+    strategy: undefined,
+    labels: undefined,
+    ttlMs: undefined,
     requestId: "",
     requestHash: "",
     now: 2000,

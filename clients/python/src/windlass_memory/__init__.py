@@ -18,6 +18,7 @@ Get options ``profile`` (:class:`Profile`) and ``clear_tool_results``
 
 from ._buffer import DEFAULT_THREAD, BufferMemory
 from ._errors import MemoryServiceError, ResyncRequired
+from ._fork import ForkOrigin, ForkResult, Thread
 from ._formats import from_anthropic, from_openai, to_anthropic, to_openai
 from ._memory import SummaryMemory, WindowMemory
 from ._rewind import RewindResult
@@ -29,6 +30,8 @@ from ._watch import AsyncWatchStream, Backoff, WatchEvent, WatchStream
 __all__ = [
     "AsyncWatchStream",
     "Backoff",
+    "ForkOrigin",
+    "ForkResult",
     "ResyncRequired",
     "RewindResult",
     "WatchEvent",
@@ -43,6 +46,7 @@ __all__ = [
     "Profile",
     "Role",
     "SummaryMemory",
+    "Thread",
     "ToolCall",
     "ToolResultClearing",
     "WindowMemory",

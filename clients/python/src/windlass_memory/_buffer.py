@@ -26,6 +26,7 @@ from ._requests import (
     list_threads_request,
     recalled_history,
 )
+from ._fork import ForkMethods
 from ._rewind import RewindMethods
 from ._shaping import History, ProfileLike, ToolResultClearing, clearing_proto, profile_value
 from ._transport import await_call, bearer_metadata, open_channel, resolve_target
@@ -38,7 +39,7 @@ _T = TypeVar("_T")
 _Self = TypeVar("_Self", bound="BufferMemory")
 
 
-class BufferMemory(RewindMethods, WatchMethods):
+class BufferMemory(RewindMethods, ForkMethods, WatchMethods):
     """Stores the complete transcript of each thread in the memory service.
 
     Args:

@@ -20,7 +20,7 @@ TARGET_ENV = "WINDLASS_MEMORY_TARGET"
 
 # gRPC retries these calls itself when they fail with UNAVAILABLE (a server
 # restarting or shutting down, a connection lost). That is safe for Add only
-# because every Add and Rewind carries a request_id: the server answers a repeated one
+# because every Add, Rewind and Fork carries a request_id: the server answers a repeated one
 # with the first call's response and appends nothing.
 _SERVICE_CONFIG = json.dumps(
     {
@@ -28,7 +28,7 @@ _SERVICE_CONFIG = json.dumps(
             {
                 "name": [
                     {"service": "windlass.memory.v1.MemoryService", "method": method}
-                    for method in ("Add", "Get", "Clear", "ListThreads", "Rewind")
+                    for method in ("Add", "Get", "Clear", "ListThreads", "Rewind", "Fork")
                 ],
                 "retryPolicy": {
                     "maxAttempts": 4,

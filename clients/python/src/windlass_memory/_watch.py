@@ -39,6 +39,7 @@ EVENT_TYPES = (
     "thread_cleared",
     "summary_failed",
     "thread_rewound",
+    "thread_forked",
 )
 _EVENT_TYPE_TO_PB = {
     "messages_added": memory_pb2.EVENT_TYPE_MESSAGES_ADDED,
@@ -46,6 +47,7 @@ _EVENT_TYPE_TO_PB = {
     "thread_cleared": memory_pb2.EVENT_TYPE_THREAD_CLEARED,
     "summary_failed": memory_pb2.EVENT_TYPE_SUMMARY_FAILED,
     "thread_rewound": memory_pb2.EVENT_TYPE_THREAD_REWOUND,
+    "thread_forked": memory_pb2.EVENT_TYPE_THREAD_FORKED,
 }
 
 
@@ -90,7 +92,9 @@ class WatchEvent:
     ``"summary_updated"`` (``summary``, ``summarized_through_seq``,
     ``folded_count``), ``"thread_cleared"``, ``"summary_failed"``
     (``reason``, ``attempt``), ``"thread_rewound"`` (``to_seq``,
-    ``removed_count``, ``summary_dropped``) or, only with ``include_progress=True``,
+    ``removed_count``, ``summary_dropped``), ``"thread_forked"``
+    (``parent_thread_id``, ``at_seq``, ``shared_count``, ``summary_inherited``;
+    on the new thread, before its first ``messages_added``) or, only with ``include_progress=True``,
     ``"progress"``. ``resume_token`` continues right after this event;
     ``raw`` is the generated ``WatchResponse``.
     """
@@ -110,6 +114,10 @@ class WatchEvent:
     to_seq: int = 0
     removed_count: int = 0
     summary_dropped: bool = False
+    parent_thread_id: str = ""
+    at_seq: int = 0
+    shared_count: int = 0
+    summary_inherited: bool = False
 
     @classmethod
     def from_pb(cls, event: memory_pb2.WatchResponse) -> WatchEvent:
@@ -139,6 +147,14 @@ class WatchEvent:
             r = event.thread_rewound
             base.update(
                 to_seq=r.to_seq, removed_count=r.removed_count, summary_dropped=r.summary_dropped
+            )
+        elif kind == "thread_forked":
+            f = event.thread_forked
+            base.update(
+                parent_thread_id=f.parent_thread_id,
+                at_seq=f.at_seq,
+                shared_count=f.shared_count,
+                summary_inherited=f.summary_inherited,
             )
         return cls(**base)
 

@@ -3,6 +3,7 @@ import { LOG_EVENT } from "./event-log.js";
 import { fragment, script } from "./fragment.js";
 import { REQUESTS } from "./idempotency.js";
 import { LABELS, TTL } from "./labels.js";
+import { LINEAGE } from "./lineage.js";
 import { QUOTA } from "./quota.js";
 import { TRIM } from "./trim.js";
 import { USAGE } from "./usage.js";
@@ -67,7 +68,7 @@ end
  */
 export const APPEND = script(
   "append",
-  [NUMBERS, ENTRIES, DECIDE_APPEND, TRIM, USAGE, QUOTA, REQUESTS, LOG_EVENT, LABELS, TTL],
+  [NUMBERS, ENTRIES, DECIDE_APPEND, TRIM, USAGE, QUOTA, REQUESTS, LOG_EVENT, LABELS, TTL, LINEAGE],
   `
 local now = tonumber(ARGV[2])
 local request_id = ARGV[3]
@@ -85,7 +86,7 @@ local last_seq = 0
 local current = {}
 if exists then
   current = redis.call('HMGET', KEYS[1], 'last_seq', 'strategy_key', 'kind', 'exclude_system',
-    'max_stored', 'summarized_through_seq', 'counted')
+    'max_stored', 'summarized_through_seq', 'counted', 'lineage')
   last_seq = tonumber(current[1])
 end
 local expected = false
@@ -117,7 +118,20 @@ for i = 1, count do
 end
 local len_old = 0
 if exists then len_old = redis.call('LLEN', KEYS[2]) end
-local dropped, dropped_bytes = trim_plan(KEYS[2], len_old, entries, kind, max_stored, through)
+-- A thread holding frozen segments (keys.ts) trims across them: \`dropped\`
+-- is then what leaves its head list, and the segments whose last
+-- reference the trim releases leave the usage (freed).
+local base = label_base(KEYS[1], ARGV[1])
+local lineage = exists and current[8] and lineage_of(current[8])
+local dropped, dropped_bytes, kept, released, freed, freed_bytes = 0, 0, nil, {}, 0, 0
+local trimmed = 0
+if lineage then
+  trimmed, kept, released, dropped, dropped_bytes = lineage_trim_plan(base, KEYS[2], lineage, last_seq,
+    len_old, entries, kind, max_stored, through)
+  freed, freed_bytes = freed_by(base, released)
+else
+  dropped, dropped_bytes = trim_plan(KEYS[2], len_old, entries, kind, max_stored, through)
+end
 -- A thread written before quotas is counted from its first Add on: it joins
 -- the usage with everything it holds (at most its max_stored messages).
 local adopt = exists and current[7] ~= '1'
@@ -132,7 +146,8 @@ end
 local delta = {new_threads, held + count - dropped, held_bytes + added_bytes - dropped_bytes}
 do
   local used = redis.call('HMGET', KEYS[7], 'threads', 'messages', 'bytes')
-  local quota, limit = quota_refusal({ARGV[22], ARGV[23], ARGV[24]}, used, delta)
+  local quota, limit = quota_refusal({ARGV[22], ARGV[23], ARGV[24]}, used,
+    {delta[1], delta[2] - freed, delta[3] - freed_bytes})
   if quota then return {'quota', quota, limit} end
 end
 
@@ -160,6 +175,10 @@ if count > 0 then
   redis.call('HSET', KEYS[1], 'last_seq', str(last_seq), 'update_time', ARGV[2])
 end
 if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
+if lineage and trimmed > 0 then
+  release_entries(base, KEYS[7], released)
+  save_lineage(KEYS[1], kept)
+end
 -- bytes starts at 0 so that use() below leaves the thread's own count set,
 -- even when this Add changed no byte (HINCRBY is skipped for 0).
 if adopt then redis.call('HSET', KEYS[1], 'counted', '1', 'bytes', '0') end

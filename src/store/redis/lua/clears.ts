@@ -2,6 +2,7 @@ import { NUMBERS } from "./entries.js";
 import { LOG_EVENT } from "./event-log.js";
 import { fragment, script } from "./fragment.js";
 import { LABELS, TTL } from "./labels.js";
+import { LINEAGE } from "./lineage.js";
 import { USAGE } from "./usage.js";
 
 /**
@@ -12,14 +13,24 @@ import { USAGE } from "./usage.js";
 /** Removing one thread with everything it has, as CLEAR does, logging thread_cleared. */
 export const REMOVE_THREAD = fragment(
   "remove_thread",
-  [NUMBERS, LABELS, USAGE, LOG_EVENT],
+  [NUMBERS, LABELS, USAGE, LOG_EVENT, LINEAGE],
   `
+-- What removing a thread does to its segments and its parent's forks
+-- index, given its hash's lineage and parent fields (false: none): one
+-- reference less on each frozen entry (keys.ts), and the thread leaves
+-- \`B fk:<parent>\`. Nothing for a thread that never forked.
+local function release_thread(base, thread_id, usage, lineage, parent)
+  if lineage then release_entries(base, usage, lineage_of(lineage)) end
+  if parent then redis.call('ZREM', base .. 'fk:' .. cjson.decode(parent)['threadId'], thread_id) end
+end
+
 -- Removes a thread (as CLEAR does) and logs thread_cleared with \`reason\`
 -- ("" none). B is the key base; usage and stream are the namespace's.
 local function remove_thread(base, thread_id, threads, stream, usage, retention, now, reason)
   local key = base .. 't:' .. thread_id
-  local t = redis.call('HMGET', key, 'counted', 'bytes')
+  local t = redis.call('HMGET', key, 'counted', 'bytes', 'lineage', 'parent')
   local len = redis.call('LLEN', base .. 'm:' .. thread_id)
+  release_thread(base, thread_id, usage, t[3], t[4])
   drop_labels(key, thread_id)
   redis.call('DEL', key, base .. 'm:' .. thread_id, base .. 'r:' .. thread_id, base .. 'ri:' .. thread_id)
   if t[1] == '1' then use(usage, false, -1, -len, -(tonumber(t[2]) or 0)) end
@@ -42,10 +53,11 @@ end
  */
 export const CLEAR = script(
   "clear",
-  [LABELS, USAGE, LOG_EVENT],
+  [LABELS, USAGE, LOG_EVENT, REMOVE_THREAD],
   `
-local t = redis.call('HMGET', KEYS[1], 'counted', 'bytes')
+local t = redis.call('HMGET', KEYS[1], 'counted', 'bytes', 'lineage', 'parent')
 local len = redis.call('LLEN', KEYS[2])
+release_thread(label_base(KEYS[1], ARGV[1]), ARGV[1], KEYS[7], t[3], t[4])
 drop_labels(KEYS[1], ARGV[1])
 redis.call('ZREM', label_base(KEYS[1], ARGV[1]) .. 'expiry', ARGV[1])
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
@@ -66,17 +78,18 @@ return 1
  */
 export const CLEAR_CHUNK = script(
   "clear_chunk",
-  [LABELS, USAGE, LOG_EVENT],
+  [LABELS, USAGE, LOG_EVENT, REMOVE_THREAD],
   `
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
 local threads, messages, bytes = 0, 0, 0
 for _, id in ipairs(ids) do
-  local t = redis.call('HMGET', ARGV[1] .. 't:' .. id, 'counted', 'bytes')
+  local t = redis.call('HMGET', ARGV[1] .. 't:' .. id, 'counted', 'bytes', 'lineage', 'parent')
   if t[1] == '1' then
     threads = threads + 1
     messages = messages + redis.call('LLEN', ARGV[1] .. 'm:' .. id)
     bytes = bytes + (tonumber(t[2]) or 0)
   end
+  release_thread(ARGV[1], id, KEYS[3], t[3], t[4])
   drop_labels(ARGV[1] .. 't:' .. id, id)
   redis.call('ZREM', ARGV[1] .. 'expiry', id)
   redis.call('DEL', ARGV[1] .. 't:' .. id, ARGV[1] .. 'm:' .. id,

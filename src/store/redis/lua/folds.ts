@@ -1,6 +1,8 @@
 import { NUMBERS } from "./entries.js";
 import { LOG_EVENT } from "./event-log.js";
 import { fragment, script } from "./fragment.js";
+import { LABELS } from "./labels.js";
+import { LINEAGE } from "./lineage.js";
 import { TRIM } from "./trim.js";
 import { USAGE } from "./usage.js";
 
@@ -37,17 +39,32 @@ end
  */
 export const COMMIT_SUMMARY = script(
   "commit_summary",
-  [FOLD_COMMIT, TRIM, USAGE, LOG_EVENT],
+  [FOLD_COMMIT, TRIM, USAGE, LOG_EVENT, LABELS, LINEAGE],
   `
 local t = redis.call('HMGET', KEYS[1], 'incarnation', 'summarized_through_seq', 'kind', 'max_stored',
-  'counted')
+  'counted', 'lineage', 'last_seq')
 if not may_commit_summary(t[1], t[2], redis.call('GET', KEYS[3]), ARGV[1], tonumber(ARGV[2]),
     tonumber(ARGV[3]), tonumber(ARGV[4])) then
   return false
 end
 redis.call('HSET', KEYS[1], 'summary', ARGV[5], 'summary_time', ARGV[7],
   'summarized_through_seq', ARGV[4], 'update_time', ARGV[7])
-local dropped, bytes = trim(KEYS[2], t[3], tonumber(t[4]), tonumber(ARGV[4]))
+local dropped, bytes
+if t[6] then
+  -- A thread holding frozen segments (keys.ts) trims across them.
+  local base = label_base(KEYS[1], ARGV[9])
+  local lineage = lineage_of(t[6])
+  local n, kept, released
+  n, kept, released, dropped, bytes = lineage_trim_plan(base, KEYS[2], lineage, tonumber(t[7]),
+    redis.call('LLEN', KEYS[2]), {}, t[3], tonumber(t[4]), tonumber(ARGV[4]))
+  if dropped > 0 then redis.call('LTRIM', KEYS[2], dropped, -1) end
+  if n > 0 then
+    release_entries(base, KEYS[5], released)
+    save_lineage(KEYS[1], kept)
+  end
+else
+  dropped, bytes = trim(KEYS[2], t[3], tonumber(t[4]), tonumber(ARGV[4]))
+end
 if t[5] == '1' then use(KEYS[5], KEYS[1], 0, -dropped, -bytes) end
 log_event(KEYS[4], ARGV[8], ARGV[9], ARGV[7], 'summary_updated',
   'summary', ARGV[5], 'summarized_through_seq', ARGV[4], 'folded_count', ARGV[6])

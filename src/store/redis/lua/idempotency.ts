@@ -41,8 +41,20 @@ local function is_rewind_result(result)
   return string.sub(result, 1, 7) == 'rewind\\n'
 end
 
+-- A Fork's record: "fork\\n<shared count>\\n<summary inherited 1/0>".
+local function is_fork_result(result)
+  return string.sub(result, 1, 5) == 'fork\\n'
+end
+
+-- 'add', 'rewind' or 'fork': the kind of request a recorded result answers.
+local function result_kind(result)
+  if is_rewind_result(result) then return 'rewind' end
+  if is_fork_result(result) then return 'fork' end
+  return 'add'
+end
+
 -- The reply to a request whose id was seen: {'replayed', first result} for
--- a retry of a request of this kind ('add' or 'rewind'), {'request_id_reused'}
+-- a retry of a request of this kind ('add', 'rewind' or 'fork'), {'request_id_reused'}
 -- for another payload or the other kind; nil for a new request.
 local function replay_reply(requests, request_id, request_hash, now, retention_ms, kind)
   if request_id == '' then return nil end
@@ -52,7 +64,7 @@ local function replay_reply(requests, request_id, request_hash, now, retention_m
   if seen == 'reused' then return {'request_id_reused'} end
   local result = recorded_result(record)
   -- One id names one request: an Add's is not a Rewind's.
-  if is_rewind_result(result) ~= (kind == 'rewind') then return {'request_id_reused'} end
+  if result_kind(result) ~= kind then return {'request_id_reused'} end
   return {'replayed', result}
 end
 
@@ -84,7 +96,8 @@ local function forget_rewound(requests, times, to_seq)
   local gone = {}
   for i = 1, #flat, 2 do
     local result = recorded_result(flat[i + 1])
-    if not is_rewind_result(result) then
+    -- A Fork's record stands for last seq 0: no Rewind forgets it.
+    if result_kind(result) == 'add' then
       local a = string.find(result, '\\n', 1, true)
       local last = tonumber(string.sub(result, a + 1, string.find(result, '\\n', a + 1, true) - 1))
       if forget_request(last, to_seq) then gone[#gone + 1] = flat[i] end

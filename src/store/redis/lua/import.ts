@@ -10,8 +10,9 @@ import { USAGE } from "./usage.js";
  * exclude_system), last_seq, summarized_through_seq, summary, summary_time,
  * create_time, update_time, now, event retention, the quotas (max threads,
  * messages, bytes; 0 none), the messages' bytes, the first stored seq (0:
- * none), the labels' JSON ("" none), the ttl and expire time ("" none), then
- * the message entries "<seq> <bytes> <json>", oldest first.
+ * none), the labels' JSON ("" none), the ttl and expire time ("" none), the
+ * parent origin's JSON ("" none: kept as given, nothing shared), then the
+ * message entries "<seq> <bytes> <json>", oldest first.
  * Returns {"exists"} | {"quota", quota name, limit} | {"ok"}. The quota
  * check is lua/quota.ts's.
  */
@@ -20,7 +21,7 @@ export const IMPORT_THREAD = script(
   [USAGE, QUOTA, LABELS, LOG_EVENT],
   `
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
-local count = #ARGV - 23
+local count = #ARGV - 24
 local delta = {1, count, tonumber(ARGV[19])}
 local used = redis.call('HMGET', KEYS[5], 'threads', 'messages', 'bytes')
 local quota, limit = quota_refusal({ARGV[16], ARGV[17], ARGV[18]}, used, delta)
@@ -32,8 +33,12 @@ redis.call('HSET', KEYS[1], 'thread_id', ARGV[1], 'incarnation', ARGV[2], 'strat
   'counted', '1', 'bytes', '0')
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
 redis.call('DEL', KEYS[2])
-for i = 24, #ARGV, 256 do
+for i = 25, #ARGV, 256 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 255, #ARGV)))
+end
+if ARGV[24] ~= '' then
+  redis.call('HSET', KEYS[1], 'parent', ARGV[24])
+  redis.call('ZADD', label_base(KEYS[1], ARGV[1]) .. 'fk:' .. cjson.decode(ARGV[24])['threadId'], 0, ARGV[1])
 end
 use(KEYS[5], KEYS[1], delta[1], delta[2], delta[3])
 set_labels(KEYS[1], ARGV[1], ARGV[21])

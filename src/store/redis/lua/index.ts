@@ -2,6 +2,7 @@ import { APPEND } from "./append.js";
 import { CLEAR, CLEAR_CHUNK, EXPIRE_DUE, EXPIRE_THREAD } from "./clears.js";
 import { HEAD, MARK_SLOT, READ_EVENTS, ROTATE_INCARNATION } from "./events.js";
 import { ACQUIRE_LEASE, COMMIT_SUMMARY, RECORD_FOLD_FAILURE, RELEASE_LEASE } from "./folds.js";
+import { FORK } from "./fork.js";
 import type { LuaScript } from "./fragment.js";
 import { IMPORT_THREAD } from "./import.js";
 import { LIST_LABELED } from "./list-labeled.js";
@@ -15,9 +16,11 @@ import { REWIND } from "./rewind.js";
  * that proves it against both: append.ts (decideAppend, keepsSummary),
  * trim.ts (trimCount), idempotency.ts (decideReplay, forgetRequest),
  * quota.ts (checkQuotas), folds.ts (mayCommitSummary, mayTakeLease,
- * nextLeaseToken), rewind.ts (decideRewind), read.ts (recallSize). Which
- * request records to keep (requestsToKeep) is decided outside and passed in.
- * The other modules only store and read.
+ * nextLeaseToken), rewind.ts (decideRewind), read.ts (recallSize),
+ * lineage.ts (raiseFloor, cutLineage, forkTrimCount). Which request records
+ * to keep (requestsToKeep) is decided outside and passed in; so are a
+ * Fork's decisions (fork.ts: the core's, checked against the parent as the
+ * script finds it). The other modules only store and read.
  */
 
 /** Every script, loaded at start-up (SCRIPT LOAD) so the first EVALSHA finds it. */
@@ -27,6 +30,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   LIST_LABELED,
   IMPORT_THREAD,
   APPEND,
+  FORK,
   REWIND,
   READ,
   COMMIT_SUMMARY,

@@ -1,4 +1,5 @@
 import { fragment, script } from "./fragment.js";
+import { LINEAGE } from "./lineage.js";
 
 /**
  * recall_size mirrors core/recall.ts recallSize; the case table
@@ -32,14 +33,34 @@ end
  */
 export const READ = script(
   "read",
-  [RECALL_SIZE],
+  [RECALL_SIZE, LINEAGE],
   `
 local thread = redis.call('HGETALL', KEYS[1])
 if #thread == 0 then return false end
+local t = {}
+for i = 1, #thread, 2 do t[thread[i]] = thread[i + 1] end
+if t['lineage'] then
+  -- A thread with frozen entries: the same window over its seqs, one LRANGE per segment.
+  local entries = lineage_of(t['lineage'])
+  local last_seq = tonumber(t['last_seq'])
+  local head_len = redis.call('LLEN', KEYS[2])
+  local floor = lineage_floor(entries, last_seq, head_len)
+  local from = floor
+  if ARGV[1] == 'view' then
+    local strategy = cjson.decode(t['strategy'])
+    local size = recall_size(strategy, tonumber(ARGV[2]))
+    if size > 0 then from = math.max(floor, last_seq - size - tonumber(ARGV[3]) + 1) end
+    if strategy['kind'] == 'summary' then
+      from = math.min(from, math.max(floor, tonumber(t['summarized_through_seq']) + 1))
+    end
+  end
+  local complete = 0
+  if from == floor then complete = 1 end
+  local base = string.sub(KEYS[1], 1, #KEYS[1] - #t['thread_id'] - 2)
+  return {thread, read_seqs(base, KEYS[2], entries, last_seq, head_len, from, last_seq), complete}
+end
 local start = 0
 if ARGV[1] == 'view' then
-  local t = {}
-  for i = 1, #thread, 2 do t[thread[i]] = thread[i + 1] end
   local strategy = cjson.decode(t['strategy'])
   local size = recall_size(strategy, tonumber(ARGV[2]))
   local len = redis.call('LLEN', KEYS[2])

@@ -3,6 +3,7 @@ import { LOG_EVENT } from "./event-log.js";
 import { fragment, script } from "./fragment.js";
 import { REQUESTS } from "./idempotency.js";
 import { TTL } from "./labels.js";
+import { LINEAGE } from "./lineage.js";
 import { USAGE } from "./usage.js";
 
 /**
@@ -56,7 +57,7 @@ end
  */
 export const REWIND = script(
   "rewind",
-  [NUMBERS, ENTRIES, USAGE, REQUESTS, LOG_EVENT, TTL, DECIDE_REWIND],
+  [NUMBERS, ENTRIES, USAGE, REQUESTS, LOG_EVENT, TTL, DECIDE_REWIND, LINEAGE],
   `
 local now = tonumber(ARGV[2])
 local request_id = ARGV[3]
@@ -66,12 +67,21 @@ if exists then
   if replay then return replay end
 end
 
-local t = {false, '0', false}
+local t = {false, '0', false, false}
 local oldest = false
+-- A thread holding frozen segments (keys.ts): its oldest is its lineage's floor.
+local lineage, head_len = false, 0
 if exists then
-  t = redis.call('HMGET', KEYS[1], 'last_seq', 'summarized_through_seq', 'counted')
-  local first = redis.call('LINDEX', KEYS[2], 0)
-  if first then oldest = seq_of(first) end
+  t = redis.call('HMGET', KEYS[1], 'last_seq', 'summarized_through_seq', 'counted', 'lineage')
+  if t[4] then
+    lineage = lineage_of(t[4])
+    head_len = redis.call('LLEN', KEYS[2])
+    local floor = lineage_floor(lineage, tonumber(t[1]), head_len)
+    if floor <= tonumber(t[1]) then oldest = floor end
+  else
+    local first = redis.call('LINDEX', KEYS[2], 0)
+    if first then oldest = seq_of(first) end
+  end
 end
 local to_seq = tonumber(ARGV[5])
 local expected = false
@@ -88,18 +98,28 @@ local removed = 0
 if decision == 'plan' then
   -- Seqs in the list are consecutive: those after to_seq are its tail.
   local keep = 0
-  if oldest then keep = math.max(0, to_seq - oldest + 1) end
+  local low = oldest
+  if lineage then low = head_low(lineage, tonumber(t[1]), head_len) end
+  if low then keep = math.max(0, to_seq - low + 1) end
   local bytes = 0
   for _, entry in ipairs(redis.call('LRANGE', KEYS[2], keep, -1)) do
     removed = removed + 1
     bytes = bytes + entry_bytes(entry)
   end
   if keep == 0 then redis.call('DEL', KEYS[2]) elseif removed > 0 then redis.call('LTRIM', KEYS[2], 0, keep - 1) end
+  local head_removed = removed
+  if lineage then
+    -- core/lineage.ts cutLineage: entries past to_seq released, the last cut short.
+    local kept, released = cut_lineage(lineage, to_seq)
+    release_entries(label_base(KEYS[1], ARGV[1]), KEYS[7], released)
+    save_lineage(KEYS[1], kept)
+    removed = tonumber(t[1]) - to_seq
+  end
   redis.call('HSET', KEYS[1], 'last_seq', str(to_seq), 'update_time', ARGV[2])
   if summary_dropped then
     redis.call('HSET', KEYS[1], 'summary', '', 'summary_time', '0', 'summarized_through_seq', '0')
   end
-  if t[3] == '1' then use(KEYS[7], KEYS[1], 0, -removed, -bytes) end
+  if t[3] == '1' then use(KEYS[7], KEYS[1], 0, -head_removed, -bytes) end
   forget_rewound(KEYS[3], KEYS[4], to_seq)
   redis.call('DEL', KEYS[5])
   log_event(KEYS[6], ARGV[7], ARGV[1], ARGV[2], 'thread_rewound', 'to_seq', str(to_seq),

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { decideAppend, keepsSummary, newThreadState } from "../../../core/append.js";
+import type { Lineage } from "../../../core/lineage.js";
 import { checkQuotas } from "../../../core/quota.js";
 import { ttlAfterAdd, ttlFields } from "../../../core/ttl.js";
 import type { StoredMessage, ThreadState } from "../../../core/types.js";
@@ -58,8 +59,15 @@ function append(
   if (first !== undefined) return { value: { ...first, replayed: true }, events: [] };
   const { key, state } = threadToAddTo(ctx, cmd, row);
   const lastSeqBefore = state.lastSeq;
-  const added = storeMessages(ctx, key, state, cmd);
-  const trimmed = ctx.threads.trim(key, state);
+  // A new thread's head is its key (lineage.ts); a thread whose head a Fork froze opens one.
+  const stored: Lineage =
+    row === undefined
+      ? { entries: [], head: { segment: String(key), low: 1 } }
+      : ctx.threads.lineages.of(row);
+  const lineage =
+    cmd.messages.length > 0 ? ctx.threads.headForAdd(key, stored, state.lastSeq) : stored;
+  const added = storeMessages(ctx, Number(lineage.head?.segment ?? key), state, cmd);
+  const trimmed = ctx.threads.trim(cmd.namespace, key, lineage, state);
   const delta = appendDelta(row === undefined, cmd.messages, trimmed);
   checkQuotas(ctx.lim, ctx.threads.usage(cmd.namespace), delta);
   ctx.threads.use(cmd.namespace, delta, key);
@@ -125,16 +133,16 @@ function threadToAddTo(
   return { key, state };
 }
 
-/** Writes the Add's messages after the thread's last seq, moving `state` on; them as stored. */
+/** Writes the Add's messages after the thread's last seq into its head, moving `state` on; them as stored. */
 function storeMessages(
   ctx: WriteContext,
-  key: number,
+  segment: number,
   state: ThreadState,
   cmd: AppendCommand,
 ): StoredMessage[] {
   const added: StoredMessage[] = [];
   for (const m of cmd.messages) {
-    added.push(ctx.threads.insertMessage(key, ++state.lastSeq, cmd.now, m));
+    added.push(ctx.threads.insertMessage(segment, ++state.lastSeq, cmd.now, m));
   }
   if (added.length > 0) state.updateTime = cmd.now;
   return added;

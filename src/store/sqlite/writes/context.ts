@@ -1,6 +1,6 @@
 import type Database from "better-sqlite3";
 import type { StoreLimits } from "../../store.js";
-import { SqliteLabels } from "../labels.js";
+import { SqliteForks, SqliteLabels } from "../labels.js";
 import { SqliteTtl } from "../ttl.js";
 import { EventLogWriter } from "./event-log.js";
 import { FoldLeases } from "./leases.js";
@@ -20,6 +20,7 @@ export interface WriteContext {
   requests: RequestRecords;
   leases: FoldLeases;
   labels: SqliteLabels;
+  forks: SqliteForks;
   ttl: SqliteTtl;
 }
 
@@ -31,6 +32,7 @@ export function createWriteContext(db: Database.Database, lim: StoreLimits): Wri
     requests: new RequestRecords(db, lim),
     leases: new FoldLeases(db),
     labels: new SqliteLabels(db),
+    forks: new SqliteForks(db),
     ttl: new SqliteTtl(db),
   };
 }

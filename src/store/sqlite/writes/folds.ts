@@ -29,7 +29,7 @@ export function commitSummary(
   state.summaryTime = cmd.now;
   state.summarizedThroughSeq = cmd.throughSeq;
   state.updateTime = cmd.now;
-  const trimmed = ctx.threads.trim(row.id, state);
+  const trimmed = ctx.threads.trim(cmd.namespace, row.id, ctx.threads.lineages.of(row), state);
   ctx.threads.use(cmd.namespace, droppedDelta(trimmed.count, trimmed.bytes), row.id);
   ctx.threads.save(row.id, state);
   const event = ctx.events.log(cmd.namespace, cmd.threadId, cmd.now, {

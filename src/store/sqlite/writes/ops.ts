@@ -2,6 +2,7 @@ import type {
   AppendCommand,
   CommitSummaryCommand,
   FoldFailureCommand,
+  ForkCommand,
   ImportThreadCommand,
   RewindCommand,
 } from "../../store.js";
@@ -9,6 +10,7 @@ import { appendWithTtl } from "./appends.js";
 import { clearBatch, clearThread, sweepOne } from "./clears.js";
 import type { WriteContext } from "./context.js";
 import { commitSummary, recordFoldFailure } from "./folds.js";
+import { fork } from "./forks.js";
 import { importThread } from "./imports.js";
 import type { Committed } from "./outcomes.js";
 import { rewind } from "./rewind.js";
@@ -17,6 +19,7 @@ import { rewind } from "./rewind.js";
 export type WriteOp =
   | { kind: "append"; cmd: AppendCommand }
   | { kind: "rewind"; cmd: RewindCommand }
+  | { kind: "fork"; cmd: ForkCommand }
   | { kind: "commitSummary"; cmd: CommitSummaryCommand }
   | { kind: "recordFoldFailure"; cmd: FoldFailureCommand }
   | { kind: "acquireLease"; namespace: string; threadId: string; ttlMs: number }
@@ -43,6 +46,8 @@ export function runWrite(ctx: WriteContext, op: WriteOp): Committed<unknown> {
       return appendWithTtl(ctx, op.cmd);
     case "rewind":
       return rewind(ctx, op.cmd);
+    case "fork":
+      return fork(ctx, op.cmd);
     case "import":
       return importThread(ctx, op.cmd);
     case "sweepOne":

@@ -17,7 +17,7 @@ export interface Committed<T> {
   messages?: MessagesChange;
   /** A Rewind dropped the thread's messages after a seq: to cut its cached tail. */
   rewound?: RewoundChange;
-  /** Incarnations that ended: to drop from the cache. */
+  /** Incarnations to drop from the cache: ended ones, and a parent whose head a Fork froze. */
   ended?: string[];
 }
 

@@ -2,7 +2,7 @@ import type Database from "better-sqlite3";
 import { decideReplay, requestsToKeep } from "../../../core/idempotency.js";
 import { forgetRequest } from "../../../core/rewind.js";
 import type { StoreLimits } from "../../store.js";
-import type { RecordedResult, RecordedRewind, RequestRow } from "../codec.js";
+import type { RecordedFork, RecordedResult, RecordedRewind, RequestRow } from "../codec.js";
 
 /** What idempotency needs of a write: its request id, the digest of its payload, its time. */
 export interface Idempotent {
@@ -57,7 +57,7 @@ export class RequestRecords {
    * Throws invalid_argument when the id stands for another payload
    * (core/idempotency.ts decideReplay).
    */
-  replayOf<T extends RecordedResult | RecordedRewind>(
+  replayOf<T extends RecordedResult | RecordedRewind | RecordedFork>(
     key: number | undefined,
     cmd: Idempotent,
   ): T | undefined {
@@ -69,7 +69,11 @@ export class RequestRecords {
   }
 
   /** Records the first result of `cmd`, then forgets what core/idempotency.ts requestsToKeep drops. */
-  record(key: number, cmd: Idempotent, result: RecordedResult | RecordedRewind): void {
+  record(
+    key: number,
+    cmd: Idempotent,
+    result: RecordedResult | RecordedRewind | RecordedFork,
+  ): void {
     if (cmd.requestId === "") return;
     this.#record.run(key, cmd.requestId, cmd.requestHash, JSON.stringify(result), cmd.now);
     const keep = requestsToKeep(cmd.now, this.lim);

@@ -1,3 +1,4 @@
+import { floorOf } from "../../../core/lineage.js";
 import { decideRewind } from "../../../core/rewind.js";
 import { isExpired } from "../../../core/ttl.js";
 import { droppedDelta } from "../../../core/usage.js";
@@ -21,30 +22,34 @@ export function rewind(ctx: WriteContext, cmd: RewindCommand): Committed<RewindR
   const first = ctx.requests.replayOf<RecordedRewind>(row?.id, cmd);
   if (first !== undefined) return { value: { ...first, replayed: true }, events: [] };
   const thread = row === undefined ? undefined : toThread(row);
-  const oldest = row === undefined ? undefined : ctx.threads.oldestSeq(row.id);
+  const lineage = row === undefined ? undefined : ctx.threads.lineages.of(row);
+  const floor = row === undefined || lineage === undefined ? 0 : floorOf(lineage, row.last_seq);
+  const oldest = row === undefined || floor > row.last_seq ? undefined : floor;
   const plan = decideRewind(thread, oldest, cmd);
   // Unreachable: decideRewind throws not_found when there is no thread.
-  if (row === undefined || thread === undefined) throw new Error("sqlite store: no thread");
+  if (row === undefined || thread === undefined || lineage === undefined) {
+    throw new Error("sqlite store: no thread");
+  }
   if (plan === "unchanged") {
     const result: RecordedRewind = { thread, removedCount: 0, summaryDropped: false };
     ctx.requests.record(row.id, cmd, result);
     return { value: { ...result, replayed: false }, events: [] };
   }
-  const dropped = ctx.threads.dropAfter(row.id, plan.dropAfterSeq);
+  const dropped = ctx.threads.cut(cmd.namespace, row, lineage, plan.dropAfterSeq);
   ctx.threads.use(cmd.namespace, droppedDelta(dropped.count, dropped.bytes), row.id);
   ctx.threads.save(row.id, plan.thread);
   ctx.requests.forgetDropped(row.id, cmd.toSeq);
   ctx.leases.end(cmd.namespace, cmd.threadId);
   const result: RecordedRewind = {
     thread: plan.thread,
-    removedCount: dropped.count,
+    removedCount: dropped.removed,
     summaryDropped: plan.summaryDropped,
   };
   ctx.requests.record(row.id, cmd, result);
   const event = ctx.events.log(cmd.namespace, cmd.threadId, cmd.now, {
     type: "thread_rewound",
     toSeq: cmd.toSeq,
-    removedCount: dropped.count,
+    removedCount: dropped.removed,
     summaryDropped: plan.summaryDropped,
   });
   return {

@@ -1,11 +1,14 @@
 import type Database from "better-sqlite3";
 import { trimCountOf } from "../../../core/append.js";
+import { cutLineage, floorOf, type Lineage, raiseFloor } from "../../../core/lineage.js";
 import type { NamespaceUsage } from "../../../core/quota.js";
 import type { ChatMessage, StoredMessage, ThreadState } from "../../../core/types.js";
-import { bytesOf, removalDelta } from "../../../core/usage.js";
+import { bytesOf, droppedDelta, removalDelta } from "../../../core/usage.js";
 import type { ImportThreadCommand } from "../../store.js";
-import { extraOf, type MessageRow, NO_USAGE, type ThreadRow, toMessage } from "../codec.js";
+import { extraOf, NO_USAGE, type ThreadRow, toMessage } from "../codec.js";
+import { LineageRows } from "../lineage.js";
 import { MESSAGE_QUERIES } from "../schema.js";
+import { Segments } from "./segments.js";
 
 /** Stored messages dropped from a thread that stays: how many, their bytes, the newest seq. */
 export interface Dropped {
@@ -22,13 +25,35 @@ const NOTHING_DROPPED: Dropped = { count: 0, bytes: 0, through: 0 };
  * the statements every write shares, prepared once, each run inside the
  * caller's transaction. Stored seqs are contiguous (appends add at the end,
  * trims cut at the front, a Rewind at the end), so counts need no scan.
+ * A thread's messages are its lineage (core/lineage.ts, sqlite/lineage.ts):
+ * frozen segments it references, then its owned head, the only one it
+ * changes; a thread's `bytes` counts its head.
  */
 export class ThreadRows {
   readonly #thread: Database.Statement<[string, string], ThreadRow>;
-  readonly #insertThread: Database.Statement<[string, string, string, string, number, number]>;
-  readonly #insertImported: Database.Statement<
-    [string, string, string, string, number, number, string, number, number, number]
+  readonly #insertThread: Database.Statement<
+    [number, string, string, string, string, number, number]
   >;
+  readonly #insertImported: Database.Statement<
+    [
+      number,
+      string,
+      string,
+      string,
+      string,
+      number,
+      number,
+      string,
+      number,
+      number,
+      number,
+      string | null,
+    ]
+  >;
+  readonly #saveLineage: Database.Statement<[number | null, string | null, number]>;
+  readonly #setBytes: Database.Statement<[number, number]>;
+  readonly lineages: LineageRows;
+  readonly segments: Segments;
   readonly #updateThread: Database.Statement<
     [string, number, number, string, number, number, number]
   >;
@@ -37,27 +62,29 @@ export class ThreadRows {
   readonly #addThreadBytes: Database.Statement<[number, number]>;
   readonly #usage: Database.Statement<[string], NamespaceUsage>;
   readonly #addUsage: Database.Statement<[string, number, number, number]>;
-  readonly #messagesFrom: Database.Statement<[number, number, number], MessageRow>;
   readonly #insertMessage: Database.Statement<
     [number, number, string, number, string, string | null]
   >;
-  readonly #oldestSeq: Database.Statement<[number], number | null>;
   readonly #deleteThrough: Database.Statement<[number, number]>;
   readonly #deleteAfter: Database.Statement<[number, number]>;
 
   constructor(db: Database.Database) {
     this.#thread = db.prepare("SELECT * FROM threads WHERE namespace = ? AND thread_id = ?");
     this.#insertThread = db.prepare(
-      `INSERT INTO threads (namespace, thread_id, incarnation, strategy, last_seq,
+      `INSERT INTO threads (id, namespace, thread_id, incarnation, strategy, last_seq,
          summarized_through_seq, summary, summary_time, create_time, update_time)
-       VALUES (?, ?, ?, ?, 0, 0, '', 0, ?, ?)`,
+       VALUES (?, ?, ?, ?, ?, 0, 0, '', 0, ?, ?)`,
     );
     // Store.importThread's, apart so the hot path's statement stays as it is.
     this.#insertImported = db.prepare(
-      `INSERT INTO threads (namespace, thread_id, incarnation, strategy, last_seq,
-         summarized_through_seq, summary, summary_time, create_time, update_time)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO threads (id, namespace, thread_id, incarnation, strategy, last_seq,
+         summarized_through_seq, summary, summary_time, create_time, update_time, parent)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     );
+    this.#saveLineage = db.prepare("UPDATE threads SET head = ?, lineage = ? WHERE id = ?");
+    this.#setBytes = db.prepare("UPDATE threads SET bytes = ? WHERE id = ?");
+    this.lineages = new LineageRows(db);
+    this.segments = new Segments(db);
     this.#updateThread = db.prepare(
       `UPDATE threads SET strategy = ?, last_seq = ?, summarized_through_seq = ?, summary = ?,
          summary_time = ?, update_time = ? WHERE id = ?`,
@@ -75,13 +102,9 @@ export class ThreadRows {
        ON CONFLICT (namespace) DO UPDATE SET threads = threads + excluded.threads,
          messages = messages + excluded.messages, bytes = bytes + excluded.bytes`,
     );
-    this.#messagesFrom = db
-      .prepare<[number, number, number], MessageRow>(MESSAGE_QUERIES.from)
-      .raw();
     this.#insertMessage = db.prepare(
       "INSERT INTO messages (thread, seq, role, create_time, content, extra) VALUES (?, ?, ?, ?, ?, ?)",
     );
-    this.#oldestSeq = db.prepare<[number], number | null>(MESSAGE_QUERIES.oldestSeq).pluck();
     this.#deleteThrough = db.prepare(MESSAGE_QUERIES.deleteThrough);
     this.#deleteAfter = db.prepare(MESSAGE_QUERIES.deleteAfter);
   }
@@ -97,7 +120,9 @@ export class ThreadRows {
 
   /** Inserts a thread as its first Add creates it (core/append.ts newThreadState); its key. */
   insert(namespace: string, state: ThreadState): number {
-    const { lastInsertRowid } = this.#insertThread.run(
+    const key = this.segments.nextId();
+    this.#insertThread.run(
+      key,
       namespace,
       state.threadId,
       state.incarnation,
@@ -105,12 +130,14 @@ export class ThreadRows {
       state.createTime,
       state.updateTime,
     );
-    return Number(lastInsertRowid);
+    return key;
   }
 
   /** Inserts an imported thread as given, under `incarnation`; its key. */
   insertImported(cmd: ImportThreadCommand, incarnation: string): number {
-    const { lastInsertRowid } = this.#insertImported.run(
+    const key = this.segments.nextId();
+    this.#insertImported.run(
+      key,
       cmd.namespace,
       cmd.threadId,
       incarnation,
@@ -121,8 +148,53 @@ export class ThreadRows {
       cmd.summaryTime,
       cmd.createTime,
       cmd.updateTime,
+      cmd.parent === undefined ? null : JSON.stringify(cmd.parent),
     );
-    return Number(lastInsertRowid);
+    return key;
+  }
+
+  /** Inserts a Fork's new thread as core/fork.ts decideFork made it (labels and ttl apart); its key. */
+  insertFork(namespace: string, t: ThreadState): number {
+    const key = this.segments.nextId();
+    this.#insertImported.run(
+      key,
+      namespace,
+      t.threadId,
+      t.incarnation,
+      JSON.stringify(t.strategy),
+      t.lastSeq,
+      t.summarizedThroughSeq,
+      t.summary,
+      t.summaryTime,
+      t.createTime,
+      t.updateTime,
+      t.parent === undefined ? null : JSON.stringify(t.parent),
+    );
+    return key;
+  }
+
+  /** Writes the thread's head and frozen entries (its head's low is derived, lineage.ts). */
+  saveLineage(key: number, lineage: Lineage): void {
+    const head = lineage.head === undefined ? 0 : Number(lineage.head.segment);
+    this.#saveLineage.run(
+      head === key ? null : head,
+      lineage.entries.length === 0 ? null : JSON.stringify(lineage.entries),
+      key,
+    );
+  }
+
+  /** Sets the bytes of the thread's owned head. */
+  setBytes(key: number, bytes: number): void {
+    this.#setBytes.run(bytes, key);
+  }
+
+  /** The thread's lineage with an owned head to append to: a new one opened when it has none. */
+  headForAdd(key: number, lineage: Lineage, lastSeq: number): Lineage {
+    if (lineage.head !== undefined) return lineage;
+    const head = { segment: String(this.segments.nextId()), low: lastSeq + 1 };
+    const opened = { entries: lineage.entries, head };
+    this.saveLineage(key, opened);
+    return opened;
   }
 
   /** Writes the thread's strategy, last_seq, summary and update time (labels and ttl apart). */
@@ -150,61 +222,132 @@ export class ThreadRows {
     }
   }
 
-  /** Deletes a thread (its messages, records and labels by cascade) and gives its room back. */
+  /**
+   * Deletes a thread (its records, labels and forks-index entry by cascade):
+   * its owned head's messages, and one reference less on each frozen
+   * segment it names (deleted at none); gives the room freed back.
+   */
   delete(namespace: string, row: ThreadRow): void {
-    const oldest = this.oldestSeq(row.id);
-    const messages = oldest === undefined ? 0 : row.last_seq - oldest + 1;
+    const lineage = this.lineages.of(row);
+    const freed = this.segments.release(lineage.entries);
+    let messages = freed.count;
+    if (lineage.head !== undefined) {
+      messages += Math.max(0, row.last_seq - lineage.head.low + 1);
+      this.segments.deleteMessages(Number(lineage.head.segment));
+    }
     this.#deleteThread.run(row.id);
-    this.use(namespace, removalDelta({ messages, bytes: row.bytes }));
+    this.use(namespace, removalDelta({ messages, bytes: row.bytes + freed.bytes }));
   }
 
-  oldestSeq(key: number): number | undefined {
-    return this.#oldestSeq.get(key) ?? undefined;
+  /** The oldest seq the thread stores; undefined when none. */
+  oldestSeq(row: ThreadRow): number | undefined {
+    const floor = floorOf(this.lineages.of(row), row.last_seq);
+    return floor > row.last_seq ? undefined : floor;
   }
 
-  /** Stores `m` at `seq`; the message as a read returns it. */
-  insertMessage(key: number, seq: number, createTime: number, m: ChatMessage): StoredMessage {
+  /** Stores `m` at `seq` in `segment`; the message as a read returns it. */
+  insertMessage(segment: number, seq: number, createTime: number, m: ChatMessage): StoredMessage {
     const extra = extraOf(m);
-    this.#insertMessage.run(key, seq, m.role, createTime, m.content, extra);
+    this.#insertMessage.run(segment, seq, m.role, createTime, m.content, extra);
     return toMessage([seq, m.role, createTime, m.content, extra]);
-  }
-
-  /** The thread's messages from seq `from` on (at most `limit`), oldest first. */
-  loadFrom(key: number, from: number, limit = -1): StoredMessage[] {
-    return this.#messagesFrom.all(key, from, limit).map(toMessage);
   }
 
   /**
    * Trims the thread to its strategy's max_stored (core/append.ts
-   * trimCountOf), reading only the front that goes.
+   * trimCountOf; its stored count is lastSeq - floor + 1, shared messages
+   * included), reading only the front that goes, across segments.
    */
-  trim(key: number, state: ThreadState): Dropped {
-    const oldest = this.oldestSeq(key);
-    const count = oldest === undefined ? 0 : state.lastSeq - oldest + 1;
+  trim(namespace: string, key: number, lineage: Lineage, state: ThreadState): Dropped {
+    const floor = floorOf(lineage, state.lastSeq);
+    const count = state.lastSeq - floor + 1;
     const excess = count - state.strategy.maxStored;
-    if (oldest === undefined || excess <= 0) return NOTHING_DROPPED;
+    if (count <= 0 || excess <= 0) return NOTHING_DROPPED;
     const front: StoredMessage[] = [];
     const at = (i: number): StoredMessage | undefined => {
       while (i >= front.length && front.length < count) {
         // Pages of the excess and a few more (tool results after the cut), then doubling.
         const page = Math.max(excess + 8, front.length);
-        const rows = this.loadFrom(key, oldest + front.length, page);
+        const from = floor + front.length;
+        const rows = this.lineages.read(lineage, state.lastSeq, from, state.lastSeq, page);
         if (rows.length === 0) break;
         for (const m of rows) front.push(m);
       }
       return front[i];
     };
     const n = trimCountOf(state.strategy, count, at, state.summarizedThroughSeq);
-    const through = front[n - 1];
-    if (through === undefined) return NOTHING_DROPPED;
-    this.#deleteThrough.run(key, through.seq);
-    return { count: n, bytes: bytesOf(front.slice(0, n)), through: through.seq };
+    if (n <= 0 || front[n - 1] === undefined) return NOTHING_DROPPED;
+    return this.raise(namespace, key, lineage, floor + n, front);
   }
 
-  /** Deletes the thread's messages after `seq` (a Rewind); how many went and their bytes. */
-  dropAfter(key: number, seq: number): { count: number; bytes: number } {
-    const dropped = this.loadFrom(key, seq + 1);
-    if (dropped.length > 0) this.#deleteAfter.run(key, seq);
-    return { count: dropped.length, bytes: bytesOf(dropped) };
+  /**
+   * Drops every seq below `newFloor` (core/lineage.ts raiseFloor): released
+   * entries lose a reference (the room of a segment freed leaves the usage
+   * here), the head's front goes in place. Returns what the head lost, which
+   * the caller takes off the thread's bytes and the usage; `headMessages`
+   * holds at least the head's messages below newFloor (for their bytes).
+   */
+  raise(
+    namespace: string,
+    key: number,
+    lineage: Lineage,
+    newFloor: number,
+    headMessages: readonly StoredMessage[],
+  ): Dropped {
+    const plan = raiseFloor(lineage, newFloor);
+    this.#release(namespace, plan.released);
+    const head = lineage.head;
+    let count = 0;
+    let bytes = 0;
+    if (head !== undefined && plan.headDropThrough !== undefined) {
+      this.#deleteThrough.run(Number(head.segment), plan.headDropThrough);
+      const dropped = headMessages.filter((m) => m.seq >= head.low && m.seq < newFloor);
+      count = plan.headDropThrough - head.low + 1;
+      bytes = bytesOf(dropped);
+    }
+    if (plan.released.length > 0 || plan.lineage.entries[0]?.low !== lineage.entries[0]?.low) {
+      this.saveLineage(key, plan.lineage);
+    }
+    return { count, bytes, through: newFloor - 1 };
+  }
+
+  /**
+   * Drops the thread's messages after `toSeq` (a Rewind; core/lineage.ts
+   * cutLineage): released entries lose a reference, the head is cut in place
+   * or deleted whole. Returns the stored messages the thread no longer holds
+   * (`removed`) and what its head lost (count, bytes: off its bytes and the usage).
+   */
+  cut(
+    namespace: string,
+    row: ThreadRow,
+    lineage: Lineage,
+    toSeq: number,
+  ): { removed: number; count: number; bytes: number } {
+    const lastSeq = row.last_seq;
+    const floor = floorOf(lineage, lastSeq);
+    const removed = Math.max(0, lastSeq - Math.max(toSeq, floor - 1));
+    const plan = cutLineage(lineage, lastSeq, toSeq);
+    this.#release(namespace, plan.released);
+    const head = lineage.head;
+    let count = 0;
+    let bytes = 0;
+    if (head !== undefined && plan.headDropAfter !== undefined) {
+      const dropped = this.lineages.read(lineage, lastSeq, plan.headDropAfter + 1, lastSeq);
+      this.#deleteAfter.run(Number(head.segment), plan.headDropAfter);
+      count = dropped.length;
+      bytes = bytesOf(dropped);
+    } else if (head !== undefined && plan.headDropped) {
+      this.segments.deleteMessages(Number(head.segment));
+      count = Math.max(0, lastSeq - head.low + 1);
+      bytes = row.bytes;
+    }
+    if (lineage.entries.length > 0 || plan.headDropped) this.saveLineage(row.id, plan.lineage);
+    return { removed, count, bytes };
+  }
+
+  /** One reference less on each entry; the room of the segments freed leaves the usage. */
+  #release(namespace: string, released: Lineage["entries"]): void {
+    if (released.length === 0) return;
+    const freed = this.segments.release(released);
+    this.use(namespace, droppedDelta(freed.count, freed.bytes));
   }
 }

@@ -241,6 +241,8 @@ const (
 	EventType_EVENT_TYPE_SUMMARY_FAILED EventType = 4
 	// A thread's newest messages were dropped by Rewind.
 	EventType_EVENT_TYPE_THREAD_REWOUND EventType = 5
+	// A thread was created by Fork.
+	EventType_EVENT_TYPE_THREAD_FORKED EventType = 6
 )
 
 // Enum value maps for EventType.
@@ -252,6 +254,7 @@ var (
 		3: "EVENT_TYPE_THREAD_CLEARED",
 		4: "EVENT_TYPE_SUMMARY_FAILED",
 		5: "EVENT_TYPE_THREAD_REWOUND",
+		6: "EVENT_TYPE_THREAD_FORKED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":     0,
@@ -260,6 +263,7 @@ var (
 		"EVENT_TYPE_THREAD_CLEARED":  3,
 		"EVENT_TYPE_SUMMARY_FAILED":  4,
 		"EVENT_TYPE_THREAD_REWOUND":  5,
+		"EVENT_TYPE_THREAD_FORKED":   6,
 	}
 )
 
@@ -925,7 +929,9 @@ type Thread struct {
 	Ttl *durationpb.Duration `protobuf:"bytes,21,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// When the thread expires unless written again (each Add moves it to the
 	// Add's time plus ttl); unset when it has no ttl.
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Where the thread was forked from; unset when it is not a fork.
+	Parent        *ForkOrigin `protobuf:"bytes,23,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1023,6 +1029,87 @@ func (x *Thread) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Thread) GetParent() *ForkOrigin {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
+// ForkOrigin: the thread a fork was created from, and where.
+type ForkOrigin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The direct parent.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// The fork point: the fork holds the parent's messages up to this seq.
+	AtSeq uint64 `protobuf:"varint,2,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
+	// When the fork was created.
+	ForkTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=fork_time,json=forkTime,proto3" json:"fork_time,omitempty"`
+	// The parent's create_time when it was forked: a parent whose create_time
+	// differs has been cleared (and perhaps created again) since.
+	ParentCreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=parent_create_time,json=parentCreateTime,proto3" json:"parent_create_time,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ForkOrigin) Reset() {
+	*x = ForkOrigin{}
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkOrigin) ProtoMessage() {}
+
+func (x *ForkOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkOrigin.ProtoReflect.Descriptor instead.
+func (*ForkOrigin) Descriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ForkOrigin) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ForkOrigin) GetAtSeq() uint64 {
+	if x != nil {
+		return x.AtSeq
+	}
+	return 0
+}
+
+func (x *ForkOrigin) GetForkTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ForkTime
+	}
+	return nil
+}
+
+func (x *ForkOrigin) GetParentCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ParentCreateTime
+	}
+	return nil
+}
+
 // AddRequest appends messages to a thread.
 type AddRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1076,7 +1163,7 @@ type AddRequest struct {
 
 func (x *AddRequest) Reset() {
 	*x = AddRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[8]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1175,7 @@ func (x *AddRequest) String() string {
 func (*AddRequest) ProtoMessage() {}
 
 func (x *AddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[8]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1188,7 @@ func (x *AddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRequest.ProtoReflect.Descriptor instead.
 func (*AddRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{8}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddRequest) GetThreadId() string {
@@ -1182,7 +1269,7 @@ type AddResponse struct {
 
 func (x *AddResponse) Reset() {
 	*x = AddResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[9]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1281,7 @@ func (x *AddResponse) String() string {
 func (*AddResponse) ProtoMessage() {}
 
 func (x *AddResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[9]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1294,7 @@ func (x *AddResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddResponse.ProtoReflect.Descriptor instead.
 func (*AddResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{9}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddResponse) GetThread() *Thread {
@@ -1278,7 +1365,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[10]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1377,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[10]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1390,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{10}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRequest) GetThreadId() string {
@@ -1400,7 +1487,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[11]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1499,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[11]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1512,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{11}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetResponse) GetMessages() []*ChatMessage {
@@ -1511,7 +1598,7 @@ type ClearRequest struct {
 
 func (x *ClearRequest) Reset() {
 	*x = ClearRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[12]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1610,7 @@ func (x *ClearRequest) String() string {
 func (*ClearRequest) ProtoMessage() {}
 
 func (x *ClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[12]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1623,7 @@ func (x *ClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearRequest.ProtoReflect.Descriptor instead.
 func (*ClearRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{12}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClearRequest) GetThreadId() string {
@@ -1564,7 +1651,7 @@ type ClearResponse struct {
 
 func (x *ClearResponse) Reset() {
 	*x = ClearResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1663,7 @@ func (x *ClearResponse) String() string {
 func (*ClearResponse) ProtoMessage() {}
 
 func (x *ClearResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[13]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1676,7 @@ func (x *ClearResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResponse.ProtoReflect.Descriptor instead.
 func (*ClearResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{13}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClearResponse) GetClearedThreads() uint32 {
@@ -1619,7 +1706,7 @@ type RewindRequest struct {
 
 func (x *RewindRequest) Reset() {
 	*x = RewindRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1718,7 @@ func (x *RewindRequest) String() string {
 func (*RewindRequest) ProtoMessage() {}
 
 func (x *RewindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[14]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1731,7 @@ func (x *RewindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindRequest.ProtoReflect.Descriptor instead.
 func (*RewindRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{14}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RewindRequest) GetThreadId() string {
@@ -1690,7 +1777,7 @@ type RewindResponse struct {
 
 func (x *RewindResponse) Reset() {
 	*x = RewindResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1789,7 @@ func (x *RewindResponse) String() string {
 func (*RewindResponse) ProtoMessage() {}
 
 func (x *RewindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[15]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1802,7 @@ func (x *RewindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindResponse.ProtoReflect.Descriptor instead.
 func (*RewindResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{15}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RewindResponse) GetThread() *Thread {
@@ -1739,6 +1826,183 @@ func (x *RewindResponse) GetSummaryDropped() bool {
 	return false
 }
 
+// ForkRequest creates a thread from another's messages up to a seq.
+type ForkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The parent. Empty: "default". Checked like AddRequest.thread_id.
+	ThreadId string `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	// The new thread; required, checked like thread_id, different from it.
+	NewThreadId string `protobuf:"bytes,2,opt,name=new_thread_id,json=newThreadId,proto3" json:"new_thread_id,omitempty"`
+	// The fork holds the parent's messages up to and including this seq.
+	// Unset: the parent's last_seq. 0: none (an empty fork with the parent's
+	// strategy, labels and ttl).
+	AtSeq *uint64 `protobuf:"varint,3,opt,name=at_seq,json=atSeq,proto3,oneof" json:"at_seq,omitempty"`
+	// When set, fork only if the parent's last_seq is still this value
+	// (ABORTED otherwise), so the fork holds exactly the state the caller read.
+	ExpectedLastSeq *uint64 `protobuf:"varint,4,opt,name=expected_last_seq,json=expectedLastSeq,proto3,oneof" json:"expected_last_seq,omitempty"`
+	// Idempotency key, as AddRequest.request_id, kept on the new thread.
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The fork's strategy; unset: the parent's. Checked like AddRequest.strategy.
+	Strategy *Strategy `protobuf:"bytes,6,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	// The fork's labels; empty: the parent's.
+	Labels map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The fork's ttl; unset: the parent's; 0 s: none.
+	Ttl           *durationpb.Duration `protobuf:"bytes,21,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkRequest) Reset() {
+	*x = ForkRequest{}
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkRequest) ProtoMessage() {}
+
+func (x *ForkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
+func (*ForkRequest) Descriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ForkRequest) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *ForkRequest) GetNewThreadId() string {
+	if x != nil {
+		return x.NewThreadId
+	}
+	return ""
+}
+
+func (x *ForkRequest) GetAtSeq() uint64 {
+	if x != nil && x.AtSeq != nil {
+		return *x.AtSeq
+	}
+	return 0
+}
+
+func (x *ForkRequest) GetExpectedLastSeq() uint64 {
+	if x != nil && x.ExpectedLastSeq != nil {
+		return *x.ExpectedLastSeq
+	}
+	return 0
+}
+
+func (x *ForkRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ForkRequest) GetStrategy() *Strategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return nil
+}
+
+func (x *ForkRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ForkRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+// ForkResponse describes the new thread.
+type ForkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new thread (last_seq = at_seq).
+	Thread *Thread `protobuf:"bytes,1,opt,name=thread,proto3" json:"thread,omitempty"`
+	// The parent's stored messages up to at_seq that the fork took over
+	// (shared or copied), counted before the fork's own max_stored trim.
+	SharedCount uint32 `protobuf:"varint,2,opt,name=shared_count,json=sharedCount,proto3" json:"shared_count,omitempty"`
+	// Whether the parent's summary was taken over.
+	SummaryInherited bool `protobuf:"varint,3,opt,name=summary_inherited,json=summaryInherited,proto3" json:"summary_inherited,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ForkResponse) Reset() {
+	*x = ForkResponse{}
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkResponse) ProtoMessage() {}
+
+func (x *ForkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
+func (*ForkResponse) Descriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ForkResponse) GetThread() *Thread {
+	if x != nil {
+		return x.Thread
+	}
+	return nil
+}
+
+func (x *ForkResponse) GetSharedCount() uint32 {
+	if x != nil {
+		return x.SharedCount
+	}
+	return 0
+}
+
+func (x *ForkResponse) GetSummaryInherited() bool {
+	if x != nil {
+		return x.SummaryInherited
+	}
+	return false
+}
+
 // ListThreadsRequest pages through the caller's thread ids.
 type ListThreadsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1749,14 +2013,20 @@ type ListThreadsRequest struct {
 	// Only threads carrying every one of these labels with these values
 	// (equality, AND); empty: every thread. Keep the same filter across the
 	// pages of one listing. Checked like AddRequest.labels.
-	Labels        map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Labels map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Only the direct forks of this thread (Thread.parent.thread_id), of any
+	// incarnation of it; combines with labels (AND). Empty: every thread.
+	ForksOf string `protobuf:"bytes,21,opt,name=forks_of,json=forksOf,proto3" json:"forks_of,omitempty"`
+	// Also return each listed thread (threads), so a listing shows parents
+	// and fork points without a Get per id.
+	IncludeThreads bool `protobuf:"varint,22,opt,name=include_threads,json=includeThreads,proto3" json:"include_threads,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +2038,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[16]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +2051,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{16}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListThreadsRequest) GetPageSize() uint32 {
@@ -1805,6 +2075,20 @@ func (x *ListThreadsRequest) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *ListThreadsRequest) GetForksOf() string {
+	if x != nil {
+		return x.ForksOf
+	}
+	return ""
+}
+
+func (x *ListThreadsRequest) GetIncludeThreads() bool {
+	if x != nil {
+		return x.IncludeThreads
+	}
+	return false
+}
+
 // ListThreadsResponse is one page of thread ids.
 type ListThreadsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1812,13 +2096,16 @@ type ListThreadsResponse struct {
 	ThreadIds []string `protobuf:"bytes,1,rep,name=thread_ids,json=threadIds,proto3" json:"thread_ids,omitempty"`
 	// Token for the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// With include_threads: the threads of thread_ids, in the same order (a
+	// thread cleared meanwhile is left out).
+	Threads       []*Thread `protobuf:"bytes,3,rep,name=threads,proto3" json:"threads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2117,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[17]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2130,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{17}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListThreadsResponse) GetThreadIds() []string {
@@ -1858,6 +2145,13 @@ func (x *ListThreadsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListThreadsResponse) GetThreads() []*Thread {
+	if x != nil {
+		return x.Threads
+	}
+	return nil
 }
 
 // WatchRequest opens an event stream.
@@ -1878,7 +2172,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2184,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[18]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2197,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{18}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchRequest) GetThreadIds() []string {
@@ -1954,6 +2248,7 @@ type WatchResponse struct {
 	//	*WatchResponse_SummaryFailed
 	//	*WatchResponse_Progress
 	//	*WatchResponse_ThreadRewound
+	//	*WatchResponse_ThreadForked
 	Event         isWatchResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1961,7 +2256,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2268,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[19]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2281,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{19}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchResponse) GetResumeToken() string {
@@ -2071,6 +2366,15 @@ func (x *WatchResponse) GetThreadRewound() *ThreadRewound {
 	return nil
 }
 
+func (x *WatchResponse) GetThreadForked() *ThreadForked {
+	if x != nil {
+		if x, ok := x.Event.(*WatchResponse_ThreadForked); ok {
+			return x.ThreadForked
+		}
+	}
+	return nil
+}
+
 type isWatchResponse_Event interface {
 	isWatchResponse_Event()
 }
@@ -2105,6 +2409,11 @@ type WatchResponse_ThreadRewound struct {
 	ThreadRewound *ThreadRewound `protobuf:"bytes,9,opt,name=thread_rewound,json=threadRewound,proto3,oneof"`
 }
 
+type WatchResponse_ThreadForked struct {
+	// The thread was created by Fork.
+	ThreadForked *ThreadForked `protobuf:"bytes,10,opt,name=thread_forked,json=threadForked,proto3,oneof"`
+}
+
 func (*WatchResponse_SummaryUpdated) isWatchResponse_Event() {}
 
 func (*WatchResponse_MessagesAdded) isWatchResponse_Event() {}
@@ -2116,6 +2425,8 @@ func (*WatchResponse_SummaryFailed) isWatchResponse_Event() {}
 func (*WatchResponse_Progress) isWatchResponse_Event() {}
 
 func (*WatchResponse_ThreadRewound) isWatchResponse_Event() {}
+
+func (*WatchResponse_ThreadForked) isWatchResponse_Event() {}
 
 // SummaryUpdated: the thread's summary now covers more messages.
 type SummaryUpdated struct {
@@ -2132,7 +2443,7 @@ type SummaryUpdated struct {
 
 func (x *SummaryUpdated) Reset() {
 	*x = SummaryUpdated{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2455,7 @@ func (x *SummaryUpdated) String() string {
 func (*SummaryUpdated) ProtoMessage() {}
 
 func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[20]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2468,7 @@ func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryUpdated.ProtoReflect.Descriptor instead.
 func (*SummaryUpdated) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{20}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SummaryUpdated) GetSummary() string {
@@ -2194,7 +2505,7 @@ type MessagesAdded struct {
 
 func (x *MessagesAdded) Reset() {
 	*x = MessagesAdded{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2517,7 @@ func (x *MessagesAdded) String() string {
 func (*MessagesAdded) ProtoMessage() {}
 
 func (x *MessagesAdded) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[21]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2530,7 @@ func (x *MessagesAdded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesAdded.ProtoReflect.Descriptor instead.
 func (*MessagesAdded) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{21}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MessagesAdded) GetFirstSeq() uint64 {
@@ -2247,7 +2558,7 @@ type ThreadCleared struct {
 
 func (x *ThreadCleared) Reset() {
 	*x = ThreadCleared{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2570,7 @@ func (x *ThreadCleared) String() string {
 func (*ThreadCleared) ProtoMessage() {}
 
 func (x *ThreadCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[22]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2583,7 @@ func (x *ThreadCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadCleared.ProtoReflect.Descriptor instead.
 func (*ThreadCleared) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{22}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ThreadCleared) GetReason() string {
@@ -2295,7 +2606,7 @@ type SummaryFailed struct {
 
 func (x *SummaryFailed) Reset() {
 	*x = SummaryFailed{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2618,7 @@ func (x *SummaryFailed) String() string {
 func (*SummaryFailed) ProtoMessage() {}
 
 func (x *SummaryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[23]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2631,7 @@ func (x *SummaryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryFailed.ProtoReflect.Descriptor instead.
 func (*SummaryFailed) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{23}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SummaryFailed) GetReason() string {
@@ -2353,7 +2664,7 @@ type ThreadRewound struct {
 
 func (x *ThreadRewound) Reset() {
 	*x = ThreadRewound{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2676,7 @@ func (x *ThreadRewound) String() string {
 func (*ThreadRewound) ProtoMessage() {}
 
 func (x *ThreadRewound) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[24]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2689,7 @@ func (x *ThreadRewound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ThreadRewound.ProtoReflect.Descriptor instead.
 func (*ThreadRewound) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{24}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ThreadRewound) GetToSeq() uint64 {
@@ -2402,6 +2713,82 @@ func (x *ThreadRewound) GetSummaryDropped() bool {
 	return false
 }
 
+// ThreadForked: the thread was created by Fork from parent_thread_id's
+// messages up to at_seq; it stands for those messages (no MessagesAdded is
+// sent for them).
+type ThreadForked struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The parent.
+	ParentThreadId string `protobuf:"bytes,1,opt,name=parent_thread_id,json=parentThreadId,proto3" json:"parent_thread_id,omitempty"`
+	// The fork point.
+	AtSeq uint64 `protobuf:"varint,2,opt,name=at_seq,json=atSeq,proto3" json:"at_seq,omitempty"`
+	// The parent's stored messages up to at_seq that the fork took over
+	// (shared or copied), counted before the fork's own max_stored trim.
+	SharedCount uint32 `protobuf:"varint,3,opt,name=shared_count,json=sharedCount,proto3" json:"shared_count,omitempty"`
+	// Whether the parent's summary was taken over.
+	SummaryInherited bool `protobuf:"varint,4,opt,name=summary_inherited,json=summaryInherited,proto3" json:"summary_inherited,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ThreadForked) Reset() {
+	*x = ThreadForked{}
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThreadForked) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThreadForked) ProtoMessage() {}
+
+func (x *ThreadForked) ProtoReflect() protoreflect.Message {
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThreadForked.ProtoReflect.Descriptor instead.
+func (*ThreadForked) Descriptor() ([]byte, []int) {
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ThreadForked) GetParentThreadId() string {
+	if x != nil {
+		return x.ParentThreadId
+	}
+	return ""
+}
+
+func (x *ThreadForked) GetAtSeq() uint64 {
+	if x != nil {
+		return x.AtSeq
+	}
+	return 0
+}
+
+func (x *ThreadForked) GetSharedCount() uint32 {
+	if x != nil {
+		return x.SharedCount
+	}
+	return 0
+}
+
+func (x *ThreadForked) GetSummaryInherited() bool {
+	if x != nil {
+		return x.SummaryInherited
+	}
+	return false
+}
+
 // Progress: nothing was missed up to this event's resume_token.
 type Progress struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2411,7 +2798,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[25]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2810,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_windlass_memory_v1_memory_proto_msgTypes[25]
+	mi := &file_windlass_memory_v1_memory_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2823,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{25}
+	return file_windlass_memory_v1_memory_proto_rawDescGZIP(), []int{29}
 }
 
 var File_windlass_memory_v1_memory_proto protoreflect.FileDescriptor
@@ -2499,7 +2886,7 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x11summary_placement\x18\x06 \x01(\x0e2$.windlass.memory.v1.SummaryPlacementR\x10summaryPlacementB\t\n" +
 	"\a_windowB\x12\n" +
 	"\x10_summarize_everyB\r\n" +
-	"\v_max_tokens\"\x8f\x04\n" +
+	"\v_max_tokens\"\xc7\x04\n" +
 	"\x06Thread\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x128\n" +
 	"\bstrategy\x18\x02 \x01(\v2\x1c.windlass.memory.v1.StrategyR\bstrategy\x12\x19\n" +
@@ -2512,10 +2899,17 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x06labels\x18\x14 \x03(\v2&.windlass.memory.v1.Thread.LabelsEntryR\x06labels\x12+\n" +
 	"\x03ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12;\n" +
 	"\vexpire_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\x1a9\n" +
+	"expireTime\x126\n" +
+	"\x06parent\x18\x17 \x01(\v2\x1e.windlass.memory.v1.ForkOriginR\x06parent\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\x01\n" +
+	"\n" +
+	"ForkOrigin\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x15\n" +
+	"\x06at_seq\x18\x02 \x01(\x04R\x05atSeq\x127\n" +
+	"\tfork_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bforkTime\x12H\n" +
+	"\x12parent_create_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x10parentCreateTime\"\x82\x04\n" +
 	"\n" +
 	"AddRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12;\n" +
@@ -2579,26 +2973,48 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x0eRewindResponse\x122\n" +
 	"\x06thread\x18\x01 \x01(\v2\x1a.windlass.memory.v1.ThreadR\x06thread\x12#\n" +
 	"\rremoved_count\x18\x02 \x01(\rR\fremovedCount\x12'\n" +
-	"\x0fsummary_dropped\x18\x03 \x01(\bR\x0esummaryDropped\"\xd7\x01\n" +
+	"\x0fsummary_dropped\x18\x03 \x01(\bR\x0esummaryDropped\"\xc2\x03\n" +
+	"\vForkRequest\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\"\n" +
+	"\rnew_thread_id\x18\x02 \x01(\tR\vnewThreadId\x12\x1a\n" +
+	"\x06at_seq\x18\x03 \x01(\x04H\x00R\x05atSeq\x88\x01\x01\x12/\n" +
+	"\x11expected_last_seq\x18\x04 \x01(\x04H\x01R\x0fexpectedLastSeq\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x128\n" +
+	"\bstrategy\x18\x06 \x01(\v2\x1c.windlass.memory.v1.StrategyR\bstrategy\x12C\n" +
+	"\x06labels\x18\x14 \x03(\v2+.windlass.memory.v1.ForkRequest.LabelsEntryR\x06labels\x12+\n" +
+	"\x03ttl\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\t\n" +
+	"\a_at_seqB\x14\n" +
+	"\x12_expected_last_seq\"\x92\x01\n" +
+	"\fForkResponse\x122\n" +
+	"\x06thread\x18\x01 \x01(\v2\x1a.windlass.memory.v1.ThreadR\x06thread\x12!\n" +
+	"\fshared_count\x18\x02 \x01(\rR\vsharedCount\x12+\n" +
+	"\x11summary_inherited\x18\x03 \x01(\bR\x10summaryInherited\"\x9b\x02\n" +
 	"\x12ListThreadsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x12J\n" +
-	"\x06labels\x18\x14 \x03(\v22.windlass.memory.v1.ListThreadsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x14 \x03(\v22.windlass.memory.v1.ListThreadsRequest.LabelsEntryR\x06labels\x12\x19\n" +
+	"\bforks_of\x18\x15 \x01(\tR\aforksOf\x12'\n" +
+	"\x0finclude_threads\x18\x16 \x01(\bR\x0eincludeThreads\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x01\n" +
 	"\x13ListThreadsResponse\x12\x1d\n" +
 	"\n" +
 	"thread_ids\x18\x01 \x03(\tR\tthreadIds\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbe\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x124\n" +
+	"\athreads\x18\x03 \x03(\v2\x1a.windlass.memory.v1.ThreadR\athreads\"\xbe\x01\n" +
 	"\fWatchRequest\x12\x1d\n" +
 	"\n" +
 	"thread_ids\x18\x01 \x03(\tR\tthreadIds\x12>\n" +
 	"\vevent_types\x18\x02 \x03(\x0e2\x1d.windlass.memory.v1.EventTypeR\n" +
 	"eventTypes\x12!\n" +
 	"\fresume_token\x18\x03 \x01(\tR\vresumeToken\x12,\n" +
-	"\x12send_initial_state\x18\x04 \x01(\bR\x10sendInitialState\"\xc3\x04\n" +
+	"\x12send_initial_state\x18\x04 \x01(\bR\x10sendInitialState\"\x8c\x05\n" +
 	"\rWatchResponse\x12!\n" +
 	"\fresume_token\x18\x01 \x01(\tR\vresumeToken\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12.\n" +
@@ -2608,7 +3024,9 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x0ethread_cleared\x18\x06 \x01(\v2!.windlass.memory.v1.ThreadClearedH\x00R\rthreadCleared\x12J\n" +
 	"\x0esummary_failed\x18\a \x01(\v2!.windlass.memory.v1.SummaryFailedH\x00R\rsummaryFailed\x12:\n" +
 	"\bprogress\x18\b \x01(\v2\x1c.windlass.memory.v1.ProgressH\x00R\bprogress\x12J\n" +
-	"\x0ethread_rewound\x18\t \x01(\v2!.windlass.memory.v1.ThreadRewoundH\x00R\rthreadRewoundB\a\n" +
+	"\x0ethread_rewound\x18\t \x01(\v2!.windlass.memory.v1.ThreadRewoundH\x00R\rthreadRewound\x12G\n" +
+	"\rthread_forked\x18\n" +
+	" \x01(\v2 .windlass.memory.v1.ThreadForkedH\x00R\fthreadForkedB\a\n" +
 	"\x05event\"\x83\x01\n" +
 	"\x0eSummaryUpdated\x12\x18\n" +
 	"\asummary\x18\x01 \x01(\tR\asummary\x124\n" +
@@ -2625,7 +3043,12 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\rThreadRewound\x12\x15\n" +
 	"\x06to_seq\x18\x01 \x01(\x04R\x05toSeq\x12#\n" +
 	"\rremoved_count\x18\x02 \x01(\rR\fremovedCount\x12'\n" +
-	"\x0fsummary_dropped\x18\x03 \x01(\bR\x0esummaryDropped\"\n" +
+	"\x0fsummary_dropped\x18\x03 \x01(\bR\x0esummaryDropped\"\x9f\x01\n" +
+	"\fThreadForked\x12(\n" +
+	"\x10parent_thread_id\x18\x01 \x01(\tR\x0eparentThreadId\x12\x15\n" +
+	"\x06at_seq\x18\x02 \x01(\x04R\x05atSeq\x12!\n" +
+	"\fshared_count\x18\x03 \x01(\rR\vsharedCount\x12+\n" +
+	"\x11summary_inherited\x18\x04 \x01(\bR\x10summaryInherited\"\n" +
 	"\n" +
 	"\bProgress*_\n" +
 	"\x04Role\x12\x14\n" +
@@ -2645,20 +3068,22 @@ const file_windlass_memory_v1_memory_proto_rawDesc = "" +
 	"\x1dSUMMARY_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18SUMMARY_PLACEMENT_SYSTEM\x10\x01\x12\x1a\n" +
 	"\x16SUMMARY_PLACEMENT_USER\x10\x02\x12\x1a\n" +
-	"\x16SUMMARY_PLACEMENT_NONE\x10\x03*\xc3\x01\n" +
+	"\x16SUMMARY_PLACEMENT_NONE\x10\x03*\xe1\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aEVENT_TYPE_SUMMARY_UPDATED\x10\x01\x12\x1d\n" +
 	"\x19EVENT_TYPE_MESSAGES_ADDED\x10\x02\x12\x1d\n" +
 	"\x19EVENT_TYPE_THREAD_CLEARED\x10\x03\x12\x1d\n" +
 	"\x19EVENT_TYPE_SUMMARY_FAILED\x10\x04\x12\x1d\n" +
-	"\x19EVENT_TYPE_THREAD_REWOUND\x10\x052\xee\x03\n" +
+	"\x19EVENT_TYPE_THREAD_REWOUND\x10\x05\x12\x1c\n" +
+	"\x18EVENT_TYPE_THREAD_FORKED\x10\x062\xb9\x04\n" +
 	"\rMemoryService\x12F\n" +
 	"\x03Add\x12\x1e.windlass.memory.v1.AddRequest\x1a\x1f.windlass.memory.v1.AddResponse\x12F\n" +
 	"\x03Get\x12\x1e.windlass.memory.v1.GetRequest\x1a\x1f.windlass.memory.v1.GetResponse\x12L\n" +
 	"\x05Clear\x12 .windlass.memory.v1.ClearRequest\x1a!.windlass.memory.v1.ClearResponse\x12^\n" +
 	"\vListThreads\x12&.windlass.memory.v1.ListThreadsRequest\x1a'.windlass.memory.v1.ListThreadsResponse\x12O\n" +
-	"\x06Rewind\x12!.windlass.memory.v1.RewindRequest\x1a\".windlass.memory.v1.RewindResponse\x12N\n" +
+	"\x06Rewind\x12!.windlass.memory.v1.RewindRequest\x1a\".windlass.memory.v1.RewindResponse\x12I\n" +
+	"\x04Fork\x12\x1f.windlass.memory.v1.ForkRequest\x1a .windlass.memory.v1.ForkResponse\x12N\n" +
 	"\x05Watch\x12 .windlass.memory.v1.WatchRequest\x1a!.windlass.memory.v1.WatchResponse0\x01BKZIgithub.com/windlass-ai/windlass-memory/gen/go/windlass/memory/v1;memoryv1b\x06proto3"
 
 var (
@@ -2674,7 +3099,7 @@ func file_windlass_memory_v1_memory_proto_rawDescGZIP() []byte {
 }
 
 var file_windlass_memory_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_windlass_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(Role)(0),                     // 0: windlass.memory.v1.Role
 	(Profile)(0),                  // 1: windlass.memory.v1.Profile
@@ -2688,84 +3113,100 @@ var file_windlass_memory_v1_memory_proto_goTypes = []any{
 	(*WindowStrategy)(nil),        // 9: windlass.memory.v1.WindowStrategy
 	(*SummaryStrategy)(nil),       // 10: windlass.memory.v1.SummaryStrategy
 	(*Thread)(nil),                // 11: windlass.memory.v1.Thread
-	(*AddRequest)(nil),            // 12: windlass.memory.v1.AddRequest
-	(*AddResponse)(nil),           // 13: windlass.memory.v1.AddResponse
-	(*GetRequest)(nil),            // 14: windlass.memory.v1.GetRequest
-	(*GetResponse)(nil),           // 15: windlass.memory.v1.GetResponse
-	(*ClearRequest)(nil),          // 16: windlass.memory.v1.ClearRequest
-	(*ClearResponse)(nil),         // 17: windlass.memory.v1.ClearResponse
-	(*RewindRequest)(nil),         // 18: windlass.memory.v1.RewindRequest
-	(*RewindResponse)(nil),        // 19: windlass.memory.v1.RewindResponse
-	(*ListThreadsRequest)(nil),    // 20: windlass.memory.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),   // 21: windlass.memory.v1.ListThreadsResponse
-	(*WatchRequest)(nil),          // 22: windlass.memory.v1.WatchRequest
-	(*WatchResponse)(nil),         // 23: windlass.memory.v1.WatchResponse
-	(*SummaryUpdated)(nil),        // 24: windlass.memory.v1.SummaryUpdated
-	(*MessagesAdded)(nil),         // 25: windlass.memory.v1.MessagesAdded
-	(*ThreadCleared)(nil),         // 26: windlass.memory.v1.ThreadCleared
-	(*SummaryFailed)(nil),         // 27: windlass.memory.v1.SummaryFailed
-	(*ThreadRewound)(nil),         // 28: windlass.memory.v1.ThreadRewound
-	(*Progress)(nil),              // 29: windlass.memory.v1.Progress
-	nil,                           // 30: windlass.memory.v1.ChatMessage.MetadataEntry
-	nil,                           // 31: windlass.memory.v1.Thread.LabelsEntry
-	nil,                           // 32: windlass.memory.v1.AddRequest.LabelsEntry
-	nil,                           // 33: windlass.memory.v1.ListThreadsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
+	(*ForkOrigin)(nil),            // 12: windlass.memory.v1.ForkOrigin
+	(*AddRequest)(nil),            // 13: windlass.memory.v1.AddRequest
+	(*AddResponse)(nil),           // 14: windlass.memory.v1.AddResponse
+	(*GetRequest)(nil),            // 15: windlass.memory.v1.GetRequest
+	(*GetResponse)(nil),           // 16: windlass.memory.v1.GetResponse
+	(*ClearRequest)(nil),          // 17: windlass.memory.v1.ClearRequest
+	(*ClearResponse)(nil),         // 18: windlass.memory.v1.ClearResponse
+	(*RewindRequest)(nil),         // 19: windlass.memory.v1.RewindRequest
+	(*RewindResponse)(nil),        // 20: windlass.memory.v1.RewindResponse
+	(*ForkRequest)(nil),           // 21: windlass.memory.v1.ForkRequest
+	(*ForkResponse)(nil),          // 22: windlass.memory.v1.ForkResponse
+	(*ListThreadsRequest)(nil),    // 23: windlass.memory.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),   // 24: windlass.memory.v1.ListThreadsResponse
+	(*WatchRequest)(nil),          // 25: windlass.memory.v1.WatchRequest
+	(*WatchResponse)(nil),         // 26: windlass.memory.v1.WatchResponse
+	(*SummaryUpdated)(nil),        // 27: windlass.memory.v1.SummaryUpdated
+	(*MessagesAdded)(nil),         // 28: windlass.memory.v1.MessagesAdded
+	(*ThreadCleared)(nil),         // 29: windlass.memory.v1.ThreadCleared
+	(*SummaryFailed)(nil),         // 30: windlass.memory.v1.SummaryFailed
+	(*ThreadRewound)(nil),         // 31: windlass.memory.v1.ThreadRewound
+	(*ThreadForked)(nil),          // 32: windlass.memory.v1.ThreadForked
+	(*Progress)(nil),              // 33: windlass.memory.v1.Progress
+	nil,                           // 34: windlass.memory.v1.ChatMessage.MetadataEntry
+	nil,                           // 35: windlass.memory.v1.Thread.LabelsEntry
+	nil,                           // 36: windlass.memory.v1.AddRequest.LabelsEntry
+	nil,                           // 37: windlass.memory.v1.ForkRequest.LabelsEntry
+	nil,                           // 38: windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 40: google.protobuf.Duration
 }
 var file_windlass_memory_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: windlass.memory.v1.ChatMessage.role:type_name -> windlass.memory.v1.Role
 	4,  // 1: windlass.memory.v1.ChatMessage.tool_calls:type_name -> windlass.memory.v1.ToolCall
-	30, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
-	34, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
+	34, // 2: windlass.memory.v1.ChatMessage.metadata:type_name -> windlass.memory.v1.ChatMessage.MetadataEntry
+	39, // 3: windlass.memory.v1.ChatMessage.create_time:type_name -> google.protobuf.Timestamp
 	8,  // 4: windlass.memory.v1.Strategy.buffer:type_name -> windlass.memory.v1.BufferStrategy
 	9,  // 5: windlass.memory.v1.Strategy.window:type_name -> windlass.memory.v1.WindowStrategy
 	10, // 6: windlass.memory.v1.Strategy.summary:type_name -> windlass.memory.v1.SummaryStrategy
 	7,  // 7: windlass.memory.v1.Strategy.clear_tool_results:type_name -> windlass.memory.v1.ToolResultClearing
 	2,  // 8: windlass.memory.v1.SummaryStrategy.summary_placement:type_name -> windlass.memory.v1.SummaryPlacement
 	6,  // 9: windlass.memory.v1.Thread.strategy:type_name -> windlass.memory.v1.Strategy
-	34, // 10: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
-	34, // 11: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
-	31, // 12: windlass.memory.v1.Thread.labels:type_name -> windlass.memory.v1.Thread.LabelsEntry
-	35, // 13: windlass.memory.v1.Thread.ttl:type_name -> google.protobuf.Duration
-	34, // 14: windlass.memory.v1.Thread.expire_time:type_name -> google.protobuf.Timestamp
-	5,  // 15: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
-	6,  // 16: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
-	32, // 17: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
-	35, // 18: windlass.memory.v1.AddRequest.ttl:type_name -> google.protobuf.Duration
-	11, // 19: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
-	6,  // 20: windlass.memory.v1.GetRequest.recall:type_name -> windlass.memory.v1.Strategy
-	1,  // 21: windlass.memory.v1.GetRequest.profile:type_name -> windlass.memory.v1.Profile
-	7,  // 22: windlass.memory.v1.GetRequest.clear_tool_results:type_name -> windlass.memory.v1.ToolResultClearing
-	5,  // 23: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
-	11, // 24: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
-	11, // 25: windlass.memory.v1.RewindResponse.thread:type_name -> windlass.memory.v1.Thread
-	33, // 26: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
-	3,  // 27: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
-	34, // 28: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
-	24, // 29: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
-	25, // 30: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
-	26, // 31: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
-	27, // 32: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
-	29, // 33: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
-	28, // 34: windlass.memory.v1.WatchResponse.thread_rewound:type_name -> windlass.memory.v1.ThreadRewound
-	12, // 35: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
-	14, // 36: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
-	16, // 37: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
-	20, // 38: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
-	18, // 39: windlass.memory.v1.MemoryService.Rewind:input_type -> windlass.memory.v1.RewindRequest
-	22, // 40: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
-	13, // 41: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
-	15, // 42: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
-	17, // 43: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
-	21, // 44: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
-	19, // 45: windlass.memory.v1.MemoryService.Rewind:output_type -> windlass.memory.v1.RewindResponse
-	23, // 46: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
-	41, // [41:47] is the sub-list for method output_type
-	35, // [35:41] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	39, // 10: windlass.memory.v1.Thread.create_time:type_name -> google.protobuf.Timestamp
+	39, // 11: windlass.memory.v1.Thread.update_time:type_name -> google.protobuf.Timestamp
+	35, // 12: windlass.memory.v1.Thread.labels:type_name -> windlass.memory.v1.Thread.LabelsEntry
+	40, // 13: windlass.memory.v1.Thread.ttl:type_name -> google.protobuf.Duration
+	39, // 14: windlass.memory.v1.Thread.expire_time:type_name -> google.protobuf.Timestamp
+	12, // 15: windlass.memory.v1.Thread.parent:type_name -> windlass.memory.v1.ForkOrigin
+	39, // 16: windlass.memory.v1.ForkOrigin.fork_time:type_name -> google.protobuf.Timestamp
+	39, // 17: windlass.memory.v1.ForkOrigin.parent_create_time:type_name -> google.protobuf.Timestamp
+	5,  // 18: windlass.memory.v1.AddRequest.messages:type_name -> windlass.memory.v1.ChatMessage
+	6,  // 19: windlass.memory.v1.AddRequest.strategy:type_name -> windlass.memory.v1.Strategy
+	36, // 20: windlass.memory.v1.AddRequest.labels:type_name -> windlass.memory.v1.AddRequest.LabelsEntry
+	40, // 21: windlass.memory.v1.AddRequest.ttl:type_name -> google.protobuf.Duration
+	11, // 22: windlass.memory.v1.AddResponse.thread:type_name -> windlass.memory.v1.Thread
+	6,  // 23: windlass.memory.v1.GetRequest.recall:type_name -> windlass.memory.v1.Strategy
+	1,  // 24: windlass.memory.v1.GetRequest.profile:type_name -> windlass.memory.v1.Profile
+	7,  // 25: windlass.memory.v1.GetRequest.clear_tool_results:type_name -> windlass.memory.v1.ToolResultClearing
+	5,  // 26: windlass.memory.v1.GetResponse.messages:type_name -> windlass.memory.v1.ChatMessage
+	11, // 27: windlass.memory.v1.GetResponse.thread:type_name -> windlass.memory.v1.Thread
+	11, // 28: windlass.memory.v1.RewindResponse.thread:type_name -> windlass.memory.v1.Thread
+	6,  // 29: windlass.memory.v1.ForkRequest.strategy:type_name -> windlass.memory.v1.Strategy
+	37, // 30: windlass.memory.v1.ForkRequest.labels:type_name -> windlass.memory.v1.ForkRequest.LabelsEntry
+	40, // 31: windlass.memory.v1.ForkRequest.ttl:type_name -> google.protobuf.Duration
+	11, // 32: windlass.memory.v1.ForkResponse.thread:type_name -> windlass.memory.v1.Thread
+	38, // 33: windlass.memory.v1.ListThreadsRequest.labels:type_name -> windlass.memory.v1.ListThreadsRequest.LabelsEntry
+	11, // 34: windlass.memory.v1.ListThreadsResponse.threads:type_name -> windlass.memory.v1.Thread
+	3,  // 35: windlass.memory.v1.WatchRequest.event_types:type_name -> windlass.memory.v1.EventType
+	39, // 36: windlass.memory.v1.WatchResponse.time:type_name -> google.protobuf.Timestamp
+	27, // 37: windlass.memory.v1.WatchResponse.summary_updated:type_name -> windlass.memory.v1.SummaryUpdated
+	28, // 38: windlass.memory.v1.WatchResponse.messages_added:type_name -> windlass.memory.v1.MessagesAdded
+	29, // 39: windlass.memory.v1.WatchResponse.thread_cleared:type_name -> windlass.memory.v1.ThreadCleared
+	30, // 40: windlass.memory.v1.WatchResponse.summary_failed:type_name -> windlass.memory.v1.SummaryFailed
+	33, // 41: windlass.memory.v1.WatchResponse.progress:type_name -> windlass.memory.v1.Progress
+	31, // 42: windlass.memory.v1.WatchResponse.thread_rewound:type_name -> windlass.memory.v1.ThreadRewound
+	32, // 43: windlass.memory.v1.WatchResponse.thread_forked:type_name -> windlass.memory.v1.ThreadForked
+	13, // 44: windlass.memory.v1.MemoryService.Add:input_type -> windlass.memory.v1.AddRequest
+	15, // 45: windlass.memory.v1.MemoryService.Get:input_type -> windlass.memory.v1.GetRequest
+	17, // 46: windlass.memory.v1.MemoryService.Clear:input_type -> windlass.memory.v1.ClearRequest
+	23, // 47: windlass.memory.v1.MemoryService.ListThreads:input_type -> windlass.memory.v1.ListThreadsRequest
+	19, // 48: windlass.memory.v1.MemoryService.Rewind:input_type -> windlass.memory.v1.RewindRequest
+	21, // 49: windlass.memory.v1.MemoryService.Fork:input_type -> windlass.memory.v1.ForkRequest
+	25, // 50: windlass.memory.v1.MemoryService.Watch:input_type -> windlass.memory.v1.WatchRequest
+	14, // 51: windlass.memory.v1.MemoryService.Add:output_type -> windlass.memory.v1.AddResponse
+	16, // 52: windlass.memory.v1.MemoryService.Get:output_type -> windlass.memory.v1.GetResponse
+	18, // 53: windlass.memory.v1.MemoryService.Clear:output_type -> windlass.memory.v1.ClearResponse
+	24, // 54: windlass.memory.v1.MemoryService.ListThreads:output_type -> windlass.memory.v1.ListThreadsResponse
+	20, // 55: windlass.memory.v1.MemoryService.Rewind:output_type -> windlass.memory.v1.RewindResponse
+	22, // 56: windlass.memory.v1.MemoryService.Fork:output_type -> windlass.memory.v1.ForkResponse
+	26, // 57: windlass.memory.v1.MemoryService.Watch:output_type -> windlass.memory.v1.WatchResponse
+	51, // [51:58] is the sub-list for method output_type
+	44, // [44:51] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_windlass_memory_v1_memory_proto_init() }
@@ -2782,16 +3223,18 @@ func file_windlass_memory_v1_memory_proto_init() {
 	file_windlass_memory_v1_memory_proto_msgTypes[4].OneofWrappers = []any{}
 	file_windlass_memory_v1_memory_proto_msgTypes[5].OneofWrappers = []any{}
 	file_windlass_memory_v1_memory_proto_msgTypes[6].OneofWrappers = []any{}
-	file_windlass_memory_v1_memory_proto_msgTypes[8].OneofWrappers = []any{}
-	file_windlass_memory_v1_memory_proto_msgTypes[10].OneofWrappers = []any{}
-	file_windlass_memory_v1_memory_proto_msgTypes[14].OneofWrappers = []any{}
-	file_windlass_memory_v1_memory_proto_msgTypes[19].OneofWrappers = []any{
+	file_windlass_memory_v1_memory_proto_msgTypes[9].OneofWrappers = []any{}
+	file_windlass_memory_v1_memory_proto_msgTypes[11].OneofWrappers = []any{}
+	file_windlass_memory_v1_memory_proto_msgTypes[15].OneofWrappers = []any{}
+	file_windlass_memory_v1_memory_proto_msgTypes[17].OneofWrappers = []any{}
+	file_windlass_memory_v1_memory_proto_msgTypes[22].OneofWrappers = []any{
 		(*WatchResponse_SummaryUpdated)(nil),
 		(*WatchResponse_MessagesAdded)(nil),
 		(*WatchResponse_ThreadCleared)(nil),
 		(*WatchResponse_SummaryFailed)(nil),
 		(*WatchResponse_Progress)(nil),
 		(*WatchResponse_ThreadRewound)(nil),
+		(*WatchResponse_ThreadForked)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2799,7 +3242,7 @@ func file_windlass_memory_v1_memory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_windlass_memory_v1_memory_proto_rawDesc), len(file_windlass_memory_v1_memory_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   30,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	MemoryService_Clear_FullMethodName       = "/windlass.memory.v1.MemoryService/Clear"
 	MemoryService_ListThreads_FullMethodName = "/windlass.memory.v1.MemoryService/ListThreads"
 	MemoryService_Rewind_FullMethodName      = "/windlass.memory.v1.MemoryService/Rewind"
+	MemoryService_Fork_FullMethodName        = "/windlass.memory.v1.MemoryService/Fork"
 	MemoryService_Watch_FullMethodName       = "/windlass.memory.v1.MemoryService/Watch"
 )
 
@@ -80,6 +81,19 @@ type MemoryServiceClient interface {
 	// (messages after to_seq were already trimmed from the store, or only the
 	// summary still holds older ones, so the rewind would lose them).
 	Rewind(ctx context.Context, in *RewindRequest, opts ...grpc.CallOption) (*RewindResponse, error)
+	// Fork creates new_thread_id holding thread_id's messages up to at_seq,
+	// shared with the parent, not copied (its cost does not grow with the
+	// parent's length), with the parent's strategy, labels and ttl unless the
+	// request gives its own, and the parent's summary when that covers nothing
+	// after at_seq. Then both change independently: Adds, Gets, folds, Watch
+	// events, Rewinds, ttl and Clear of one never touch the other. Retrying
+	// with the same request_id returns the first call's response. Errors:
+	// INVALID_ARGUMENT (bad input; the field is named), NOT_FOUND (no such
+	// parent), ALREADY_EXISTS (new_thread_id is taken), ABORTED
+	// (expected_last_seq differs), OUT_OF_RANGE (at_seq past last_seq),
+	// FAILED_PRECONDITION (messages up to at_seq were already trimmed, or the
+	// lineage is too deep), RESOURCE_EXHAUSTED (a namespace quota).
+	Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error)
 	// Watch streams events of the caller's namespace in order: messages added,
 	// summaries updated or failed, threads cleared. Every event carries a
 	// resume_token; a new Watch with that token continues exactly after it.
@@ -142,6 +156,16 @@ func (c *memoryServiceClient) Rewind(ctx context.Context, in *RewindRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RewindResponse)
 	err := c.cc.Invoke(ctx, MemoryService_Rewind_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) Fork(ctx context.Context, in *ForkRequest, opts ...grpc.CallOption) (*ForkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkResponse)
+	err := c.cc.Invoke(ctx, MemoryService_Fork_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -212,6 +236,19 @@ type MemoryServiceServer interface {
 	// (messages after to_seq were already trimmed from the store, or only the
 	// summary still holds older ones, so the rewind would lose them).
 	Rewind(context.Context, *RewindRequest) (*RewindResponse, error)
+	// Fork creates new_thread_id holding thread_id's messages up to at_seq,
+	// shared with the parent, not copied (its cost does not grow with the
+	// parent's length), with the parent's strategy, labels and ttl unless the
+	// request gives its own, and the parent's summary when that covers nothing
+	// after at_seq. Then both change independently: Adds, Gets, folds, Watch
+	// events, Rewinds, ttl and Clear of one never touch the other. Retrying
+	// with the same request_id returns the first call's response. Errors:
+	// INVALID_ARGUMENT (bad input; the field is named), NOT_FOUND (no such
+	// parent), ALREADY_EXISTS (new_thread_id is taken), ABORTED
+	// (expected_last_seq differs), OUT_OF_RANGE (at_seq past last_seq),
+	// FAILED_PRECONDITION (messages up to at_seq were already trimmed, or the
+	// lineage is too deep), RESOURCE_EXHAUSTED (a namespace quota).
+	Fork(context.Context, *ForkRequest) (*ForkResponse, error)
 	// Watch streams events of the caller's namespace in order: messages added,
 	// summaries updated or failed, threads cleared. Every event carries a
 	// resume_token; a new Watch with that token continues exactly after it.
@@ -244,6 +281,9 @@ func (UnimplementedMemoryServiceServer) ListThreads(context.Context, *ListThread
 }
 func (UnimplementedMemoryServiceServer) Rewind(context.Context, *RewindRequest) (*RewindResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rewind not implemented")
+}
+func (UnimplementedMemoryServiceServer) Fork(context.Context, *ForkRequest) (*ForkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Fork not implemented")
 }
 func (UnimplementedMemoryServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -359,6 +399,24 @@ func _MemoryService_Rewind_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_Fork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).Fork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_Fork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).Fork(ctx, req.(*ForkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -396,6 +454,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rewind",
 			Handler:    _MemoryService_Rewind_Handler,
+		},
+		{
+			MethodName: "Fork",
+			Handler:    _MemoryService_Fork_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

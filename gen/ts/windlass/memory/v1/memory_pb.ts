@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file windlass/memory/v1/memory.proto.
  */
 export const file_windlass_memory_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("Ch93aW5kbGFzcy9tZW1vcnkvdjEvbWVtb3J5LnByb3RvEhJ3aW5kbGFzcy5tZW1vcnkudjEiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAki3AIKC0NoYXRNZXNzYWdlEiYKBHJvbGUYASABKA4yGC53aW5kbGFzcy5tZW1vcnkudjEuUm9sZRIPCgdjb250ZW50GAIgASgJEgwKBG5hbWUYAyABKAkSMAoKdG9vbF9jYWxscxgEIAMoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sQ2FsbBIUCgx0b29sX2NhbGxfaWQYBSABKAkSPwoIbWV0YWRhdGEYBiADKAsyLS53aW5kbGFzcy5tZW1vcnkudjEuQ2hhdE1lc3NhZ2UuTWV0YWRhdGFFbnRyeRILCgNzZXEYByABKAQSLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnRva2VucxgJIAEoDRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiugIKCFN0cmF0ZWd5EjQKBmJ1ZmZlchgBIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5CdWZmZXJTdHJhdGVneUgAEjQKBndpbmRvdxgCIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5XaW5kb3dTdHJhdGVneUgAEjYKB3N1bW1hcnkYAyABKAsyIy53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVN0cmF0ZWd5SAASFgoOZXhjbHVkZV9zeXN0ZW0YBCABKAgSFwoKbWF4X3N0b3JlZBgFIAEoDUgBiAEBEkIKEmNsZWFyX3Rvb2xfcmVzdWx0cxgGIAEoCzImLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sUmVzdWx0Q2xlYXJpbmdCBgoEa2luZEINCgtfbWF4X3N0b3JlZCJ6ChJUb29sUmVzdWx0Q2xlYXJpbmcSHAoPa2VlcF90b29sX3R1cm5zGAEgASgNSACIAQESHQoQa2VlcF90b29sX3Rva2VucxgCIAEoDUgBiAEBQhIKEF9rZWVwX3Rvb2xfdHVybnNCEwoRX2tlZXBfdG9vbF90b2tlbnMiPAoOQnVmZmVyU3RyYXRlZ3kSGQoMbWF4X21lc3NhZ2VzGAEgASgNSACIAQFCDwoNX21heF9tZXNzYWdlcyJwCg5XaW5kb3dTdHJhdGVneRITCgZ3aW5kb3cYASABKA1IAIgBARIXCgptYXhfdG9rZW5zGAIgASgNSAGIAQESFgoOdG9rZW5fZW5jb2RpbmcYAyABKAlCCQoHX3dpbmRvd0INCgtfbWF4X3Rva2VucyLzAQoPU3VtbWFyeVN0cmF0ZWd5EhMKBndpbmRvdxgBIAEoDUgAiAEBEhwKD3N1bW1hcml6ZV9ldmVyeRgCIAEoDUgBiAEBEg0KBW1vZGVsGAMgASgJEhcKCm1heF90b2tlbnMYBCABKA1IAogBARIWCg50b2tlbl9lbmNvZGluZxgFIAEoCRI/ChFzdW1tYXJ5X3BsYWNlbWVudBgGIAEoDjIkLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5UGxhY2VtZW50QgkKB193aW5kb3dCEgoQX3N1bW1hcml6ZV9ldmVyeUINCgtfbWF4X3Rva2VucyKfAwoGVGhyZWFkEhEKCXRocmVhZF9pZBgBIAEoCRIuCghzdHJhdGVneRgCIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5TdHJhdGVneRIQCghsYXN0X3NlcRgDIAEoBBIeChZzdW1tYXJpemVkX3Rocm91Z2hfc2VxGAQgASgEEi8KC2NyZWF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNgoGbGFiZWxzGBQgAygLMiYud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZC5MYWJlbHNFbnRyeRImCgN0dGwYFSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLZXhwaXJlX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEikAMKCkFkZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEjEKCG1lc3NhZ2VzGAIgAygLMh8ud2luZGxhc3MubWVtb3J5LnYxLkNoYXRNZXNzYWdlEi4KCHN0cmF0ZWd5GAMgASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlN0cmF0ZWd5EhgKEHJlcGxhY2Vfc3RyYXRlZ3kYBCABKAgSEgoKcmVxdWVzdF9pZBgFIAEoCRIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoBEgAiAEBEhUKDWtlZXBfc3RyYXRlZ3kYByABKAgSOgoGbGFiZWxzGBQgAygLMioud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlcXVlc3QuTGFiZWxzRW50cnkSJgoDdHRsGBUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIl4KC0FkZFJlc3BvbnNlEioKBnRocmVhZBgBIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEQoJZmlyc3Rfc2VxGAIgASgEEhAKCGxhc3Rfc2VxGAMgASgEIqkCCgpHZXRSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRISCgVsaW1pdBgCIAEoDUgAiAEBEg0KBXF1ZXJ5GAMgASgJEhMKC2FsbG93X3N0YWxlGAQgASgIEhcKCm1heF90b2tlbnMYBSABKA1IAYgBARIsCgZyZWNhbGwYBiABKAsyHC53aW5kbGFzcy5tZW1vcnkudjEuU3RyYXRlZ3kSLAoHcHJvZmlsZRgHIAEoDjIbLndpbmRsYXNzLm1lbW9yeS52MS5Qcm9maWxlEkIKEmNsZWFyX3Rvb2xfcmVzdWx0cxgIIAEoCzImLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sUmVzdWx0Q2xlYXJpbmdCCAoGX2xpbWl0Qg0KC19tYXhfdG9rZW5zIpwCCgtHZXRSZXNwb25zZRIxCghtZXNzYWdlcxgBIAMoCzIfLndpbmRsYXNzLm1lbW9yeS52MS5DaGF0TWVzc2FnZRIPCgdzdW1tYXJ5GAIgASgJEioKBnRocmVhZBgDIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEAoIZGVncmFkZWQYBCABKAgSFwoPZGVncmFkZWRfcmVhc29uGAUgASgJEg4KBnRva2VucxgGIAEoDRISCgptYXhfdG9rZW5zGAcgASgNEhMKC292ZXJfYnVkZ2V0GAggASgIEhwKFGNsZWFyZWRfdG9vbF9yZXN1bHRzGAkgASgNEhsKE2NsZWFyZWRfdG9vbF90b2tlbnMYCiABKA0iLgoMQ2xlYXJSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRILCgNhbGwYAiABKAgiKAoNQ2xlYXJSZXNwb25zZRIXCg9jbGVhcmVkX3RocmVhZHMYASABKA0ifAoNUmV3aW5kUmVxdWVzdBIRCgl0aHJlYWRfaWQYASABKAkSDgoGdG9fc2VxGAIgASgEEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgESACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCUIUChJfZXhwZWN0ZWRfbGFzdF9zZXEibAoOUmV3aW5kUmVzcG9uc2USKgoGdGhyZWFkGAEgASgLMhoud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZBIVCg1yZW1vdmVkX2NvdW50GAIgASgNEhcKD3N1bW1hcnlfZHJvcHBlZBgDIAEoCCKuAQoSTGlzdFRocmVhZHNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoDRISCgpwYWdlX3Rva2VuGAIgASgJEkIKBmxhYmVscxgUIAMoCzIyLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1JlcXVlc3QuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJCChNMaXN0VGhyZWFkc1Jlc3BvbnNlEhIKCnRocmVhZF9pZHMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIogBCgxXYXRjaFJlcXVlc3QSEgoKdGhyZWFkX2lkcxgBIAMoCRIyCgtldmVudF90eXBlcxgCIAMoDjIdLndpbmRsYXNzLm1lbW9yeS52MS5FdmVudFR5cGUSFAoMcmVzdW1lX3Rva2VuGAMgASgJEhoKEnNlbmRfaW5pdGlhbF9zdGF0ZRgEIAEoCCLQAwoNV2F0Y2hSZXNwb25zZRIUCgxyZXN1bWVfdG9rZW4YASABKAkSEQoJdGhyZWFkX2lkGAIgASgJEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEj0KD3N1bW1hcnlfdXBkYXRlZBgEIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5VXBkYXRlZEgAEjsKDm1lc3NhZ2VzX2FkZGVkGAUgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLk1lc3NhZ2VzQWRkZWRIABI7Cg50aHJlYWRfY2xlYXJlZBgGIAEoCzIhLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWRDbGVhcmVkSAASOwoOc3VtbWFyeV9mYWlsZWQYByABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeUZhaWxlZEgAEjAKCHByb2dyZXNzGAggASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlByb2dyZXNzSAASOwoOdGhyZWFkX3Jld291bmQYCSABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuVGhyZWFkUmV3b3VuZEgAQgcKBWV2ZW50IlcKDlN1bW1hcnlVcGRhdGVkEg8KB3N1bW1hcnkYASABKAkSHgoWc3VtbWFyaXplZF90aHJvdWdoX3NlcRgCIAEoBBIUCgxmb2xkZWRfY291bnQYAyABKA0iNAoNTWVzc2FnZXNBZGRlZBIRCglmaXJzdF9zZXEYASABKAQSEAoIbGFzdF9zZXEYAiABKAQiHwoNVGhyZWFkQ2xlYXJlZBIOCgZyZWFzb24YFCABKAkiMAoNU3VtbWFyeUZhaWxlZBIOCgZyZWFzb24YASABKAkSDwoHYXR0ZW1wdBgCIAEoDSJPCg1UaHJlYWRSZXdvdW5kEg4KBnRvX3NlcRgBIAEoBBIVCg1yZW1vdmVkX2NvdW50GAIgASgNEhcKD3N1bW1hcnlfZHJvcHBlZBgDIAEoCCIKCghQcm9ncmVzcypfCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIPCgtST0xFX1NZU1RFTRABEg0KCVJPTEVfVVNFUhACEhIKDlJPTEVfQVNTSVNUQU5UEAMSDQoJUk9MRV9UT09MEAQqogEKB1Byb2ZpbGUSFwoTUFJPRklMRV9VTlNQRUNJRklFRBAAEhcKE1BST0ZJTEVfT1BFTkFJX0NIQVQQARIcChhQUk9GSUxFX09QRU5BSV9SRVNQT05TRVMQAhIVChFQUk9GSUxFX0FOVEhST1BJQxADEhIKDlBST0ZJTEVfR0VNSU5JEAQSHAoYUFJPRklMRV9CRURST0NLX0NPTlZFUlNFEAUqiwEKEFN1bW1hcnlQbGFjZW1lbnQSIQodU1VNTUFSWV9QTEFDRU1FTlRfVU5TUEVDSUZJRUQQABIcChhTVU1NQVJZX1BMQUNFTUVOVF9TWVNURU0QARIaChZTVU1NQVJZX1BMQUNFTUVOVF9VU0VSEAISGgoWU1VNTUFSWV9QTEFDRU1FTlRfTk9ORRADKsMBCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEh4KGkVWRU5UX1RZUEVfU1VNTUFSWV9VUERBVEVEEAESHQoZRVZFTlRfVFlQRV9NRVNTQUdFU19BRERFRBACEh0KGUVWRU5UX1RZUEVfVEhSRUFEX0NMRUFSRUQQAxIdChlFVkVOVF9UWVBFX1NVTU1BUllfRkFJTEVEEAQSHQoZRVZFTlRfVFlQRV9USFJFQURfUkVXT1VORBAFMu4DCg1NZW1vcnlTZXJ2aWNlEkYKA0FkZBIeLndpbmRsYXNzLm1lbW9yeS52MS5BZGRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlc3BvbnNlEkYKA0dldBIeLndpbmRsYXNzLm1lbW9yeS52MS5HZXRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkdldFJlc3BvbnNlEkwKBUNsZWFyEiAud2luZGxhc3MubWVtb3J5LnYxLkNsZWFyUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5DbGVhclJlc3BvbnNlEl4KC0xpc3RUaHJlYWRzEiYud2luZGxhc3MubWVtb3J5LnYxLkxpc3RUaHJlYWRzUmVxdWVzdBonLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1Jlc3BvbnNlEk8KBlJld2luZBIhLndpbmRsYXNzLm1lbW9yeS52MS5SZXdpbmRSZXF1ZXN0GiIud2luZGxhc3MubWVtb3J5LnYxLlJld2luZFJlc3BvbnNlEk4KBVdhdGNoEiAud2luZGxhc3MubWVtb3J5LnYxLldhdGNoUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5XYXRjaFJlc3BvbnNlMAFCS1pJZ2l0aHViLmNvbS93aW5kbGFzcy1haS93aW5kbGFzcy1tZW1vcnkvZ2VuL2dvL3dpbmRsYXNzL21lbW9yeS92MTttZW1vcnl2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch93aW5kbGFzcy9tZW1vcnkvdjEvbWVtb3J5LnByb3RvEhJ3aW5kbGFzcy5tZW1vcnkudjEiNwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIRCglhcmd1bWVudHMYAyABKAki3AIKC0NoYXRNZXNzYWdlEiYKBHJvbGUYASABKA4yGC53aW5kbGFzcy5tZW1vcnkudjEuUm9sZRIPCgdjb250ZW50GAIgASgJEgwKBG5hbWUYAyABKAkSMAoKdG9vbF9jYWxscxgEIAMoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sQ2FsbBIUCgx0b29sX2NhbGxfaWQYBSABKAkSPwoIbWV0YWRhdGEYBiADKAsyLS53aW5kbGFzcy5tZW1vcnkudjEuQ2hhdE1lc3NhZ2UuTWV0YWRhdGFFbnRyeRILCgNzZXEYByABKAQSLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnRva2VucxgJIAEoDRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiugIKCFN0cmF0ZWd5EjQKBmJ1ZmZlchgBIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5CdWZmZXJTdHJhdGVneUgAEjQKBndpbmRvdxgCIAEoCzIiLndpbmRsYXNzLm1lbW9yeS52MS5XaW5kb3dTdHJhdGVneUgAEjYKB3N1bW1hcnkYAyABKAsyIy53aW5kbGFzcy5tZW1vcnkudjEuU3VtbWFyeVN0cmF0ZWd5SAASFgoOZXhjbHVkZV9zeXN0ZW0YBCABKAgSFwoKbWF4X3N0b3JlZBgFIAEoDUgBiAEBEkIKEmNsZWFyX3Rvb2xfcmVzdWx0cxgGIAEoCzImLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sUmVzdWx0Q2xlYXJpbmdCBgoEa2luZEINCgtfbWF4X3N0b3JlZCJ6ChJUb29sUmVzdWx0Q2xlYXJpbmcSHAoPa2VlcF90b29sX3R1cm5zGAEgASgNSACIAQESHQoQa2VlcF90b29sX3Rva2VucxgCIAEoDUgBiAEBQhIKEF9rZWVwX3Rvb2xfdHVybnNCEwoRX2tlZXBfdG9vbF90b2tlbnMiPAoOQnVmZmVyU3RyYXRlZ3kSGQoMbWF4X21lc3NhZ2VzGAEgASgNSACIAQFCDwoNX21heF9tZXNzYWdlcyJwCg5XaW5kb3dTdHJhdGVneRITCgZ3aW5kb3cYASABKA1IAIgBARIXCgptYXhfdG9rZW5zGAIgASgNSAGIAQESFgoOdG9rZW5fZW5jb2RpbmcYAyABKAlCCQoHX3dpbmRvd0INCgtfbWF4X3Rva2VucyLzAQoPU3VtbWFyeVN0cmF0ZWd5EhMKBndpbmRvdxgBIAEoDUgAiAEBEhwKD3N1bW1hcml6ZV9ldmVyeRgCIAEoDUgBiAEBEg0KBW1vZGVsGAMgASgJEhcKCm1heF90b2tlbnMYBCABKA1IAogBARIWCg50b2tlbl9lbmNvZGluZxgFIAEoCRI/ChFzdW1tYXJ5X3BsYWNlbWVudBgGIAEoDjIkLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5UGxhY2VtZW50QgkKB193aW5kb3dCEgoQX3N1bW1hcml6ZV9ldmVyeUINCgtfbWF4X3Rva2VucyLPAwoGVGhyZWFkEhEKCXRocmVhZF9pZBgBIAEoCRIuCghzdHJhdGVneRgCIAEoCzIcLndpbmRsYXNzLm1lbW9yeS52MS5TdHJhdGVneRIQCghsYXN0X3NlcRgDIAEoBBIeChZzdW1tYXJpemVkX3Rocm91Z2hfc2VxGAQgASgEEi8KC2NyZWF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgt1cGRhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNgoGbGFiZWxzGBQgAygLMiYud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZC5MYWJlbHNFbnRyeRImCgN0dGwYFSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLZXhwaXJlX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KBnBhcmVudBgXIAEoCzIeLndpbmRsYXNzLm1lbW9yeS52MS5Gb3JrT3JpZ2luGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEilgEKCkZvcmtPcmlnaW4SEQoJdGhyZWFkX2lkGAEgASgJEg4KBmF0X3NlcRgCIAEoBBItCglmb3JrX3RpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjYKEnBhcmVudF9jcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAikAMKCkFkZFJlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEjEKCG1lc3NhZ2VzGAIgAygLMh8ud2luZGxhc3MubWVtb3J5LnYxLkNoYXRNZXNzYWdlEi4KCHN0cmF0ZWd5GAMgASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlN0cmF0ZWd5EhgKEHJlcGxhY2Vfc3RyYXRlZ3kYBCABKAgSEgoKcmVxdWVzdF9pZBgFIAEoCRIeChFleHBlY3RlZF9sYXN0X3NlcRgGIAEoBEgAiAEBEhUKDWtlZXBfc3RyYXRlZ3kYByABKAgSOgoGbGFiZWxzGBQgAygLMioud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlcXVlc3QuTGFiZWxzRW50cnkSJgoDdHRsGBUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCFAoSX2V4cGVjdGVkX2xhc3Rfc2VxIl4KC0FkZFJlc3BvbnNlEioKBnRocmVhZBgBIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEQoJZmlyc3Rfc2VxGAIgASgEEhAKCGxhc3Rfc2VxGAMgASgEIqkCCgpHZXRSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRISCgVsaW1pdBgCIAEoDUgAiAEBEg0KBXF1ZXJ5GAMgASgJEhMKC2FsbG93X3N0YWxlGAQgASgIEhcKCm1heF90b2tlbnMYBSABKA1IAYgBARIsCgZyZWNhbGwYBiABKAsyHC53aW5kbGFzcy5tZW1vcnkudjEuU3RyYXRlZ3kSLAoHcHJvZmlsZRgHIAEoDjIbLndpbmRsYXNzLm1lbW9yeS52MS5Qcm9maWxlEkIKEmNsZWFyX3Rvb2xfcmVzdWx0cxgIIAEoCzImLndpbmRsYXNzLm1lbW9yeS52MS5Ub29sUmVzdWx0Q2xlYXJpbmdCCAoGX2xpbWl0Qg0KC19tYXhfdG9rZW5zIpwCCgtHZXRSZXNwb25zZRIxCghtZXNzYWdlcxgBIAMoCzIfLndpbmRsYXNzLm1lbW9yeS52MS5DaGF0TWVzc2FnZRIPCgdzdW1tYXJ5GAIgASgJEioKBnRocmVhZBgDIAEoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQSEAoIZGVncmFkZWQYBCABKAgSFwoPZGVncmFkZWRfcmVhc29uGAUgASgJEg4KBnRva2VucxgGIAEoDRISCgptYXhfdG9rZW5zGAcgASgNEhMKC292ZXJfYnVkZ2V0GAggASgIEhwKFGNsZWFyZWRfdG9vbF9yZXN1bHRzGAkgASgNEhsKE2NsZWFyZWRfdG9vbF90b2tlbnMYCiABKA0iLgoMQ2xlYXJSZXF1ZXN0EhEKCXRocmVhZF9pZBgBIAEoCRILCgNhbGwYAiABKAgiKAoNQ2xlYXJSZXNwb25zZRIXCg9jbGVhcmVkX3RocmVhZHMYASABKA0ifAoNUmV3aW5kUmVxdWVzdBIRCgl0aHJlYWRfaWQYASABKAkSDgoGdG9fc2VxGAIgASgEEh4KEWV4cGVjdGVkX2xhc3Rfc2VxGAMgASgESACIAQESEgoKcmVxdWVzdF9pZBgEIAEoCUIUChJfZXhwZWN0ZWRfbGFzdF9zZXEibAoOUmV3aW5kUmVzcG9uc2USKgoGdGhyZWFkGAEgASgLMhoud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZBIVCg1yZW1vdmVkX2NvdW50GAIgASgNEhcKD3N1bW1hcnlfZHJvcHBlZBgDIAEoCCLlAgoLRm9ya1JlcXVlc3QSEQoJdGhyZWFkX2lkGAEgASgJEhUKDW5ld190aHJlYWRfaWQYAiABKAkSEwoGYXRfc2VxGAMgASgESACIAQESHgoRZXhwZWN0ZWRfbGFzdF9zZXEYBCABKARIAYgBARISCgpyZXF1ZXN0X2lkGAUgASgJEi4KCHN0cmF0ZWd5GAYgASgLMhwud2luZGxhc3MubWVtb3J5LnYxLlN0cmF0ZWd5EjsKBmxhYmVscxgUIAMoCzIrLndpbmRsYXNzLm1lbW9yeS52MS5Gb3JrUmVxdWVzdC5MYWJlbHNFbnRyeRImCgN0dGwYFSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24aLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIJCgdfYXRfc2VxQhQKEl9leHBlY3RlZF9sYXN0X3NlcSJrCgxGb3JrUmVzcG9uc2USKgoGdGhyZWFkGAEgASgLMhoud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZBIUCgxzaGFyZWRfY291bnQYAiABKA0SGQoRc3VtbWFyeV9pbmhlcml0ZWQYAyABKAgi2QEKEkxpc3RUaHJlYWRzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCRJCCgZsYWJlbHMYFCADKAsyMi53aW5kbGFzcy5tZW1vcnkudjEuTGlzdFRocmVhZHNSZXF1ZXN0LkxhYmVsc0VudHJ5EhAKCGZvcmtzX29mGBUgASgJEhcKD2luY2x1ZGVfdGhyZWFkcxgWIAEoCBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIm8KE0xpc3RUaHJlYWRzUmVzcG9uc2USEgoKdGhyZWFkX2lkcxgBIAMoCRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSKwoHdGhyZWFkcxgDIAMoCzIaLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWQiiAEKDFdhdGNoUmVxdWVzdBISCgp0aHJlYWRfaWRzGAEgAygJEjIKC2V2ZW50X3R5cGVzGAIgAygOMh0ud2luZGxhc3MubWVtb3J5LnYxLkV2ZW50VHlwZRIUCgxyZXN1bWVfdG9rZW4YAyABKAkSGgoSc2VuZF9pbml0aWFsX3N0YXRlGAQgASgIIosECg1XYXRjaFJlc3BvbnNlEhQKDHJlc3VtZV90b2tlbhgBIAEoCRIRCgl0aHJlYWRfaWQYAiABKAkSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASPQoPc3VtbWFyeV91cGRhdGVkGAQgASgLMiIud2luZGxhc3MubWVtb3J5LnYxLlN1bW1hcnlVcGRhdGVkSAASOwoObWVzc2FnZXNfYWRkZWQYBSABKAsyIS53aW5kbGFzcy5tZW1vcnkudjEuTWVzc2FnZXNBZGRlZEgAEjsKDnRocmVhZF9jbGVhcmVkGAYgASgLMiEud2luZGxhc3MubWVtb3J5LnYxLlRocmVhZENsZWFyZWRIABI7Cg5zdW1tYXJ5X2ZhaWxlZBgHIAEoCzIhLndpbmRsYXNzLm1lbW9yeS52MS5TdW1tYXJ5RmFpbGVkSAASMAoIcHJvZ3Jlc3MYCCABKAsyHC53aW5kbGFzcy5tZW1vcnkudjEuUHJvZ3Jlc3NIABI7Cg50aHJlYWRfcmV3b3VuZBgJIAEoCzIhLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWRSZXdvdW5kSAASOQoNdGhyZWFkX2ZvcmtlZBgKIAEoCzIgLndpbmRsYXNzLm1lbW9yeS52MS5UaHJlYWRGb3JrZWRIAEIHCgVldmVudCJXCg5TdW1tYXJ5VXBkYXRlZBIPCgdzdW1tYXJ5GAEgASgJEh4KFnN1bW1hcml6ZWRfdGhyb3VnaF9zZXEYAiABKAQSFAoMZm9sZGVkX2NvdW50GAMgASgNIjQKDU1lc3NhZ2VzQWRkZWQSEQoJZmlyc3Rfc2VxGAEgASgEEhAKCGxhc3Rfc2VxGAIgASgEIh8KDVRocmVhZENsZWFyZWQSDgoGcmVhc29uGBQgASgJIjAKDVN1bW1hcnlGYWlsZWQSDgoGcmVhc29uGAEgASgJEg8KB2F0dGVtcHQYAiABKA0iTwoNVGhyZWFkUmV3b3VuZBIOCgZ0b19zZXEYASABKAQSFQoNcmVtb3ZlZF9jb3VudBgCIAEoDRIXCg9zdW1tYXJ5X2Ryb3BwZWQYAyABKAgiaQoMVGhyZWFkRm9ya2VkEhgKEHBhcmVudF90aHJlYWRfaWQYASABKAkSDgoGYXRfc2VxGAIgASgEEhQKDHNoYXJlZF9jb3VudBgDIAEoDRIZChFzdW1tYXJ5X2luaGVyaXRlZBgEIAEoCCIKCghQcm9ncmVzcypfCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIPCgtST0xFX1NZU1RFTRABEg0KCVJPTEVfVVNFUhACEhIKDlJPTEVfQVNTSVNUQU5UEAMSDQoJUk9MRV9UT09MEAQqogEKB1Byb2ZpbGUSFwoTUFJPRklMRV9VTlNQRUNJRklFRBAAEhcKE1BST0ZJTEVfT1BFTkFJX0NIQVQQARIcChhQUk9GSUxFX09QRU5BSV9SRVNQT05TRVMQAhIVChFQUk9GSUxFX0FOVEhST1BJQxADEhIKDlBST0ZJTEVfR0VNSU5JEAQSHAoYUFJPRklMRV9CRURST0NLX0NPTlZFUlNFEAUqiwEKEFN1bW1hcnlQbGFjZW1lbnQSIQodU1VNTUFSWV9QTEFDRU1FTlRfVU5TUEVDSUZJRUQQABIcChhTVU1NQVJZX1BMQUNFTUVOVF9TWVNURU0QARIaChZTVU1NQVJZX1BMQUNFTUVOVF9VU0VSEAISGgoWU1VNTUFSWV9QTEFDRU1FTlRfTk9ORRADKuEBCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEh4KGkVWRU5UX1RZUEVfU1VNTUFSWV9VUERBVEVEEAESHQoZRVZFTlRfVFlQRV9NRVNTQUdFU19BRERFRBACEh0KGUVWRU5UX1RZUEVfVEhSRUFEX0NMRUFSRUQQAxIdChlFVkVOVF9UWVBFX1NVTU1BUllfRkFJTEVEEAQSHQoZRVZFTlRfVFlQRV9USFJFQURfUkVXT1VORBAFEhwKGEVWRU5UX1RZUEVfVEhSRUFEX0ZPUktFRBAGMrkECg1NZW1vcnlTZXJ2aWNlEkYKA0FkZBIeLndpbmRsYXNzLm1lbW9yeS52MS5BZGRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkFkZFJlc3BvbnNlEkYKA0dldBIeLndpbmRsYXNzLm1lbW9yeS52MS5HZXRSZXF1ZXN0Gh8ud2luZGxhc3MubWVtb3J5LnYxLkdldFJlc3BvbnNlEkwKBUNsZWFyEiAud2luZGxhc3MubWVtb3J5LnYxLkNsZWFyUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5DbGVhclJlc3BvbnNlEl4KC0xpc3RUaHJlYWRzEiYud2luZGxhc3MubWVtb3J5LnYxLkxpc3RUaHJlYWRzUmVxdWVzdBonLndpbmRsYXNzLm1lbW9yeS52MS5MaXN0VGhyZWFkc1Jlc3BvbnNlEk8KBlJld2luZBIhLndpbmRsYXNzLm1lbW9yeS52MS5SZXdpbmRSZXF1ZXN0GiIud2luZGxhc3MubWVtb3J5LnYxLlJld2luZFJlc3BvbnNlEkkKBEZvcmsSHy53aW5kbGFzcy5tZW1vcnkudjEuRm9ya1JlcXVlc3QaIC53aW5kbGFzcy5tZW1vcnkudjEuRm9ya1Jlc3BvbnNlEk4KBVdhdGNoEiAud2luZGxhc3MubWVtb3J5LnYxLldhdGNoUmVxdWVzdBohLndpbmRsYXNzLm1lbW9yeS52MS5XYXRjaFJlc3BvbnNlMAFCS1pJZ2l0aHViLmNvbS93aW5kbGFzcy1haS93aW5kbGFzcy1tZW1vcnkvZ2VuL2dvL3dpbmRsYXNzL21lbW9yeS92MTttZW1vcnl2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ToolCall is one function call requested by an assistant message.
@@ -454,6 +454,13 @@ export type Thread = Message<"windlass.memory.v1.Thread"> & {
    * @generated from field: google.protobuf.Timestamp expire_time = 22;
    */
   expireTime?: Timestamp | undefined;
+
+  /**
+   * Where the thread was forked from; unset when it is not a fork.
+   *
+   * @generated from field: windlass.memory.v1.ForkOrigin parent = 23;
+   */
+  parent?: ForkOrigin | undefined;
 };
 
 /**
@@ -462,6 +469,49 @@ export type Thread = Message<"windlass.memory.v1.Thread"> & {
  */
 export const ThreadSchema: GenMessage<Thread> = /*@__PURE__*/
   messageDesc(file_windlass_memory_v1_memory, 7);
+
+/**
+ * ForkOrigin: the thread a fork was created from, and where.
+ *
+ * @generated from message windlass.memory.v1.ForkOrigin
+ */
+export type ForkOrigin = Message<"windlass.memory.v1.ForkOrigin"> & {
+  /**
+   * The direct parent.
+   *
+   * @generated from field: string thread_id = 1;
+   */
+  threadId: string;
+
+  /**
+   * The fork point: the fork holds the parent's messages up to this seq.
+   *
+   * @generated from field: uint64 at_seq = 2;
+   */
+  atSeq: bigint;
+
+  /**
+   * When the fork was created.
+   *
+   * @generated from field: google.protobuf.Timestamp fork_time = 3;
+   */
+  forkTime?: Timestamp | undefined;
+
+  /**
+   * The parent's create_time when it was forked: a parent whose create_time
+   * differs has been cleared (and perhaps created again) since.
+   *
+   * @generated from field: google.protobuf.Timestamp parent_create_time = 4;
+   */
+  parentCreateTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message windlass.memory.v1.ForkOrigin.
+ * Use `create(ForkOriginSchema)` to create a new message.
+ */
+export const ForkOriginSchema: GenMessage<ForkOrigin> = /*@__PURE__*/
+  messageDesc(file_windlass_memory_v1_memory, 8);
 
 /**
  * AddRequest appends messages to a thread.
@@ -564,7 +614,7 @@ export type AddRequest = Message<"windlass.memory.v1.AddRequest"> & {
  * Use `create(AddRequestSchema)` to create a new message.
  */
 export const AddRequestSchema: GenMessage<AddRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 8);
+  messageDesc(file_windlass_memory_v1_memory, 9);
 
 /**
  * AddResponse reports where the messages were stored.
@@ -599,7 +649,7 @@ export type AddResponse = Message<"windlass.memory.v1.AddResponse"> & {
  * Use `create(AddResponseSchema)` to create a new message.
  */
 export const AddResponseSchema: GenMessage<AddResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 9);
+  messageDesc(file_windlass_memory_v1_memory, 10);
 
 /**
  * GetRequest recalls a thread.
@@ -691,7 +741,7 @@ export type GetRequest = Message<"windlass.memory.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 10);
+  messageDesc(file_windlass_memory_v1_memory, 11);
 
 /**
  * GetResponse is the recalled thread.
@@ -784,7 +834,7 @@ export type GetResponse = Message<"windlass.memory.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 11);
+  messageDesc(file_windlass_memory_v1_memory, 12);
 
 /**
  * ClearRequest forgets one thread or all of them.
@@ -812,7 +862,7 @@ export type ClearRequest = Message<"windlass.memory.v1.ClearRequest"> & {
  * Use `create(ClearRequestSchema)` to create a new message.
  */
 export const ClearRequestSchema: GenMessage<ClearRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 12);
+  messageDesc(file_windlass_memory_v1_memory, 13);
 
 /**
  * ClearResponse reports what was cleared.
@@ -833,7 +883,7 @@ export type ClearResponse = Message<"windlass.memory.v1.ClearResponse"> & {
  * Use `create(ClearResponseSchema)` to create a new message.
  */
 export const ClearResponseSchema: GenMessage<ClearResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 13);
+  messageDesc(file_windlass_memory_v1_memory, 14);
 
 /**
  * RewindRequest drops a thread's newest messages.
@@ -878,7 +928,7 @@ export type RewindRequest = Message<"windlass.memory.v1.RewindRequest"> & {
  * Use `create(RewindRequestSchema)` to create a new message.
  */
 export const RewindRequestSchema: GenMessage<RewindRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 14);
+  messageDesc(file_windlass_memory_v1_memory, 15);
 
 /**
  * RewindResponse reports what Rewind dropped.
@@ -913,7 +963,116 @@ export type RewindResponse = Message<"windlass.memory.v1.RewindResponse"> & {
  * Use `create(RewindResponseSchema)` to create a new message.
  */
 export const RewindResponseSchema: GenMessage<RewindResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 15);
+  messageDesc(file_windlass_memory_v1_memory, 16);
+
+/**
+ * ForkRequest creates a thread from another's messages up to a seq.
+ *
+ * @generated from message windlass.memory.v1.ForkRequest
+ */
+export type ForkRequest = Message<"windlass.memory.v1.ForkRequest"> & {
+  /**
+   * The parent. Empty: "default". Checked like AddRequest.thread_id.
+   *
+   * @generated from field: string thread_id = 1;
+   */
+  threadId: string;
+
+  /**
+   * The new thread; required, checked like thread_id, different from it.
+   *
+   * @generated from field: string new_thread_id = 2;
+   */
+  newThreadId: string;
+
+  /**
+   * The fork holds the parent's messages up to and including this seq.
+   * Unset: the parent's last_seq. 0: none (an empty fork with the parent's
+   * strategy, labels and ttl).
+   *
+   * @generated from field: optional uint64 at_seq = 3;
+   */
+  atSeq?: bigint | undefined;
+
+  /**
+   * When set, fork only if the parent's last_seq is still this value
+   * (ABORTED otherwise), so the fork holds exactly the state the caller read.
+   *
+   * @generated from field: optional uint64 expected_last_seq = 4;
+   */
+  expectedLastSeq?: bigint | undefined;
+
+  /**
+   * Idempotency key, as AddRequest.request_id, kept on the new thread.
+   *
+   * @generated from field: string request_id = 5;
+   */
+  requestId: string;
+
+  /**
+   * The fork's strategy; unset: the parent's. Checked like AddRequest.strategy.
+   *
+   * @generated from field: windlass.memory.v1.Strategy strategy = 6;
+   */
+  strategy?: Strategy | undefined;
+
+  /**
+   * The fork's labels; empty: the parent's.
+   *
+   * @generated from field: map<string, string> labels = 20;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * The fork's ttl; unset: the parent's; 0 s: none.
+   *
+   * @generated from field: google.protobuf.Duration ttl = 21;
+   */
+  ttl?: Duration | undefined;
+};
+
+/**
+ * Describes the message windlass.memory.v1.ForkRequest.
+ * Use `create(ForkRequestSchema)` to create a new message.
+ */
+export const ForkRequestSchema: GenMessage<ForkRequest> = /*@__PURE__*/
+  messageDesc(file_windlass_memory_v1_memory, 17);
+
+/**
+ * ForkResponse describes the new thread.
+ *
+ * @generated from message windlass.memory.v1.ForkResponse
+ */
+export type ForkResponse = Message<"windlass.memory.v1.ForkResponse"> & {
+  /**
+   * The new thread (last_seq = at_seq).
+   *
+   * @generated from field: windlass.memory.v1.Thread thread = 1;
+   */
+  thread?: Thread | undefined;
+
+  /**
+   * The parent's stored messages up to at_seq that the fork took over
+   * (shared or copied), counted before the fork's own max_stored trim.
+   *
+   * @generated from field: uint32 shared_count = 2;
+   */
+  sharedCount: number;
+
+  /**
+   * Whether the parent's summary was taken over.
+   *
+   * @generated from field: bool summary_inherited = 3;
+   */
+  summaryInherited: boolean;
+};
+
+/**
+ * Describes the message windlass.memory.v1.ForkResponse.
+ * Use `create(ForkResponseSchema)` to create a new message.
+ */
+export const ForkResponseSchema: GenMessage<ForkResponse> = /*@__PURE__*/
+  messageDesc(file_windlass_memory_v1_memory, 18);
 
 /**
  * ListThreadsRequest pages through the caller's thread ids.
@@ -943,6 +1102,22 @@ export type ListThreadsRequest = Message<"windlass.memory.v1.ListThreadsRequest"
    * @generated from field: map<string, string> labels = 20;
    */
   labels: { [key: string]: string };
+
+  /**
+   * Only the direct forks of this thread (Thread.parent.thread_id), of any
+   * incarnation of it; combines with labels (AND). Empty: every thread.
+   *
+   * @generated from field: string forks_of = 21;
+   */
+  forksOf: string;
+
+  /**
+   * Also return each listed thread (threads), so a listing shows parents
+   * and fork points without a Get per id.
+   *
+   * @generated from field: bool include_threads = 22;
+   */
+  includeThreads: boolean;
 };
 
 /**
@@ -950,7 +1125,7 @@ export type ListThreadsRequest = Message<"windlass.memory.v1.ListThreadsRequest"
  * Use `create(ListThreadsRequestSchema)` to create a new message.
  */
 export const ListThreadsRequestSchema: GenMessage<ListThreadsRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 16);
+  messageDesc(file_windlass_memory_v1_memory, 19);
 
 /**
  * ListThreadsResponse is one page of thread ids.
@@ -971,6 +1146,14 @@ export type ListThreadsResponse = Message<"windlass.memory.v1.ListThreadsRespons
    * @generated from field: string next_page_token = 2;
    */
   nextPageToken: string;
+
+  /**
+   * With include_threads: the threads of thread_ids, in the same order (a
+   * thread cleared meanwhile is left out).
+   *
+   * @generated from field: repeated windlass.memory.v1.Thread threads = 3;
+   */
+  threads: Thread[];
 };
 
 /**
@@ -978,7 +1161,7 @@ export type ListThreadsResponse = Message<"windlass.memory.v1.ListThreadsRespons
  * Use `create(ListThreadsResponseSchema)` to create a new message.
  */
 export const ListThreadsResponseSchema: GenMessage<ListThreadsResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 17);
+  messageDesc(file_windlass_memory_v1_memory, 20);
 
 /**
  * WatchRequest opens an event stream.
@@ -1021,7 +1204,7 @@ export type WatchRequest = Message<"windlass.memory.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 18);
+  messageDesc(file_windlass_memory_v1_memory, 21);
 
 /**
  * WatchResponse is one event.
@@ -1104,6 +1287,14 @@ export type WatchResponse = Message<"windlass.memory.v1.WatchResponse"> & {
      */
     value: ThreadRewound;
     case: "threadRewound";
+  } | {
+    /**
+     * The thread was created by Fork.
+     *
+     * @generated from field: windlass.memory.v1.ThreadForked thread_forked = 10;
+     */
+    value: ThreadForked;
+    case: "threadForked";
   } | { case: undefined; value?: undefined };
 };
 
@@ -1112,7 +1303,7 @@ export type WatchResponse = Message<"windlass.memory.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 19);
+  messageDesc(file_windlass_memory_v1_memory, 22);
 
 /**
  * SummaryUpdated: the thread's summary now covers more messages.
@@ -1147,7 +1338,7 @@ export type SummaryUpdated = Message<"windlass.memory.v1.SummaryUpdated"> & {
  * Use `create(SummaryUpdatedSchema)` to create a new message.
  */
 export const SummaryUpdatedSchema: GenMessage<SummaryUpdated> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 20);
+  messageDesc(file_windlass_memory_v1_memory, 23);
 
 /**
  * MessagesAdded: one Add appended messages first_seq..last_seq.
@@ -1175,7 +1366,7 @@ export type MessagesAdded = Message<"windlass.memory.v1.MessagesAdded"> & {
  * Use `create(MessagesAddedSchema)` to create a new message.
  */
 export const MessagesAddedSchema: GenMessage<MessagesAdded> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 21);
+  messageDesc(file_windlass_memory_v1_memory, 24);
 
 /**
  * ThreadCleared: the thread was cleared.
@@ -1196,7 +1387,7 @@ export type ThreadCleared = Message<"windlass.memory.v1.ThreadCleared"> & {
  * Use `create(ThreadClearedSchema)` to create a new message.
  */
 export const ThreadClearedSchema: GenMessage<ThreadCleared> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 22);
+  messageDesc(file_windlass_memory_v1_memory, 25);
 
 /**
  * SummaryFailed: a fold failed; Get returns degraded until a retry succeeds.
@@ -1224,7 +1415,7 @@ export type SummaryFailed = Message<"windlass.memory.v1.SummaryFailed"> & {
  * Use `create(SummaryFailedSchema)` to create a new message.
  */
 export const SummaryFailedSchema: GenMessage<SummaryFailed> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 23);
+  messageDesc(file_windlass_memory_v1_memory, 26);
 
 /**
  * ThreadRewound: Rewind dropped the thread's messages after to_seq; the
@@ -1260,7 +1451,52 @@ export type ThreadRewound = Message<"windlass.memory.v1.ThreadRewound"> & {
  * Use `create(ThreadRewoundSchema)` to create a new message.
  */
 export const ThreadRewoundSchema: GenMessage<ThreadRewound> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 24);
+  messageDesc(file_windlass_memory_v1_memory, 27);
+
+/**
+ * ThreadForked: the thread was created by Fork from parent_thread_id's
+ * messages up to at_seq; it stands for those messages (no MessagesAdded is
+ * sent for them).
+ *
+ * @generated from message windlass.memory.v1.ThreadForked
+ */
+export type ThreadForked = Message<"windlass.memory.v1.ThreadForked"> & {
+  /**
+   * The parent.
+   *
+   * @generated from field: string parent_thread_id = 1;
+   */
+  parentThreadId: string;
+
+  /**
+   * The fork point.
+   *
+   * @generated from field: uint64 at_seq = 2;
+   */
+  atSeq: bigint;
+
+  /**
+   * The parent's stored messages up to at_seq that the fork took over
+   * (shared or copied), counted before the fork's own max_stored trim.
+   *
+   * @generated from field: uint32 shared_count = 3;
+   */
+  sharedCount: number;
+
+  /**
+   * Whether the parent's summary was taken over.
+   *
+   * @generated from field: bool summary_inherited = 4;
+   */
+  summaryInherited: boolean;
+};
+
+/**
+ * Describes the message windlass.memory.v1.ThreadForked.
+ * Use `create(ThreadForkedSchema)` to create a new message.
+ */
+export const ThreadForkedSchema: GenMessage<ThreadForked> = /*@__PURE__*/
+  messageDesc(file_windlass_memory_v1_memory, 28);
 
 /**
  * Progress: nothing was missed up to this event's resume_token.
@@ -1275,7 +1511,7 @@ export type Progress = Message<"windlass.memory.v1.Progress"> & {
  * Use `create(ProgressSchema)` to create a new message.
  */
 export const ProgressSchema: GenMessage<Progress> = /*@__PURE__*/
-  messageDesc(file_windlass_memory_v1_memory, 25);
+  messageDesc(file_windlass_memory_v1_memory, 29);
 
 /**
  * Role is who wrote a message.
@@ -1479,6 +1715,13 @@ export enum EventType {
    * @generated from enum value: EVENT_TYPE_THREAD_REWOUND = 5;
    */
   THREAD_REWOUND = 5,
+
+  /**
+   * A thread was created by Fork.
+   *
+   * @generated from enum value: EVENT_TYPE_THREAD_FORKED = 6;
+   */
+  THREAD_FORKED = 6,
 }
 
 /**
@@ -1571,6 +1814,27 @@ export const MemoryService: GenService<{
     methodKind: "unary";
     input: typeof RewindRequestSchema;
     output: typeof RewindResponseSchema;
+  },
+  /**
+   * Fork creates new_thread_id holding thread_id's messages up to at_seq,
+   * shared with the parent, not copied (its cost does not grow with the
+   * parent's length), with the parent's strategy, labels and ttl unless the
+   * request gives its own, and the parent's summary when that covers nothing
+   * after at_seq. Then both change independently: Adds, Gets, folds, Watch
+   * events, Rewinds, ttl and Clear of one never touch the other. Retrying
+   * with the same request_id returns the first call's response. Errors:
+   * INVALID_ARGUMENT (bad input; the field is named), NOT_FOUND (no such
+   * parent), ALREADY_EXISTS (new_thread_id is taken), ABORTED
+   * (expected_last_seq differs), OUT_OF_RANGE (at_seq past last_seq),
+   * FAILED_PRECONDITION (messages up to at_seq were already trimmed, or the
+   * lineage is too deep), RESOURCE_EXHAUSTED (a namespace quota).
+   *
+   * @generated from rpc windlass.memory.v1.MemoryService.Fork
+   */
+  fork: {
+    methodKind: "unary";
+    input: typeof ForkRequestSchema;
+    output: typeof ForkResponseSchema;
   },
   /**
    * Watch streams events of the caller's namespace in order: messages added,

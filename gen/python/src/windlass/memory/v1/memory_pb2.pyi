@@ -43,6 +43,7 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_THREAD_CLEARED: _ClassVar[EventType]
     EVENT_TYPE_SUMMARY_FAILED: _ClassVar[EventType]
     EVENT_TYPE_THREAD_REWOUND: _ClassVar[EventType]
+    EVENT_TYPE_THREAD_FORKED: _ClassVar[EventType]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_USER: Role
@@ -64,6 +65,7 @@ EVENT_TYPE_MESSAGES_ADDED: EventType
 EVENT_TYPE_THREAD_CLEARED: EventType
 EVENT_TYPE_SUMMARY_FAILED: EventType
 EVENT_TYPE_THREAD_REWOUND: EventType
+EVENT_TYPE_THREAD_FORKED: EventType
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments")
@@ -161,7 +163,7 @@ class SummaryStrategy(_message.Message):
     def __init__(self, window: _Optional[int] = ..., summarize_every: _Optional[int] = ..., model: _Optional[str] = ..., max_tokens: _Optional[int] = ..., token_encoding: _Optional[str] = ..., summary_placement: _Optional[_Union[SummaryPlacement, str]] = ...) -> None: ...
 
 class Thread(_message.Message):
-    __slots__ = ("thread_id", "strategy", "last_seq", "summarized_through_seq", "create_time", "update_time", "labels", "ttl", "expire_time")
+    __slots__ = ("thread_id", "strategy", "last_seq", "summarized_through_seq", "create_time", "update_time", "labels", "ttl", "expire_time", "parent")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +180,7 @@ class Thread(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     thread_id: str
     strategy: Strategy
     last_seq: int
@@ -187,7 +190,20 @@ class Thread(_message.Message):
     labels: _containers.ScalarMap[str, str]
     ttl: _duration_pb2.Duration
     expire_time: _timestamp_pb2.Timestamp
-    def __init__(self, thread_id: _Optional[str] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., last_seq: _Optional[int] = ..., summarized_through_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    parent: ForkOrigin
+    def __init__(self, thread_id: _Optional[str] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., last_seq: _Optional[int] = ..., summarized_through_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., parent: _Optional[_Union[ForkOrigin, _Mapping]] = ...) -> None: ...
+
+class ForkOrigin(_message.Message):
+    __slots__ = ("thread_id", "at_seq", "fork_time", "parent_create_time")
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FORK_TIME_FIELD_NUMBER: _ClassVar[int]
+    PARENT_CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    at_seq: int
+    fork_time: _timestamp_pb2.Timestamp
+    parent_create_time: _timestamp_pb2.Timestamp
+    def __init__(self, thread_id: _Optional[str] = ..., at_seq: _Optional[int] = ..., fork_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., parent_create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AddRequest(_message.Message):
     __slots__ = ("thread_id", "messages", "strategy", "replace_strategy", "request_id", "expected_last_seq", "keep_strategy", "labels", "ttl")
@@ -308,8 +324,45 @@ class RewindResponse(_message.Message):
     summary_dropped: bool
     def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ..., removed_count: _Optional[int] = ..., summary_dropped: _Optional[bool] = ...) -> None: ...
 
+class ForkRequest(_message.Message):
+    __slots__ = ("thread_id", "new_thread_id", "at_seq", "expected_last_seq", "request_id", "strategy", "labels", "ttl")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    NEW_THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    thread_id: str
+    new_thread_id: str
+    at_seq: int
+    expected_last_seq: int
+    request_id: str
+    strategy: Strategy
+    labels: _containers.ScalarMap[str, str]
+    ttl: _duration_pb2.Duration
+    def __init__(self, thread_id: _Optional[str] = ..., new_thread_id: _Optional[str] = ..., at_seq: _Optional[int] = ..., expected_last_seq: _Optional[int] = ..., request_id: _Optional[str] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ForkResponse(_message.Message):
+    __slots__ = ("thread", "shared_count", "summary_inherited")
+    THREAD_FIELD_NUMBER: _ClassVar[int]
+    SHARED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_INHERITED_FIELD_NUMBER: _ClassVar[int]
+    thread: Thread
+    shared_count: int
+    summary_inherited: bool
+    def __init__(self, thread: _Optional[_Union[Thread, _Mapping]] = ..., shared_count: _Optional[int] = ..., summary_inherited: _Optional[bool] = ...) -> None: ...
+
 class ListThreadsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "labels")
+    __slots__ = ("page_size", "page_token", "labels", "forks_of", "include_threads")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -320,18 +373,24 @@ class ListThreadsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    FORKS_OF_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_THREADS_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    forks_of: str
+    include_threads: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., forks_of: _Optional[str] = ..., include_threads: _Optional[bool] = ...) -> None: ...
 
 class ListThreadsResponse(_message.Message):
-    __slots__ = ("thread_ids", "next_page_token")
+    __slots__ = ("thread_ids", "next_page_token", "threads")
     THREAD_IDS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
     thread_ids: _containers.RepeatedScalarFieldContainer[str]
     next_page_token: str
-    def __init__(self, thread_ids: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    threads: _containers.RepeatedCompositeFieldContainer[Thread]
+    def __init__(self, thread_ids: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ..., threads: _Optional[_Iterable[_Union[Thread, _Mapping]]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("thread_ids", "event_types", "resume_token", "send_initial_state")
@@ -346,7 +405,7 @@ class WatchRequest(_message.Message):
     def __init__(self, thread_ids: _Optional[_Iterable[str]] = ..., event_types: _Optional[_Iterable[_Union[EventType, str]]] = ..., resume_token: _Optional[str] = ..., send_initial_state: _Optional[bool] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("resume_token", "thread_id", "time", "summary_updated", "messages_added", "thread_cleared", "summary_failed", "progress", "thread_rewound")
+    __slots__ = ("resume_token", "thread_id", "time", "summary_updated", "messages_added", "thread_cleared", "summary_failed", "progress", "thread_rewound", "thread_forked")
     RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
     THREAD_ID_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -356,6 +415,7 @@ class WatchResponse(_message.Message):
     SUMMARY_FAILED_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     THREAD_REWOUND_FIELD_NUMBER: _ClassVar[int]
+    THREAD_FORKED_FIELD_NUMBER: _ClassVar[int]
     resume_token: str
     thread_id: str
     time: _timestamp_pb2.Timestamp
@@ -365,7 +425,8 @@ class WatchResponse(_message.Message):
     summary_failed: SummaryFailed
     progress: Progress
     thread_rewound: ThreadRewound
-    def __init__(self, resume_token: _Optional[str] = ..., thread_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary_updated: _Optional[_Union[SummaryUpdated, _Mapping]] = ..., messages_added: _Optional[_Union[MessagesAdded, _Mapping]] = ..., thread_cleared: _Optional[_Union[ThreadCleared, _Mapping]] = ..., summary_failed: _Optional[_Union[SummaryFailed, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., thread_rewound: _Optional[_Union[ThreadRewound, _Mapping]] = ...) -> None: ...
+    thread_forked: ThreadForked
+    def __init__(self, resume_token: _Optional[str] = ..., thread_id: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary_updated: _Optional[_Union[SummaryUpdated, _Mapping]] = ..., messages_added: _Optional[_Union[MessagesAdded, _Mapping]] = ..., thread_cleared: _Optional[_Union[ThreadCleared, _Mapping]] = ..., summary_failed: _Optional[_Union[SummaryFailed, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., thread_rewound: _Optional[_Union[ThreadRewound, _Mapping]] = ..., thread_forked: _Optional[_Union[ThreadForked, _Mapping]] = ...) -> None: ...
 
 class SummaryUpdated(_message.Message):
     __slots__ = ("summary", "summarized_through_seq", "folded_count")
@@ -408,6 +469,18 @@ class ThreadRewound(_message.Message):
     removed_count: int
     summary_dropped: bool
     def __init__(self, to_seq: _Optional[int] = ..., removed_count: _Optional[int] = ..., summary_dropped: _Optional[bool] = ...) -> None: ...
+
+class ThreadForked(_message.Message):
+    __slots__ = ("parent_thread_id", "at_seq", "shared_count", "summary_inherited")
+    PARENT_THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SHARED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_INHERITED_FIELD_NUMBER: _ClassVar[int]
+    parent_thread_id: str
+    at_seq: int
+    shared_count: int
+    summary_inherited: bool
+    def __init__(self, parent_thread_id: _Optional[str] = ..., at_seq: _Optional[int] = ..., shared_count: _Optional[int] = ..., summary_inherited: _Optional[bool] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ()

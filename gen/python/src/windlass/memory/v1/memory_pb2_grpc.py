@@ -64,6 +64,11 @@ class MemoryServiceStub:
                 request_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.RewindRequest.SerializeToString,
                 response_deserializer=windlass_dot_memory_dot_v1_dot_memory__pb2.RewindResponse.FromString,
                 _registered_method=True)
+        self.Fork = channel.unary_unary(
+                '/windlass.memory.v1.MemoryService/Fork',
+                request_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.ForkRequest.SerializeToString,
+                response_deserializer=windlass_dot_memory_dot_v1_dot_memory__pb2.ForkResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/windlass.memory.v1.MemoryService/Watch',
                 request_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.WatchRequest.SerializeToString,
@@ -139,6 +144,24 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Fork(self, request, context):
+        """Fork creates new_thread_id holding thread_id's messages up to at_seq,
+        shared with the parent, not copied (its cost does not grow with the
+        parent's length), with the parent's strategy, labels and ttl unless the
+        request gives its own, and the parent's summary when that covers nothing
+        after at_seq. Then both change independently: Adds, Gets, folds, Watch
+        events, Rewinds, ttl and Clear of one never touch the other. Retrying
+        with the same request_id returns the first call's response. Errors:
+        INVALID_ARGUMENT (bad input; the field is named), NOT_FOUND (no such
+        parent), ALREADY_EXISTS (new_thread_id is taken), ABORTED
+        (expected_last_seq differs), OUT_OF_RANGE (at_seq past last_seq),
+        FAILED_PRECONDITION (messages up to at_seq were already trimmed, or the
+        lineage is too deep), RESOURCE_EXHAUSTED (a namespace quota).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Watch streams events of the caller's namespace in order: messages added,
         summaries updated or failed, threads cleared. Every event carries a
@@ -179,6 +202,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.Rewind,
                     request_deserializer=windlass_dot_memory_dot_v1_dot_memory__pb2.RewindRequest.FromString,
                     response_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.RewindResponse.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=windlass_dot_memory_dot_v1_dot_memory__pb2.ForkRequest.FromString,
+                    response_serializer=windlass_dot_memory_dot_v1_dot_memory__pb2.ForkResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -326,6 +354,33 @@ class MemoryService:
             '/windlass.memory.v1.MemoryService/Rewind',
             windlass_dot_memory_dot_v1_dot_memory__pb2.RewindRequest.SerializeToString,
             windlass_dot_memory_dot_v1_dot_memory__pb2.RewindResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/windlass.memory.v1.MemoryService/Fork',
+            windlass_dot_memory_dot_v1_dot_memory__pb2.ForkRequest.SerializeToString,
+            windlass_dot_memory_dot_v1_dot_memory__pb2.ForkResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,298 @@
+import { randomUUID } from "node:crypto";
+import { requestIdReusedError } from "../../core/append.js";
+import { MemoryError } from "../../core/errors.js";
+import {
+  decideFork,
+  type ForkPlan,
+  forkTargetExistsError,
+  forkTrimCount,
+} from "../../core/fork.js";
+import { requestsToKeep } from "../../core/idempotency.js";
+import {
+  floorOf,
+  type Lineage,
+  type LineageEntry,
+  planForkLineage,
+  raiseFloor,
+  rangesFor,
+} from "../../core/lineage.js";
+import { type QuotaName, quotaExceededError } from "../../core/quota.js";
+import { strategyKey } from "../../core/strategy.js";
+import type { Role, ThreadState } from "../../core/types.js";
+import type { ForkCommand, ForkResult } from "../store.js";
+import { asArray, asString, decodeMessage, decodeThread, lineageField } from "./codec.js";
+import type { RedisConnection } from "./connection.js";
+import { beginWrite, type RedisContext, refuseLate } from "./context.js";
+import { unexpectedReply } from "./errors.js";
+import type { NamespaceKeys } from "./keys.js";
+import { EXPIRE_THREAD } from "./lua/clears.js";
+import { FORK } from "./lua/fork.js";
+import { noteTtlNamespace } from "./writes.js";
+
+/**
+ * Store.fork: the core decides (core/fork.ts, core/lineage.ts) on the parent
+ * as read (its hash and its head's length: nothing of its messages but the
+ * few tool results a trim of the fork may look at), and one FORK script
+ * (lua/fork.ts) writes the decision if the parent is still exactly that,
+ * or answers retry. With options.minReplicas, acknowledged after a WAIT,
+ * like an Add.
+ */
+
+/** Attempts before a Fork of a parent that changes under every one gives up. */
+const FORK_ATTEMPTS = 20;
+
+/** The parent as read: its hash, its head's length, its state and lineage. */
+interface ParentRead {
+  flat: string[];
+  headLength: number;
+  state: ThreadState | undefined;
+  lineage: Lineage;
+  /** Segment -> the seq its list starts at (the `first` of keys.ts). */
+  firsts: Map<string, number>;
+}
+
+/** The parent's head in plans, until the script names it (lua/fork.ts). */
+const HEAD = "";
+
+export async function fork(ctx: RedisContext, cmd: ForkCommand): Promise<ForkResult> {
+  const k = ctx.keys.namespace(cmd.namespace);
+  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
+  refuseLate(cmd.deadline, "Fork");
+  // A fork given a ttl of its own; one inheriting its parent's is in a namespace noted already.
+  if ((cmd.ttlMs ?? 0) > 0) await noteTtlNamespace(ctx, cmd.namespace, write);
+  for (let attempt = 0; attempt < FORK_ATTEMPTS; attempt++) {
+    const parent = await readParent(ctx, k, cmd.threadId, write.link);
+    let plan: PlannedFork | undefined;
+    let refusal: unknown;
+    try {
+      plan = await planFork(ctx, k, cmd, parent, write.link);
+    } catch (err) {
+      refusal = err;
+    }
+    const reply = asArray(await forkOnce(ctx, k, cmd, parent, plan, write.link));
+    switch (reply[0]) {
+      case "ok":
+        await write.confirm();
+        return {
+          thread: decodeThread(reply[1]),
+          sharedCount: plan?.shared ?? 0,
+          summaryInherited: plan?.inherited ?? false,
+          replayed: false,
+        };
+      case "replayed": {
+        await write.confirm();
+        const [, shared, inherited] = asString(reply[1]).split("\n");
+        return {
+          thread: decodeThread(reply[2]),
+          sharedCount: Number(shared),
+          summaryInherited: inherited === "1",
+          replayed: true,
+        };
+      }
+      case "expired":
+        await ctx.io.run(
+          EXPIRE_THREAD,
+          [k.thread(cmd.newThreadId), k.threads, k.events, k.usage],
+          [cmd.newThreadId, String(cmd.now), String(ctx.lim.eventRetention)],
+          write.link,
+        );
+        continue;
+      case "retry":
+        continue;
+      case "refused":
+        throw refusal;
+      case "request_id_reused":
+        throw requestIdReusedError();
+      case "exists":
+        throw forkTargetExistsError();
+      case "quota":
+        throw quotaExceededError(asString(reply[1]) as QuotaName, Number(asString(reply[2])));
+    }
+    throw unexpectedReply("fork", reply[0]);
+  }
+  throw new MemoryError(
+    "aborted",
+    "thread_id: the thread changed under every attempt of the Fork; retry",
+    { field: "thread_id" },
+  );
+}
+
+async function readParent(
+  ctx: RedisContext,
+  k: NamespaceKeys,
+  id: string,
+  via: RedisConnection,
+): Promise<ParentRead> {
+  const flat = asArray(await ctx.io.command(["HGETALL", k.thread(id)], via)).map(asString);
+  const headLength = Number(await ctx.io.command(["LLEN", k.messages(id)], via));
+  const state = flat.length === 0 ? undefined : decodeThread(flat);
+  const firsts = new Map<string, number>();
+  const json = lineageField(flat);
+  const raw = json === "" ? [] : (JSON.parse(json) as [string, number, number, number][]);
+  const entries: LineageEntry[] = raw.map(([segment, low, through, first]) => {
+    firsts.set(segment, first);
+    return { segment, low, through };
+  });
+  const lastSeq = state?.lastSeq ?? 0;
+  const low = entries.length > 0 ? (entries.at(-1)?.through ?? 0) + 1 : lastSeq - headLength + 1;
+  firsts.set(HEAD, low);
+  return { flat, headLength, state, lineage: { entries, head: { segment: HEAD, low } }, firsts };
+}
+
+/** What the FORK script writes (lua/fork.ts's plan, less the JSON). */
+interface PlannedFork {
+  decided: ForkPlan;
+  entries: [string, number, number, number][];
+  parentEntries: [string, number, number, number][];
+  headFrozen: boolean;
+  copyFrom: number;
+  copyTo: number;
+  headLow: number;
+  shared: number;
+  inherited: boolean;
+}
+
+/** The core's decisions for the Fork of the parent as read; throws the core's refusals. */
+async function planFork(
+  ctx: RedisContext,
+  k: NamespaceKeys,
+  cmd: ForkCommand,
+  parent: ParentRead,
+  via: RedisConnection,
+): Promise<PlannedFork> {
+  const now = cmd.now;
+  const expired = parent.state?.expireTime !== undefined && parent.state.expireTime <= now;
+  const state = expired ? undefined : parent.state;
+  const lastSeq = state?.lastSeq ?? 0;
+  const floor = floorOf(parent.lineage, lastSeq);
+  const decided = decideFork(state, floor > lastSeq ? undefined : floor, { ...cmd });
+  const at = decided.atSeq;
+  const lineagePlan = planForkLineage(parent.lineage, lastSeq, at);
+  const strategy = decided.thread.strategy;
+  const fork: Lineage = {
+    entries: lineagePlan.forkEntries,
+    head:
+      lineagePlan.copy === undefined ? undefined : { segment: "copy", low: lineagePlan.copy.from },
+  };
+  const tools = await toolSeqs(ctx, k, cmd.threadId, parent, [floor, at], strategy.maxStored, via);
+  const dropped = forkTrimCount(strategy, floor, at, decided.thread.summarizedThroughSeq, (seq) =>
+    tools.has(seq) ? ("tool" as Role) : undefined,
+  );
+  const trimmed = raiseFloor(fork, floor + dropped);
+  const entry = (e: LineageEntry): [string, number, number, number] => [
+    e.segment,
+    e.low,
+    e.through,
+    parent.firsts.get(e.segment) ?? e.low,
+  ];
+  const copy = lineagePlan.copy;
+  return {
+    decided,
+    entries: trimmed.lineage.entries.map(entry),
+    parentEntries: lineagePlan.parent.entries.map(entry),
+    headFrozen: lineagePlan.headFrozen,
+    copyFrom: copy === undefined ? 1 : Math.max(copy.from, floor + dropped),
+    copyTo: copy === undefined ? 0 : copy.to,
+    headLow: parent.firsts.get(HEAD) ?? 0,
+    // What it took from the parent, before its own trim (core/lineage.ts).
+    shared: lineagePlan.sharedCount,
+    inherited: decided.summaryInherited,
+  };
+}
+
+/**
+ * The tool results among the seqs a trim of the fork to `maxStored` may
+ * look at (forkTrimCount asks only past its first cut): one LRANGE per
+ * segment of a bounded window; none when the fork keeps everything.
+ */
+async function toolSeqs(
+  ctx: RedisContext,
+  k: NamespaceKeys,
+  parentId: string,
+  parent: ParentRead,
+  [floor, at]: [number, number],
+  maxStored: number,
+  via: RedisConnection,
+): Promise<Set<number>> {
+  const tools = new Set<number>();
+  const lastSeq = parent.state?.lastSeq ?? 0;
+  const excess = at - floor + 1 - maxStored;
+  if (excess <= 0) return tools;
+  const from = floor + excess;
+  const to = Math.min(at, from + 255);
+  for (const r of rangesFor(parent.lineage, lastSeq, from, to)) {
+    const first = parent.firsts.get(r.segment) ?? r.from;
+    const key = r.segment === HEAD ? k.messages(parentId) : k.segment(r.segment);
+    const got = asArray(
+      await ctx.io.command(["LRANGE", key, String(r.from - first), String(r.to - first)], via),
+    );
+    for (const e of got) {
+      const m = decodeMessage(asString(e));
+      if (m.role === "tool") tools.add(m.seq);
+    }
+  }
+  return tools;
+}
+
+function forkOnce(
+  ctx: RedisContext,
+  k: NamespaceKeys,
+  cmd: ForkCommand,
+  parent: ParentRead,
+  plan: PlannedFork | undefined,
+  via: RedisConnection,
+): Promise<unknown> {
+  const lim = ctx.lim;
+  const keep = requestsToKeep(cmd.now, lim);
+  const t = plan?.decided.thread;
+  const s = t?.strategy;
+  const json =
+    plan === undefined || t === undefined || s === undefined
+      ? ""
+      : JSON.stringify({
+          key: strategyKey(s),
+          kind: s.kind,
+          max_stored: s.maxStored,
+          exclude: s.excludeSystem ? "1" : "0",
+          last_seq: t.lastSeq,
+          through: t.summarizedThroughSeq,
+          summary_time: t.summaryTime,
+          ttl: t.ttlMs ?? 0,
+          at_seq: plan.decided.atSeq,
+          shared: plan.shared,
+          inherited: plan.inherited,
+          head_low: plan.headLow,
+          copy_from: plan.copyFrom,
+          copy_to: plan.copyTo,
+          head_frozen: plan.headFrozen,
+          entries: plan.entries,
+          parent_entries: plan.parentEntries,
+        });
+  return ctx.io.run(
+    FORK,
+    [k.thread(cmd.threadId), k.thread(cmd.newThreadId), k.threads, k.events, k.usage],
+    [
+      cmd.threadId,
+      cmd.newThreadId,
+      String(cmd.now),
+      cmd.requestId,
+      cmd.requestHash,
+      randomUUID(),
+      String(lim.eventRetention),
+      String(lim.idempotencyRetentionMs),
+      String(keep.keepNewest),
+      String(keep.dropThrough),
+      String(lim.maxThreadsPerNamespace),
+      String(lim.maxMessagesPerNamespace),
+      String(lim.maxBytesPerNamespace),
+      String(parent.headLength),
+      json,
+      t?.summary ?? "",
+      t?.labels === undefined ? "" : JSON.stringify(t.labels),
+      t?.parent === undefined ? "" : JSON.stringify(t.parent),
+      s === undefined ? "" : JSON.stringify(s),
+      ...parent.flat,
+    ],
+    via,
+  );
+}

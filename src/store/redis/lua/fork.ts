@@ -1,0 +1,127 @@
+import { ENTRIES, NUMBERS } from "./entries.js";
+import { LOG_EVENT } from "./event-log.js";
+import { script } from "./fragment.js";
+import { REQUESTS } from "./idempotency.js";
+import { LABELS, TTL } from "./labels.js";
+import { LINEAGE } from "./lineage.js";
+import { QUOTA } from "./quota.js";
+import { USAGE } from "./usage.js";
+
+/**
+ * Store.fork, one script. The decisions (core/fork.ts decideFork and
+ * forkTrimCount, core/lineage.ts planForkLineage and raiseFloor) are the
+ * core's own, made by the store (forks.ts) on the parent as it read it; the
+ * script checks, atomically, that the parent is still exactly that (its
+ * whole hash and its head's length), so it writes what the core decided
+ * about the parent as it is, or answers {"retry"} and writes nothing. The
+ * checks on the new thread come first, as store.ts orders them.
+ *
+ * KEYS: parent thread, new thread, threads, events, usage (every other key
+ * is derived from the key base, in the same slot). ARGV: parent id, new
+ * id, now, request_id, request_hash, new incarnation, event retention,
+ * idempotency retention ms, keepNewest, dropThrough, the quotas (threads,
+ * messages, bytes), the parent head's length as read, "" (the core refused:
+ * only the new thread's checks and the parent's sameness) or the plan's
+ * JSON (below), the summary, the labels' JSON, the parent origin's JSON,
+ * the strategy's JSON, then the parent's hash as read (HGETALL, flat).
+ *
+ * The plan: key, kind, max_stored, exclude (the strategy's), last_seq,
+ * through, summary_time, ttl (0 none), at_seq, shared, inherited, head_low
+ * (the parent's), copy_from/copy_to (seqs of the parent's head to copy;
+ * from > to: none), head_frozen, entries (the fork's, `[segment, low,
+ * through, first]`, segment "" for the parent's head once frozen) and
+ * parent_entries (the parent's after the freeze).
+ *
+ * Returns {"ok", new thread hash} | {"replayed", record result, thread hash} |
+ * {"request_id_reused"} | {"exists"} | {"expired"} (the new id names an
+ * expired thread: the store removes it and calls again) | {"retry"} |
+ * {"refused"} | {"quota", name, limit}.
+ */
+export const FORK = script(
+  "fork",
+  [NUMBERS, ENTRIES, USAGE, QUOTA, REQUESTS, LOG_EVENT, LABELS, TTL, LINEAGE],
+  `
+local now = tonumber(ARGV[3])
+local base = label_base(KEYS[2], ARGV[2])
+local FIRST_FIELD = 20
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  if expired(KEYS[2], now) then return {'expired'} end
+  local replay = replay_reply(base .. 'r:' .. ARGV[2], ARGV[4], ARGV[5], now, tonumber(ARGV[8]), 'fork')
+  if replay and replay[1] == 'replayed' then
+    return {'replayed', replay[2], redis.call('HGETALL', KEYS[2])}
+  end
+  if replay then return replay end
+  return {'exists'}
+end
+local parent_head = base .. 'm:' .. ARGV[1]
+local head_len = redis.call('LLEN', parent_head)
+do
+  -- Compared as fields, not as a sequence: HGETALL's order is the hash's own.
+  local seen = redis.call('HGETALL', KEYS[1])
+  if #seen ~= #ARGV - FIRST_FIELD + 1 or head_len ~= tonumber(ARGV[14]) then return {'retry'} end
+  local read = {}
+  for i = FIRST_FIELD, #ARGV, 2 do read[ARGV[i]] = ARGV[i + 1] end
+  for i = 1, #seen, 2 do
+    if read[seen[i]] ~= seen[i + 1] then return {'retry'} end
+  end
+end
+if ARGV[15] == '' then return {'refused'} end
+local plan = cjson.decode(ARGV[15])
+
+local copied, bytes = {}, 0
+if plan.copy_to >= plan.copy_from then
+  copied = redis.call('LRANGE', parent_head, plan.copy_from - plan.head_low, plan.copy_to - plan.head_low)
+  for _, x in ipairs(copied) do bytes = bytes + entry_bytes(x) end
+end
+do
+  local used = redis.call('HMGET', KEYS[5], 'threads', 'messages', 'bytes')
+  local quota, limit = quota_refusal({ARGV[11], ARGV[12], ARGV[13]}, used, {1, #copied, bytes})
+  if quota then return {'quota', quota, limit} end
+end
+
+local entries = plan.entries
+if plan.head_frozen then
+  -- The parent's head becomes a frozen segment: renamed, not copied (O(1)).
+  local seg = str(redis.call('INCR', base .. 'seg-seq'))
+  local p = redis.call('HMGET', KEYS[1], 'counted', 'bytes')
+  local count, held = head_len, tonumber(p[2]) or 0
+  -- A parent written before quotas is not in the usage: neither are its segments.
+  if p[1] ~= '1' then count, held = 0, 0 end
+  redis.call('RENAME', parent_head, base .. 's:' .. seg)
+  redis.call('HSET', base .. 'sg:' .. seg, 'refs', '1', 'count', str(count), 'bytes', str(held))
+  redis.call('HSET', KEYS[1], 'bytes', '0')
+  local function named(list)
+    for _, e in ipairs(list) do if e[1] == '' then e[1] = seg end end
+    return list
+  end
+  save_lineage(KEYS[1], named(plan.parent_entries))
+  entries = named(entries)
+end
+for _, e in ipairs(entries) do redis.call('HINCRBY', base .. 'sg:' .. e[1], 'refs', 1) end
+
+redis.call('HSET', KEYS[2], 'thread_id', ARGV[2], 'incarnation', ARGV[6], 'strategy', ARGV[19],
+  'strategy_key', plan.key, 'kind', plan.kind, 'max_stored', str(plan.max_stored),
+  'exclude_system', plan.exclude, 'last_seq', str(plan.last_seq),
+  'summarized_through_seq', str(plan.through), 'summary', ARGV[16],
+  'summary_time', str(plan.summary_time), 'create_time', ARGV[3], 'update_time', ARGV[3],
+  'counted', '1', 'bytes', '0', 'parent', ARGV[18])
+save_lineage(KEYS[2], entries)
+for i = 1, #copied, 256 do
+  redis.call('RPUSH', base .. 'm:' .. ARGV[2], unpack(copied, i, math.min(i + 255, #copied)))
+end
+redis.call('ZADD', KEYS[3], 0, ARGV[2])
+redis.call('ZADD', base .. 'fk:' .. ARGV[1], 0, ARGV[2])
+use(KEYS[5], KEYS[2], 1, #copied, bytes)
+set_labels(KEYS[2], ARGV[2], ARGV[17])
+if plan.ttl > 0 then set_ttl(KEYS[2], ARGV[2], plan.ttl, now) end
+local inherited = '0'
+if plan.inherited then inherited = '1' end
+if ARGV[4] ~= '' then
+  record_request(base .. 'r:' .. ARGV[2], base .. 'ri:' .. ARGV[2], ARGV[4], ARGV[5], now,
+    'fork\\n' .. str(plan.shared) .. '\\n' .. inherited, tonumber(ARGV[10]), tonumber(ARGV[9]))
+end
+log_event(KEYS[4], ARGV[7], ARGV[2], ARGV[3], 'thread_forked', 'parent_thread_id', ARGV[1],
+  'at_seq', str(plan.at_seq), 'shared_count', str(plan.shared), 'summary_inherited', inherited)
+return {'ok', redis.call('HGETALL', KEYS[2])}
+`,
+);
