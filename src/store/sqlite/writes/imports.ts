@@ -8,7 +8,7 @@ import type { Committed } from "./outcomes.js";
 /**
  * Store.importThread: the whole thread as given, under a new incarnation,
  * unless the namespace has one of that id (then nothing changes); counted
- * by the quotas like an Add.
+ * by the quotas like an Add. A `parent` origin is kept and indexed, nothing shared.
  */
 export function importThread(ctx: WriteContext, cmd: ImportThreadCommand): Committed<boolean> {
   const exists = ctx.threads.get(cmd.namespace, cmd.threadId) !== undefined;
@@ -19,6 +19,10 @@ export function importThread(ctx: WriteContext, cmd: ImportThreadCommand): Commi
   for (const m of cmd.messages) ctx.threads.insertMessage(key, m.seq, m.createTime, m);
   ctx.threads.use(cmd.namespace, delta, key);
   if (cmd.labels !== undefined) ctx.labels.set(cmd.namespace, cmd.threadId, key, cmd.labels);
+  // An imported fork is listed under the parent it names, as a Fork lists it.
+  if (cmd.parent !== undefined) {
+    ctx.forks.add(cmd.namespace, cmd.parent.threadId, cmd.threadId, key);
+  }
   if (cmd.ttlMs !== undefined && cmd.expireTime !== undefined) {
     ctx.ttl.set.run(cmd.ttlMs, cmd.expireTime, cmd.namespace, cmd.threadId);
   }
