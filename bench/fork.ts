@@ -23,9 +23,10 @@ import { fill } from "./thread-length.js";
  * holds a parent of 100,000 messages and one of 100 (window 20, max_stored
  * 100,000, filled as thread-length fills its threads). Each round, parent by
  * parent (long and short taking turns), `--forks` Forks are timed, at the
- * parent's last_seq and at last_seq - 50 alternately (the first freezes the
- * parent's head and shares it, the second copies a tail of 50 messages), then
- * a window Get and a one-message Add on each fork. Reported: p50 and p99 per
+ * parent's last_seq and at last_seq - 50 alternately (on the long parent the
+ * first Fork freezes its head and every later one shares that frozen segment;
+ * the short parent's head holds at most FORK_COPY_MAX messages, so each of its
+ * Forks copies what it takes), then a window Get and a one-message Add on each fork. Reported: p50 and p99 per
  * call and parent, server CPU per call, and the long/short ratios (goal: at
  * most 1.2: a Fork's cost must not depend on the parent's length).
  */
