@@ -145,3 +145,43 @@ export function forkTrimCount(
   while (n < length && n < foldedRun && roleAt(floor + n) === "tool") n++;
   return n;
 }
+
+/** An imported fork's shared prefix (ImportThreadCommand.shareFrom). */
+export interface ImportShare {
+  /** The parent, in the same namespace: the thread the fork's line names as its parent. */
+  threadId: string;
+  /** The fork holds the parent's stored messages up to this seq, and its own after it. */
+  throughSeq: number;
+  /** The parent's last_seq when the importer checked its messages against the file. */
+  parentLastSeq: number;
+}
+
+/**
+ * Whether an imported fork may share `parent`'s messages as `share` says
+ * (the parent's oldest stored seq is `oldestStoredSeq`): the parent is there,
+ * unchanged since the importer compared it with the file (its last_seq), and
+ * stores seq `throughSeq`. Throws failed_precondition naming the parent
+ * otherwise; the store then writes nothing.
+ */
+export function checkImportShare(
+  parent: ThreadState | undefined,
+  oldestStoredSeq: number | undefined,
+  share: ImportShare,
+): void {
+  const refuse = (why: string) =>
+    new MemoryError(
+      "failed_precondition",
+      `parent: the imported fork shares the messages of thread "${share.threadId}" through seq ${share.throughSeq}, but ${why}; import the export file whole, in its order`,
+      { field: "parent" },
+    );
+  if (parent === undefined) throw refuse("that thread is not in the store");
+  if (parent.lastSeq !== share.parentLastSeq) {
+    throw refuse(
+      `its last_seq is ${parent.lastSeq}, not ${share.parentLastSeq} as when it was compared`,
+    );
+  }
+  const oldest = oldestStoredSeq ?? parent.lastSeq + 1;
+  if (share.throughSeq < oldest || share.throughSeq > parent.lastSeq) {
+    throw refuse(`it stores seqs ${oldest} to ${parent.lastSeq}`);
+  }
+}

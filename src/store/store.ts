@@ -1,3 +1,4 @@
+import type { ImportShare } from "../core/fork.js";
 import type { QuotaLimits } from "../core/quota.js";
 import type {
   ChatMessage,
@@ -190,6 +191,22 @@ export interface StoreAdmin {
    * changing nothing, when the thread already exists. The caller has checked
    * the snapshot (portability/thread-line.ts): stored seqs consecutive and
    * ending at last_seq, summarized_through_seq at most last_seq.
+   *
+   * With `shareFrom` (an export's thread.v2 line: a fork whose shared prefix
+   * the file holds once, in its parent's line), `messages` are only the
+   * thread's own (seqs throughSeq + 1 to lastSeq, possibly none) and the
+   * thread is written as a Fork of the parent at throughSeq would write it
+   * (core/lineage.ts planForkLineage: the parent's frozen segments shared,
+   * its head frozen or at most FORK_COPY_MAX of it copied), followed by its
+   * own messages, all in the same atomic step; everything else (strategy,
+   * summary, times, labels, retention, origin) is taken from the command,
+   * no trim runs and no request is recorded. It holds the parent's stored
+   * messages from the parent's oldest through throughSeq, then its own; the
+   * quotas charge one thread, the copied messages and its own. Refused with
+   * failed_precondition, nothing written (core/fork.ts checkImportShare),
+   * when the parent is not live, its last_seq is not parentLastSeq, or it
+   * does not store throughSeq. messages_added is logged for every stored
+   * seq, shared ones included (from the parent's oldest to lastSeq).
    */
   importThread(cmd: ImportThreadCommand): Promise<boolean>;
 
@@ -318,6 +335,12 @@ export interface ImportThreadCommand {
   expireTime?: number;
   /** Where the thread was forked from, kept as exported (the parent need not exist). */
   parent?: ForkOrigin;
+  /**
+   * Set: the thread shares its parent's stored messages through
+   * shareFrom.throughSeq, and `messages` starts after it (see importThread).
+   * shareFrom.threadId is parent.threadId.
+   */
+  shareFrom?: ImportShare;
   /** Time of the messages_added event. */
   now: number;
 }

@@ -1,16 +1,18 @@
 import { randomUUID } from "node:crypto";
 import {
+  checkImportShare,
   decideFork,
   type ForkPlan,
   forkTargetExistsError,
   forkTrimCount,
 } from "../../core/fork.js";
+import { importedState } from "../../core/import.js";
 import { type ForkLineagePlan, planForkLineage } from "../../core/lineage.js";
 import { checkQuotas } from "../../core/quota.js";
 import { isExpired } from "../../core/ttl.js";
-import type { StoredMessage } from "../../core/types.js";
-import { droppedDelta } from "../../core/usage.js";
-import type { ForkCommand, ForkResult } from "../store.js";
+import type { StoredMessage, ThreadState } from "../../core/types.js";
+import { bytesOf, droppedDelta } from "../../core/usage.js";
+import type { ForkCommand, ForkResult, ImportThreadCommand } from "../store.js";
 import {
   addFork,
   addUsage,
@@ -103,14 +105,31 @@ function writeFork(
   lineage: ForkLineagePlan,
   copied: StoredMessage[],
 ): ThreadRecord {
+  return writeForkRecord(
+    m,
+    namespace,
+    s,
+    parent,
+    { ...plan.thread, incarnation: randomUUID() },
+    lineage,
+    copied,
+  );
+}
+
+/** Writes a thread whose lineage `lineage` plans on `parent`, its head `head`. */
+function writeForkRecord(
+  m: MemoryState,
+  namespace: string,
+  s: NamespaceState,
+  parent: ThreadRecord,
+  state: ThreadState,
+  lineage: ForkLineagePlan,
+  head: StoredMessage[],
+): ThreadRecord {
   if (lineage.headFrozen) freezeHead(s.segments, parent);
   const entries = lineage.forkEntries.map((e) => ({ ...e }));
   retain(s.segments, entries);
-  const rec = newThreadRecord(
-    { ...plan.thread, incarnation: randomUUID() },
-    copied,
-    sumBytes(copied, 0, copied.length),
-  );
+  const rec = newThreadRecord(state, head, sumBytes(head, 0, head.length));
   rec.entries = entries;
   const id = rec.state.threadId;
   s.threads.set(id, rec);
@@ -135,4 +154,41 @@ function ownTrim(s: NamespaceState, rec: ThreadRecord): void {
   );
   const freed = dropFront(s.segments, rec, n);
   addUsage(s.usage, droppedDelta(freed.count, freed.bytes));
+}
+
+/**
+ * Store.importThread with shareFrom: the thread written as a Fork of its
+ * parent at throughSeq would be (shared segments, at most FORK_COPY_MAX
+ * copied), its own messages after the copied ones in its head, its state as
+ * the command gives it. Atomic as fork is; refusals throw before any change.
+ */
+export function importFork(
+  m: MemoryState,
+  cmd: ImportThreadCommand,
+  share: NonNullable<ImportThreadCommand["shareFrom"]>,
+): boolean {
+  const s = m.open(cmd.namespace);
+  if (s.threads.has(cmd.threadId)) return false;
+  const parent = m.live(cmd.namespace, share.threadId, cmd.now);
+  checkImportShare(parent?.state, parent && oldestSeq(parent), share);
+  if (parent === undefined)
+    throw new Error("unreachable: checkImportShare refuses a missing parent");
+  const lineage = planForkLineage(lineageOf(parent), parent.state.lastSeq, share.throughSeq);
+  const own = cmd.messages.map((msg): StoredMessage => Object.freeze({ ...msg }));
+  const head = [...copiedMessages(parent, lineage), ...own];
+  const bytes = bytesOf(head);
+  checkQuotas(m.lim, s.usage, { threads: 1, messages: head.length, bytes });
+  const state = importedState(cmd, randomUUID());
+  if (cmd.parent !== undefined) state.parent = { ...cmd.parent };
+  const rec = writeForkRecord(m, cmd.namespace, s, parent, state, lineage, head);
+  addUsage(s.usage, { threads: 1, messages: head.length, bytes });
+  const first = oldestSeq(rec);
+  if (first !== undefined) {
+    s.log.emit(cmd.threadId, cmd.now, {
+      type: "messages_added",
+      firstSeq: first,
+      lastSeq: cmd.lastSeq,
+    });
+  }
+  return true;
 }

@@ -6,6 +6,7 @@ import { isExpired, ttlAfterAdd, ttlFields } from "../../core/ttl.js";
 import type { StoredMessage, Strategy } from "../../core/types.js";
 import { appendDelta, bytesOf, importDelta } from "../../core/usage.js";
 import type { AppendCommand, AppendResult, ImportThreadCommand } from "../store.js";
+import { importFork } from "./forks.js";
 import {
   addFork,
   addUsage,
@@ -135,6 +136,7 @@ function updateThread(m: MemoryState, s: NamespaceState, plan: AppendPlan, cmd: 
 
 /** Store.importThread: writes a whole thread as given, once. */
 export function importThread(m: MemoryState, cmd: ImportThreadCommand): boolean {
+  if (cmd.shareFrom !== undefined) return importFork(m, cmd, cmd.shareFrom);
   const s = m.open(cmd.namespace);
   const messages = cmd.messages.map((msg): StoredMessage => Object.freeze({ ...msg }));
   const delta = importDelta(s.threads.has(cmd.threadId), messages);

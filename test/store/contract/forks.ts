@@ -35,7 +35,11 @@ const PATHS = [
 ] as const;
 
 /** Thread "t": messages "1".."n", the first half added at 1000, the rest at 1500. */
-async function parentOf(store: Store, n: number, strategy: Strategy = window20): Promise<void> {
+export async function parentOf(
+  store: Store,
+  n: number,
+  strategy: Strategy = window20,
+): Promise<void> {
   const half = Math.floor(n / 2);
   const all = numbered(n);
   await store.append(cmd({ strategy, messages: all.slice(0, half), now: 1000 }));
@@ -43,7 +47,7 @@ async function parentOf(store: Store, n: number, strategy: Strategy = window20):
 }
 
 /** The expected triples of seqs from..to of a parentOf thread of n messages. */
-function expected(from: number, to: number, n: number): (string | number)[][] {
+export function expected(from: number, to: number, n: number): (string | number)[][] {
   const out: (string | number)[][] = [];
   for (let seq = from; seq <= to; seq++) {
     out.push([seq, String(seq), seq <= Math.floor(n / 2) ? 1000 : 1500]);

@@ -4,6 +4,7 @@ import { eventsContract } from "./events.js";
 import { expiryContract } from "./expiry.js";
 import { foldsContract } from "./folds.js";
 import { forksContract } from "./forks.js";
+import { importShareContract } from "./import-share.js";
 import { labelsContract } from "./labels.js";
 import { quotasContract } from "./quotas.js";
 import { requestsContract } from "./requests.js";
@@ -31,6 +32,7 @@ export const contractSuites: readonly ((backend: ContractBackend) => void)[] = [
   adminContract,
   rewindContract,
   forksContract,
+  importShareContract,
 ];
 
 /**
