@@ -34,24 +34,57 @@ export { ThreadLineError };
  *
  * A fork's line also has `parent` (left out for other threads, so older files
  * stay valid and read the same): where it was forked from, as
- * ThreadState.parent holds it. The line still holds all the fork's stored
+ * ThreadState.parent holds it. Such a v1 line holds all the fork's stored
  * messages, shared ones included, so it imports on its own (the parent need
- * not be in the file, nor exist) and nothing is shared after an import:
+ * not be in the file, nor exist):
  *
  * ```json
  * "parent":{"thread_id":"t1","at_seq":2,"fork_time":1767225602000,
  *           "parent_create_time":1767225600000}
  * ```
+ *
+ * A fork that holds its parent's messages up to a seq, exactly as the
+ * parent's own line (earlier in the same file) holds them, is written once
+ * in the parent's line: its line has format `windlass-memory.thread.v2`,
+ * every v1 field, `parent`, and `shared`, which names that prefix by its last
+ * seq, its count and its digest (prefix-chain.ts); its `messages` are only
+ * its own, after through_seq. The import checks the digest against the
+ * parent in the store and writes the fork sharing the parent's messages, as
+ * a Fork would (import.ts). An older release refuses a v2 line by its format
+ * rather than import a fork without its prefix.
+ *
+ * ```json
+ * {"format":"windlass-memory.thread.v2", …, "parent":{…},
+ *  "shared":{"through_seq":120,"count":120,"digest":"9f86d0…(64 hex digits)"},
+ *  "messages":[{"seq":121, …}, …]}
+ * ```
  */
 export const THREAD_LINE_FORMAT = "windlass-memory.thread.v1";
+/** The format of a line whose thread shares a prefix with its parent's line. */
+export const SHARED_LINE_FORMAT = "windlass-memory.thread.v2";
 
-/** A thread as one export line holds it (Store.importThread's command, without `now`). */
-export type ThreadLine = Omit<ImportThreadCommand, "now">;
+/** The parent's messages a v2 line shares: seqs from the parent's oldest through throughSeq. */
+export interface SharedPrefix {
+  throughSeq: number;
+  /** How many messages that is. */
+  count: number;
+  /** PrefixChain digest (hex) of those messages. */
+  digest: string;
+}
+
+/**
+ * A thread as one export line holds it (Store.importThread's command,
+ * without `now`; the importer resolves `shared` into its shareFrom). With
+ * `shared`, `messages` are the thread's own only.
+ */
+export type ThreadLine = Omit<ImportThreadCommand, "now" | "shareFrom"> & {
+  shared?: SharedPrefix;
+};
 
 /** The line's JSON text (no newline). Keys in a fixed order, so equal threads give equal text. */
 export function encodeThreadLine(t: ThreadLine): string {
   return JSON.stringify({
-    format: THREAD_LINE_FORMAT,
+    format: t.shared === undefined ? THREAD_LINE_FORMAT : SHARED_LINE_FORMAT,
     namespace: t.namespace,
     thread_id: t.threadId,
     strategy: encodeStrategy(t.strategy),
@@ -66,8 +99,22 @@ export function encodeThreadLine(t: ThreadLine): string {
       ? {}
       : { ttl_ms: t.ttlMs, expire_time: t.expireTime }),
     ...(t.parent === undefined ? {} : { parent: encodeParent(t.parent) }),
+    ...(t.shared === undefined
+      ? {}
+      : {
+          shared: {
+            through_seq: t.shared.throughSeq,
+            count: t.shared.count,
+            digest: t.shared.digest,
+          },
+        }),
     messages: t.messages.map(encodeMessage),
   });
+}
+
+/** One message's JSON as a line writes it: what PrefixChain digests. */
+export function encodeMessageJson(m: StoredMessage): string {
+  return JSON.stringify(encodeMessage(m));
 }
 
 function encodeParent(p: ForkOrigin): Record<string, unknown> {
@@ -155,12 +202,17 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
     "ttl_ms",
     "expire_time",
     "parent",
+    "shared",
     "messages",
   ]);
   const format = r.string(o.format, "format");
-  if (format !== THREAD_LINE_FORMAT) {
-    r.fail("format", `is "${format}", not "${THREAD_LINE_FORMAT}"`);
+  if (format !== THREAD_LINE_FORMAT && format !== SHARED_LINE_FORMAT) {
+    r.fail("format", `is "${format}", not "${THREAD_LINE_FORMAT}" or "${SHARED_LINE_FORMAT}"`);
   }
+  const sharing = format === SHARED_LINE_FORMAT;
+  if (sharing && o.shared === undefined) r.fail("shared", `is required in a ${format} line`);
+  if (sharing && o.parent === undefined) r.fail("parent", `is required in a ${format} line`);
+  if (!sharing && o.shared !== undefined) r.fail("shared", `needs format "${SHARED_LINE_FORMAT}"`);
   const namespace = r.string(o.namespace, "namespace");
   const rawId = r.string(o.thread_id, "thread_id");
   let threadId: string;
@@ -183,7 +235,14 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
   const labels = o.labels === undefined ? undefined : decodeLabels(r, o.labels, where);
   const ttl = decodeTtl(r, o.ttl_ms, o.expire_time);
   const parent = o.parent === undefined ? undefined : decodeParent(r, o.parent, where);
+  const shared = o.shared === undefined ? undefined : decodeShared(r, o.shared, lastSeq);
   const messages = decodeMessages(r, o.messages, lastSeq);
+  if (shared !== undefined && messages.length !== lastSeq - shared.throughSeq) {
+    r.fail(
+      "messages",
+      `must be the thread's own, seqs ${shared.throughSeq + 1} to last_seq (${lastSeq}): ${lastSeq - shared.throughSeq} messages, not ${messages.length}`,
+    );
+  }
   return {
     namespace,
     threadId,
@@ -197,8 +256,26 @@ export function decodeThreadLine(text: string, where: string): ThreadLine {
     ...(labels === undefined ? {} : { labels }),
     ...(ttl ?? {}),
     ...(parent === undefined ? {} : { parent }),
+    ...(shared === undefined ? {} : { shared }),
     messages,
   };
+}
+
+const HEX_DIGEST = /^[0-9a-f]{64}$/;
+
+function decodeShared(r: Reader, value: unknown, lastSeq: number): SharedPrefix {
+  const o = r.object(value, "shared", ["through_seq", "count", "digest"]);
+  const throughSeq = r.count(o.through_seq, "shared.through_seq");
+  if (throughSeq < 1 || throughSeq > lastSeq) {
+    r.fail("shared.through_seq", `must be from 1 to last_seq (${lastSeq})`);
+  }
+  const count = r.count(o.count, "shared.count");
+  if (count < 1 || count > throughSeq) {
+    r.fail("shared.count", `must be from 1 to through_seq (${throughSeq})`);
+  }
+  const digest = r.string(o.digest, "shared.digest");
+  if (!HEX_DIGEST.test(digest)) r.fail("shared.digest", "must be 64 lowercase hex digits");
+  return { throughSeq, count, digest };
 }
 
 /**

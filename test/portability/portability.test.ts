@@ -316,9 +316,9 @@ describe("export and import", () => {
     const trace: string[] = [];
     const observed: Store = {
       ...store,
-      listThreads: async (ns, after, limit) => {
-        trace.push(`list ${limit}`);
-        return store.listThreads(ns, after, limit);
+      listThreads: async (ns, after, limit, labels, forksOf) => {
+        trace.push(forksOf === undefined ? `list ${limit}` : `forks of ${forksOf}`);
+        return store.listThreads(ns, after, limit, labels, forksOf);
       },
       read: async (ns, id, view) => {
         trace.push("read");
@@ -334,8 +334,13 @@ describe("export and import", () => {
     expect(ids).toEqual([...ids].sort());
     expect(new Set(ids).size).toBe(total);
     expect(trace.filter((t) => t.startsWith("list"))).toEqual(Array(3).fill(`list ${EXPORT_PAGE}`));
+    // Each thread's forks are asked for once, after its line (none here).
+    expect(trace.filter((t) => t.startsWith("forks of"))).toEqual(
+      ids.map((id) => `forks of ${id}`),
+    );
     // Strictly alternating: no thread is read before the previous one is written.
     const reads = trace.filter((t) => t === "read" || t === "write").join(",");
+    expect(trace.slice(0, 4)).toEqual([`list ${EXPORT_PAGE}`, "read", "write", "forks of t0000"]);
     expect(reads).toBe(Array(total).fill("read,write").join(","));
     await store.close();
   });
