@@ -1,3 +1,4 @@
+import type { StoredMessage } from "../core/types.js";
 import type { Store, ThreadSnapshot } from "../store/store.js";
 import { PrefixChain } from "./prefix-chain.js";
 import { encodeMessageJson, encodeThreadLine, type SharedPrefix } from "./thread-line.js";
@@ -158,12 +159,34 @@ class NamespaceExport {
   }
 }
 
-/** The prefix `self` holds exactly as its parent's line does, if any. */
+/**
+ * The prefix `self` holds exactly as its parent's line does, if any: found
+ * by comparing the messages field by field (cheap; the parent's digests are
+ * computed once for all its forks, the fork's only when it has forks itself).
+ */
 function sharedWith(self: Written, parent: Written): SharedPrefix | undefined {
-  parent.chain ??= PrefixChain.of(parent.snap.messages, encodeMessageJson);
-  self.chain ??= PrefixChain.of(self.snap.messages, encodeMessageJson);
-  const count = self.chain.commonCount(parent.chain);
-  const last = self.snap.messages[count - 1];
+  const mine = self.snap.messages;
+  const theirs = parent.snap.messages;
+  const n = Math.min(mine.length, theirs.length);
+  let count = 0;
+  while (count < n && sameMessage(mine[count], theirs[count])) count++;
+  const last = mine[count - 1];
   if (count === 0 || last === undefined) return undefined;
-  return { throughSeq: last.seq, count, digest: self.chain.digestOf(count) };
+  parent.chain ??= PrefixChain.of(theirs, encodeMessageJson);
+  return { throughSeq: last.seq, count, digest: parent.chain.digestOf(count) };
+}
+
+function sameMessage(a: StoredMessage | undefined, b: StoredMessage | undefined): boolean {
+  if (a === b) return true;
+  if (a === undefined || b === undefined) return false;
+  return (
+    a.seq === b.seq &&
+    a.createTime === b.createTime &&
+    a.role === b.role &&
+    a.content === b.content &&
+    a.name === b.name &&
+    a.toolCallId === b.toolCallId &&
+    (a.toolCalls === b.toolCalls || JSON.stringify(a.toolCalls) === JSON.stringify(b.toolCalls)) &&
+    (a.metadata === b.metadata || encodeMessageJson(a) === encodeMessageJson(b))
+  );
 }

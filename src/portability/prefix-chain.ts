@@ -43,29 +43,4 @@ export class PrefixChain {
   digestOf(count: number): string {
     return this.#digests.toString("hex", (count - 1) * DIGEST_BYTES, count * DIGEST_BYTES);
   }
-
-  /**
-   * How many of the oldest messages this chain and `other` hold alike: both
-   * start at the same seq and agree digest by digest up to there.
-   */
-  commonCount(other: PrefixChain): number {
-    if (this.#firstSeq !== other.#firstSeq) return 0;
-    const n = Math.min(this.#length, other.#length);
-    let low = 0;
-    let high = n;
-    // Digests chain, so agreement at i means agreement at every j < i: a binary search suffices.
-    while (low < high) {
-      const mid = Math.ceil((low + high) / 2);
-      if (this.#same(other, mid)) low = mid;
-      else high = mid - 1;
-    }
-    return low;
-  }
-
-  #same(other: PrefixChain, count: number): boolean {
-    const at = (count - 1) * DIGEST_BYTES;
-    return (
-      this.#digests.compare(other.#digests, at, at + DIGEST_BYTES, at, at + DIGEST_BYTES) === 0
-    );
-  }
 }
