@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ChatMessage, Strategy } from "../../src/core/types.js";
 import { createPostgresStore } from "../../src/store/postgres/index.js";
-import type { ForkCommand, Store } from "../../src/store/store.js";
+import type { ForkCommand, ImportThreadCommand, Store } from "../../src/store/store.js";
 import {
   type PostgresServer,
   queryPostgres,
@@ -436,6 +436,95 @@ describe("Postgres store Fork", () => {
       await b.close();
     }
   }, 60_000);
+});
+
+/** Thread "f", imported as a fork of "t" (n messages) sharing seqs through `through`, then `own` of its own. */
+function sharingImport(n: number, through: number, own: number): ImportThreadCommand {
+  return {
+    namespace: "ns",
+    threadId: "f",
+    strategy: big,
+    lastSeq: through + own,
+    summarizedThroughSeq: 0,
+    summary: "",
+    summaryTime: 0,
+    createTime: 2500,
+    updateTime: 2600,
+    messages: texts(own, "own").map((m, i) => ({ ...m, seq: through + i + 1, createTime: 2000 })),
+    parent: { threadId: "t", atSeq: through, forkTime: 2500, parentCreateTime: 1000 },
+    shareFrom: { threadId: "t", throughSeq: through, parentLastSeq: n },
+    now: 3000,
+  };
+}
+
+async function messageRows(url: string): Promise<number> {
+  const [row] = await query<{ n: number }>(url, "SELECT count(*)::int AS n FROM messages");
+  return row?.n ?? 0;
+}
+
+describe("Postgres store import of a fork sharing its parent's prefix", () => {
+  it("freezes the parent's head in place past FORK_COPY_MAX, writing only its own rows", async () => {
+    await withStore(async (store, url) => {
+      await store.append(cmd({ messages: texts(300) }));
+      expect(await store.importThread(sharingImport(300, 250, 3))).toBe(true);
+      expect(await segments(url)).toEqual([{ segment_id: "t", refs: 2, count: 300 }]);
+      expect(await messageRows(url)).toBe(303);
+      expect(await usage(url)).toEqual({ threads: 2, messages: 303 });
+      expect(await contents(store, "f")).toEqual([
+        ...texts(250).map((m) => m.content),
+        ...texts(3, "own").map((m) => m.content),
+      ]);
+      // The frozen head is released with its last holder, the import's own rows with it.
+      await store.clear("ns", "t", 4000);
+      await store.clear("ns", "f", 4000);
+      expect(await segments(url)).toEqual([]);
+      expect(await messageRows(url)).toBe(0);
+      expect(await usage(url)).toEqual({ threads: 0, messages: 0 });
+    });
+  });
+
+  it("copies at most FORK_COPY_MAX of the head into its own, sharing nothing", async () => {
+    await withStore(async (store, url) => {
+      await store.append(cmd({ messages: texts(100) }));
+      expect(await store.importThread(sharingImport(100, 40, 2))).toBe(true);
+      expect(await segments(url)).toEqual([]);
+      expect(await messageRows(url)).toBe(142);
+      expect(await usage(url)).toEqual({ threads: 2, messages: 142 });
+      // A second import of the id changes nothing.
+      expect(await store.importThread(sharingImport(100, 40, 2))).toBe(false);
+      expect(await messageRows(url)).toBe(142);
+    });
+  });
+
+  it("imports against a 100,000-message parent in as many statements as a 300-message one", async () => {
+    const counts: number[] = [];
+    for (const n of [300, 100_000]) {
+      const url = await server.createDatabase();
+      await query(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+      const store = await createPostgresStore(url, {}, { poolSize: 2 });
+      try {
+        await store.importThread({
+          ...sharingImport(n, n, 0),
+          threadId: "t",
+          messages: texts(n).map((m, i) => ({ ...m, seq: i + 1, createTime: 1000 })),
+          parent: undefined,
+          shareFrom: undefined,
+        });
+        await query(url, "SELECT pg_stat_statements_reset()");
+        expect(await store.importThread(sharingImport(n, n - 10, 2))).toBe(true);
+        counts.push(await statementsRun(url));
+        const snap = await store.read("ns", "f", { limit: 5 });
+        expect(snap?.messages.slice(-3).map((m) => m.content)).toEqual([
+          `m${n - 10}`,
+          "own1",
+          "own2",
+        ]);
+      } finally {
+        await store.close();
+      }
+    }
+    expect(counts[1]).toBe(counts[0]);
+  }, 120_000);
 });
 
 /** The statements run in the database of `url` since the reset (pg_stat_statements). */

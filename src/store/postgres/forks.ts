@@ -1,14 +1,18 @@
 import { randomUUID } from "node:crypto";
 import {
+  checkImportShare,
   decideFork,
   type ForkPlan,
   forkTargetExistsError,
   forkTrimCount,
+  type ImportShare,
 } from "../../core/fork.js";
+import { importedState } from "../../core/import.js";
 import {
   type ForkLineagePlan,
   floorOf,
   type Lineage,
+  type LineageEntry,
   planForkLineage,
   raiseFloor,
   rangesFor,
@@ -17,7 +21,7 @@ import { checkQuotas } from "../../core/quota.js";
 import { isExpired } from "../../core/ttl.js";
 import type { Role, StoredMessage, ThreadState } from "../../core/types.js";
 import { bytesOf } from "../../core/usage.js";
-import type { ForkCommand, ForkResult } from "../store.js";
+import type { ForkCommand, ForkResult, ImportThreadCommand } from "../store.js";
 import {
   INSERT_MESSAGES,
   type Layout,
@@ -27,6 +31,7 @@ import {
   type ThreadRow,
   toThread,
 } from "./codec.js";
+import type { Query } from "./events.js";
 import { recordedResult, recordRequest } from "./requests.js";
 import { addReferences, freezeHead, freshHeadId, readRanges } from "./segments.js";
 import { saveThread, setLabels, threadRow } from "./thread-rows.js";
@@ -58,35 +63,21 @@ export async function fork(ctx: WriteContext, cmd: ForkCommand): Promise<ForkRes
     const { sharedCount, summaryInherited } = first;
     return { thread: toThread(target), sharedCount, summaryInherited, replayed: true };
   }
-  const found = await threadRow(q, cmd.namespace, cmd.threadId);
-  const parent = found !== undefined && !isExpired(toThread(found), cmd.now) ? found : undefined;
-  const layout = parent === undefined ? undefined : layoutOf(parent);
-  const floor = layout === undefined ? 0 : floorOf(layout.lineage, layout.lastSeq);
-  const plan = decideFork(
-    parent === undefined ? undefined : toThread(parent),
-    layout !== undefined && floor <= layout.lastSeq ? floor : undefined,
-    cmd,
-  );
+  const live = await liveParent(q, cmd.namespace, cmd.threadId, cmd.now);
+  const plan = decideFork(live?.state, live?.oldest, cmd);
   // decideFork refused a missing parent (not_found).
-  if (parent === undefined || layout === undefined) throw new Error("postgres store: no parent");
+  if (live === undefined) throw new Error("postgres store: no parent");
+  const { row: parent, layout, floor } = live;
   const lineage = planForkLineage(layout.lineage, layout.lastSeq, plan.atSeq);
   const own = await ownView(ctx, cmd.namespace, plan, lineage, floor);
   const delta = { threads: 1, messages: own.copied.length, bytes: bytesOf(own.copied) };
   checkQuotas(lim, ns.usage, delta);
 
-  await shareSegments(ctx, cmd.namespace, parent, layout, lineage, own.entries);
-  const head = await freshHeadId(q, cmd.namespace, cmd.newThreadId);
-  if (own.copied.length > 0) {
-    const columns = messageColumns(own.copied);
-    await q(INSERT_MESSAGES, [cmd.namespace, head ?? cmd.newThreadId, ...columns]);
-  }
   const state: ThreadState = { ...plan.thread, incarnation: randomUUID() };
-  const counts = { stored: own.copied.length, bytes: delta.bytes };
-  await saveThread(q, cmd.namespace, state, counts, {
-    head,
-    lineage: lineageColumn(own.entries.entries),
+  await writeForkRows(ctx, cmd.namespace, { row: parent, layout, lineage }, state, {
+    entries: own.entries.entries,
+    messages: own.copied,
   });
-  if (state.labels !== undefined) await setLabels(q, cmd.namespace, cmd.newThreadId, state.labels);
   const result: ForkResult = {
     thread: state,
     sharedCount: own.sharedCount,
@@ -103,6 +94,33 @@ export async function fork(ctx: WriteContext, cmd: ForkCommand): Promise<ForkRes
     summaryInherited: plan.summaryInherited,
   });
   return { ...result, thread: { ...state } };
+}
+
+/** A parent as Fork and the sharing import read it: live (not expired), with its layout. */
+interface LiveParent {
+  row: ThreadRow;
+  state: ThreadState;
+  layout: Layout;
+  /** Its oldest stored seq (above last_seq when it stores none). */
+  floor: number;
+  /** The same, undefined when it stores none (what decideFork and checkImportShare take). */
+  oldest: number | undefined;
+}
+
+/** The thread `threadId` when it is there and not expired (an expired one is left for the sweep). */
+async function liveParent(
+  q: Query,
+  namespace: string,
+  threadId: string,
+  now: number,
+): Promise<LiveParent | undefined> {
+  const row = await threadRow(q, namespace, threadId);
+  if (row === undefined) return undefined;
+  const state = toThread(row);
+  if (isExpired(state, now)) return undefined;
+  const layout = layoutOf(row);
+  const floor = floorOf(layout.lineage, layout.lastSeq);
+  return { row, state, layout, floor, oldest: floor <= layout.lastSeq ? floor : undefined };
 }
 
 /** The fork as its own strategy keeps it: its frozen entries, the messages it copies. */
@@ -184,9 +202,9 @@ async function shareSegments(
   parent: ThreadRow,
   layout: Layout,
   lineage: ForkLineagePlan,
-  own: Lineage,
+  own: readonly LineageEntry[],
 ): Promise<void> {
-  const kept = own.entries.map((e) => e.segment);
+  const kept = own.map((e) => e.segment);
   const frozen = lineage.headFrozen ? layout.headId : undefined;
   if (frozen !== undefined) {
     await freezeHead(
@@ -206,4 +224,85 @@ async function shareSegments(
     namespace,
     kept.filter((id) => id !== frozen),
   );
+}
+
+/** The parent a fork's rows are written against, and the lineage planned on it. */
+interface ForkSource {
+  row: ThreadRow;
+  layout: Layout;
+  lineage: ForkLineagePlan;
+}
+
+/**
+ * Writes a thread whose lineage `source.lineage` plans on its parent: the
+ * segments shared (the parent's head frozen when the plan says so), a new
+ * owned head holding `own.messages` (seqs right after its last entry), the
+ * thread row with `own.entries` and its labels. Fork and the sharing import
+ * both end here, after every check passed.
+ */
+async function writeForkRows(
+  ctx: WriteContext,
+  namespace: string,
+  source: ForkSource,
+  state: ThreadState,
+  own: { entries: readonly LineageEntry[]; messages: readonly StoredMessage[] },
+): Promise<void> {
+  const { q } = ctx;
+  const { threadId } = state;
+  await shareSegments(ctx, namespace, source.row, source.layout, source.lineage, own.entries);
+  const head = await freshHeadId(q, namespace, threadId);
+  if (own.messages.length > 0) {
+    const columns = messageColumns(own.messages);
+    await q(INSERT_MESSAGES, [namespace, head ?? threadId, ...columns]);
+  }
+  const counts = { stored: own.messages.length, bytes: bytesOf(own.messages) };
+  await saveThread(q, namespace, state, counts, { head, lineage: lineageColumn(own.entries) });
+  if (state.labels !== undefined) await setLabels(q, namespace, threadId, state.labels);
+}
+
+/**
+ * Store.importThread with shareFrom (one write of a group transaction, as
+ * fork): the thread written as a Fork of its parent at throughSeq would be
+ * (core/lineage.ts planForkLineage, before any trim of its own), its head
+ * the copied messages then its own, its state as the command gives it. Every
+ * refusal is thrown before the first write; no trim, no request record, no
+ * thread_forked. Like the plain import, a row of the id (even expired)
+ * makes it return false.
+ */
+export async function importFork(
+  ctx: WriteContext,
+  cmd: ImportThreadCommand,
+  share: ImportShare,
+): Promise<boolean> {
+  const { q, log, lim } = ctx;
+  const ns = await log.lock(cmd.namespace);
+  if ((await threadRow(q, cmd.namespace, cmd.threadId)) !== undefined) return false;
+  const live = await liveParent(q, cmd.namespace, share.threadId, cmd.now);
+  checkImportShare(live?.state, live?.oldest, share);
+  // checkImportShare refused a missing parent (failed_precondition).
+  if (live === undefined) throw new Error("postgres store: no parent");
+  const { layout, floor } = live;
+  const lineage = planForkLineage(layout.lineage, layout.lastSeq, share.throughSeq);
+  const copied =
+    lineage.copy === undefined ? [] : await readRanges(q, cmd.namespace, [lineage.copy]);
+  const messages = [...copied, ...cmd.messages];
+  const delta = { threads: 1, messages: messages.length, bytes: bytesOf(messages) };
+  checkQuotas(lim, ns.usage, delta);
+
+  const state = importedState(cmd, randomUUID());
+  // The origin as exported; the parent's id is also what the forks index lists it under.
+  if (cmd.parent !== undefined) state.parent = { ...cmd.parent };
+  const source = { row: live.row, layout, lineage };
+  await writeForkRows(ctx, cmd.namespace, source, state, {
+    entries: lineage.forkEntries,
+    messages,
+  });
+  log.use(cmd.namespace, delta);
+  // Every stored seq, the shared ones included: from the parent's oldest (throughSeq is at least it).
+  log.log(cmd.namespace, cmd.threadId, cmd.now, {
+    type: "messages_added",
+    firstSeq: floor,
+    lastSeq: cmd.lastSeq,
+  });
+  return true;
 }

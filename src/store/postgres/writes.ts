@@ -18,7 +18,7 @@ import type {
 } from "../store.js";
 import { INSERT_MESSAGES, layoutOf, messageColumns, type ThreadRow, toThread } from "./codec.js";
 import type { NamespaceLog, Query } from "./events.js";
-import { fork } from "./forks.js";
+import { fork, importFork } from "./forks.js";
 import { recordedResult, recordRequest } from "./requests.js";
 import { rewind } from "./rewind.js";
 import { freshHeadId, releaseSegments } from "./segments.js";
@@ -286,6 +286,7 @@ async function recordFoldFailure(ctx: WriteContext, cmd: FoldFailureCommand): Pr
 }
 
 async function importThread(ctx: WriteContext, cmd: ImportThreadCommand): Promise<boolean> {
+  if (cmd.shareFrom !== undefined) return importFork(ctx, cmd, cmd.shareFrom);
   const { q, log, lim } = ctx;
   const ns = await log.lock(cmd.namespace);
   const row = await threadRow(q, cmd.namespace, cmd.threadId);
