@@ -202,6 +202,37 @@ describe("acknowledged means replicated (minReplicas)", () => {
     expect(await contents(store, "cleared")).toEqual([]);
   });
 
+  it("holds an imported fork (importThread with shareFrom) to the same rule", async () => {
+    const keyPrefix = prefix();
+    const store = await open(primary, { keyPrefix, minReplicas: 1, replicaWaitMs: WAIT_MS });
+    await store.append(add("r1", "shared", "parent"));
+    const imported = {
+      namespace: NAMESPACE,
+      threadId: "fork",
+      strategy: STRATEGY,
+      lastSeq: 2,
+      summarizedThroughSeq: 0,
+      summary: "",
+      summaryTime: 0,
+      createTime: 100,
+      updateTime: 100,
+      messages: [{ seq: 2, role: "user" as const, content: "own", createTime: 100 }],
+      parent: { threadId: "parent", atSeq: 1, forkTime: 100, parentCreateTime: 100 },
+      shareFrom: { threadId: "parent", throughSeq: 1, parentLastSeq: 1 },
+      now: 200,
+    };
+    freezeReplica();
+    const err = await store.importThread(imported).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(MemoryError);
+    expect((err as MemoryError).code).toBe("unavailable");
+    thawReplica();
+    // It ran on the primary: the retry finds it there, and waits again.
+    expect(await store.importThread(imported)).toBe(false);
+    await failOver();
+    const promoted = await open(replica, { keyPrefix });
+    expect(await contents(promoted, "fork")).toEqual(["shared", "own"]);
+  });
+
   it("without it, an Add acknowledged while the replica lags is lost in the failover", async () => {
     const keyPrefix = prefix();
     const store = await open(primary, { keyPrefix });

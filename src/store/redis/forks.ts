@@ -2,10 +2,12 @@ import { randomUUID } from "node:crypto";
 import { requestIdReusedError } from "../../core/append.js";
 import { MemoryError } from "../../core/errors.js";
 import {
+  checkImportShare,
   decideFork,
   type ForkPlan,
   forkTargetExistsError,
   forkTrimCount,
+  type ImportShare,
 } from "../../core/fork.js";
 import { requestsToKeep } from "../../core/idempotency.js";
 import {
@@ -19,7 +21,7 @@ import {
 import { type QuotaName, quotaExceededError } from "../../core/quota.js";
 import { strategyKey } from "../../core/strategy.js";
 import type { Role, ThreadState } from "../../core/types.js";
-import type { ForkCommand, ForkResult } from "../store.js";
+import type { ForkCommand, ForkResult, ImportThreadCommand } from "../store.js";
 import { asArray, asString, decodeMessage, decodeThread, lineageField } from "./codec.js";
 import type { RedisConnection } from "./connection.js";
 import { beginWrite, type RedisContext, refuseLate } from "./context.js";
@@ -27,7 +29,14 @@ import { unexpectedReply } from "./errors.js";
 import type { NamespaceKeys } from "./keys.js";
 import { EXPIRE_THREAD } from "./lua/clears.js";
 import { FORK } from "./lua/fork.js";
-import { noteTtlNamespace } from "./writes.js";
+import { IMPORT_FORK } from "./lua/import.js";
+import {
+  beginImport,
+  importArgs,
+  importEntries,
+  importOutcome,
+  noteTtlNamespace,
+} from "./writes.js";
 
 /**
  * Store.fork: the core decides (core/fork.ts, core/lineage.ts) on the parent
@@ -110,10 +119,15 @@ export async function fork(ctx: RedisContext, cmd: ForkCommand): Promise<ForkRes
     }
     throw unexpectedReply("fork", reply[0]);
   }
-  throw new MemoryError(
+  throw parentChangedError("thread_id", "Fork");
+}
+
+/** The parent changed under every attempt (FORK_ATTEMPTS) of a Fork or an imported fork. */
+function parentChangedError(field: string, what: string): MemoryError {
+  return new MemoryError(
     "aborted",
-    "thread_id: the thread changed under every attempt of the Fork; retry",
-    { field: "thread_id" },
+    `${field}: the thread changed under every attempt of the ${what}; retry`,
+    { field },
   );
 }
 
@@ -160,9 +174,7 @@ async function planFork(
   parent: ParentRead,
   via: RedisConnection,
 ): Promise<PlannedFork> {
-  const now = cmd.now;
-  const expired = parent.state?.expireTime !== undefined && parent.state.expireTime <= now;
-  const state = expired ? undefined : parent.state;
+  const state = liveState(parent, cmd.now);
   const lastSeq = state?.lastSeq ?? 0;
   const floor = floorOf(parent.lineage, lastSeq);
   const decided = decideFork(state, floor > lastSeq ? undefined : floor, { ...cmd });
@@ -179,12 +191,7 @@ async function planFork(
     tools.has(seq) ? ("tool" as Role) : undefined,
   );
   const trimmed = raiseFloor(fork, floor + dropped);
-  const entry = (e: LineageEntry): [string, number, number, number] => [
-    e.segment,
-    e.low,
-    e.through,
-    parent.firsts.get(e.segment) ?? e.low,
-  ];
+  const entry = (e: LineageEntry) => withFirst(parent, e);
   const copy = lineagePlan.copy;
   return {
     decided,
@@ -198,6 +205,17 @@ async function planFork(
     shared: lineagePlan.sharedCount,
     inherited: decided.summaryInherited,
   };
+}
+
+/** The parent as read, undefined when it is not there or has expired at `now`. */
+function liveState(parent: ParentRead, now: number): ThreadState | undefined {
+  const expireTime = parent.state?.expireTime;
+  return expireTime !== undefined && expireTime <= now ? undefined : parent.state;
+}
+
+/** A lineage entry as the scripts keep it: `[segment, low, through, first]` (keys.ts). */
+function withFirst(parent: ParentRead, e: LineageEntry): [string, number, number, number] {
+  return [e.segment, e.low, e.through, parent.firsts.get(e.segment) ?? e.low];
 }
 
 /**
@@ -295,4 +313,76 @@ function forkOnce(
     ],
     via,
   );
+}
+
+/**
+ * Store.importThread with shareFrom: decided as a Fork is, on the parent as
+ * read (core/fork.ts checkImportShare, core/lineage.ts planForkLineage at
+ * throughSeq, no trim of its own), and written by one IMPORT_FORK script
+ * (lua/import.ts) if the parent is still exactly that, else read and
+ * decided again, at most FORK_ATTEMPTS times. With options.minReplicas,
+ * acknowledged after a WAIT, as the plain import is.
+ */
+export async function importFork(
+  ctx: RedisContext,
+  cmd: ImportThreadCommand,
+  share: ImportShare,
+): Promise<boolean> {
+  const k = ctx.keys.namespace(cmd.namespace);
+  const write = await beginImport(ctx, cmd);
+  const own = importEntries(cmd.messages);
+  for (let attempt = 0; attempt < FORK_ATTEMPTS; attempt++) {
+    const parent = await readParent(ctx, k, share.threadId, write.link);
+    let plan: PlannedImport = { json: "", firstSeq: 0 };
+    let refusal: unknown;
+    try {
+      plan = planImportShare(parent, share, cmd.now);
+    } catch (err) {
+      refusal = err;
+    }
+    const reply = await ctx.io.run(
+      IMPORT_FORK,
+      [k.thread(share.threadId), k.thread(cmd.threadId), k.threads, k.events, k.usage],
+      [
+        ...importArgs(ctx, cmd, own.bytes, plan.firstSeq),
+        share.threadId,
+        String(parent.headLength),
+        plan.json,
+        String(parent.flat.length),
+        ...parent.flat,
+        ...own.entries,
+      ],
+      write.link,
+    );
+    const status = asArray(reply)[0];
+    if (status === "retry") continue;
+    if (status === "refused") throw refusal;
+    return importOutcome(reply, write);
+  }
+  throw parentChangedError("parent", "import of a fork sharing its messages");
+}
+
+/** What IMPORT_FORK writes: its plan's JSON (lua/import.ts) and the thread's oldest stored seq. */
+interface PlannedImport {
+  json: string;
+  firstSeq: number;
+}
+
+/** The core's decisions for an imported fork of the parent as read; throws the core's refusals. */
+function planImportShare(parent: ParentRead, share: ImportShare, now: number): PlannedImport {
+  const state = liveState(parent, now);
+  const lastSeq = state?.lastSeq ?? 0;
+  const floor = floorOf(parent.lineage, lastSeq);
+  checkImportShare(state, floor > lastSeq ? undefined : floor, share);
+  const lineage = planForkLineage(parent.lineage, lastSeq, share.throughSeq);
+  const copy = lineage.copy;
+  const json = JSON.stringify({
+    head_low: parent.firsts.get(HEAD) ?? 0,
+    copy_from: copy?.from ?? 1,
+    copy_to: copy?.to ?? 0,
+    head_frozen: lineage.headFrozen,
+    entries: lineage.forkEntries.map((e) => withFirst(parent, e)),
+    parent_entries: lineage.parent.entries.map((e) => withFirst(parent, e)),
+  });
+  return { json, firstSeq: floor };
 }

@@ -77,8 +77,9 @@ export interface RedisStoreOptions {
  *
  * Atomicity: every mutation (append with its seqs, trim, idempotency record
  * and event; rewind; commit with its incarnation, coverage and fencing
- * checks; clear; lease take and release; fork, after reading the parent's
- * hash and head length, forks.ts) is one Lua script run by EVALSHA (lua/), so it is
+ * checks; clear; lease take and release; fork and an import sharing its
+ * parent's prefix, after reading the parent's hash and head length, forks.ts)
+ * is one Lua script run by EVALSHA (lua/), so it is
  * atomic on the server and costs one round trip. Scripts are loaded at
  * start-up; after a Redis restart the first NOSCRIPT reply falls back to
  * EVAL, which loads it (commands.ts).

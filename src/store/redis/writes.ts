@@ -7,11 +7,13 @@ import {
 import { requestsToKeep } from "../../core/idempotency.js";
 import { messageBytes, type QuotaName, quotaExceededError } from "../../core/quota.js";
 import { strategyKey } from "../../core/strategy.js";
+import type { StoredMessage } from "../../core/types.js";
 import type { AppendCommand, AppendResult, ImportThreadCommand } from "../store.js";
 import { asArray, asString, decodeResult, encodeMessage, strategyArgs } from "./codec.js";
 import type { RedisConnection } from "./connection.js";
 import { beginWrite, type RedisContext, refuseLate } from "./context.js";
 import { unexpectedReply } from "./errors.js";
+import { importFork } from "./forks.js";
 import { APPEND } from "./lua/append.js";
 import { EXPIRE_THREAD } from "./lua/clears.js";
 import { IMPORT_THREAD } from "./lua/import.js";
@@ -19,7 +21,8 @@ import type { AcknowledgedWrite } from "./replica-confirmation.js";
 
 /**
  * The Redis store's Add and import: each one script (lua/append.ts,
- * lua/import.ts), so the checks, the write, the trim, the request record
+ * lua/import.ts; an import sharing its parent's prefix is forks.ts
+ * importFork's), so the checks, the write, the trim, the request record
  * and the event are one atomic step on the server and one round trip.
  * With options.minReplicas, acknowledged only once a WAIT confirms it.
  */
@@ -142,50 +145,86 @@ function appendOnce(ctx: RedisContext, cmd: AppendCommand, via: RedisConnection)
   );
 }
 
+/** Store.importThread: the whole thread in one IMPORT_THREAD script, or one IMPORT_FORK with shareFrom. */
 export async function importThread(ctx: RedisContext, cmd: ImportThreadCommand): Promise<boolean> {
+  if (cmd.shareFrom !== undefined) return importFork(ctx, cmd, cmd.shareFrom);
   const k = ctx.keys.namespace(cmd.namespace);
   const id = cmd.threadId;
-  const lim = ctx.lim;
-  const ttl =
-    cmd.ttlMs === undefined || cmd.expireTime === undefined
-      ? undefined
-      : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime };
+  const write = await beginImport(ctx, cmd);
+  const { entries, bytes } = importEntries(cmd.messages);
+  const reply = await ctx.io.run(
+    IMPORT_THREAD,
+    [k.thread(id), k.messages(id), k.threads, k.events, k.usage],
+    [...importArgs(ctx, cmd, bytes, cmd.messages[0]?.seq ?? 0), ...entries],
+    write.link,
+  );
+  return importOutcome(reply, write);
+}
+
+/** An import's write session; the namespace is noted for the TTL sweep first when it sets a ttl. */
+export async function beginImport(
+  ctx: RedisContext,
+  cmd: ImportThreadCommand,
+): Promise<AcknowledgedWrite> {
+  const k = ctx.keys.namespace(cmd.namespace);
   const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
-  if (ttl !== undefined) await noteTtlNamespace(ctx, cmd.namespace, write);
+  if (importTtl(cmd) !== undefined) await noteTtlNamespace(ctx, cmd.namespace, write);
+  return write;
+}
+
+/** The retention an import writes: both the ttl and the expire time, or neither. */
+function importTtl(cmd: ImportThreadCommand): { ttlMs: number; expireTime: number } | undefined {
+  return cmd.ttlMs === undefined || cmd.expireTime === undefined
+    ? undefined
+    : { ttlMs: cmd.ttlMs, expireTime: cmd.expireTime };
+}
+
+/** The messages as lua/import.ts entries "<seq> <bytes> <json>", and their bytes. */
+export function importEntries(messages: StoredMessage[]): { entries: string[]; bytes: number } {
   let bytes = 0;
-  const entries = cmd.messages.map((m) => {
+  const entries = messages.map((m) => {
     const b = messageBytes(m);
     bytes += b;
     return `${m.seq} ${b} ${encodeMessage(m, m.createTime)}`;
   });
-  const reply = await ctx.io.run(
-    IMPORT_THREAD,
-    [k.thread(id), k.messages(id), k.threads, k.events, k.usage],
-    [
-      id,
-      randomUUID(),
-      ...strategyArgs(cmd.strategy),
-      String(cmd.lastSeq),
-      String(cmd.summarizedThroughSeq),
-      cmd.summary,
-      String(cmd.summaryTime),
-      String(cmd.createTime),
-      String(cmd.updateTime),
-      String(cmd.now),
-      String(lim.eventRetention),
-      String(lim.maxThreadsPerNamespace),
-      String(lim.maxMessagesPerNamespace),
-      String(lim.maxBytesPerNamespace),
-      String(bytes),
-      String(cmd.messages[0]?.seq ?? 0),
-      cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
-      ttl === undefined ? "" : String(ttl.ttlMs),
-      ttl === undefined ? "" : String(ttl.expireTime),
-      cmd.parent === undefined ? "" : JSON.stringify(cmd.parent),
-      ...entries,
-    ],
-    write.link,
-  );
+  return { entries, bytes };
+}
+
+/** ARGV 1 to 24 of both import scripts (lua/import.ts IMPORT_THREAD). */
+export function importArgs(
+  ctx: RedisContext,
+  cmd: ImportThreadCommand,
+  bytes: number,
+  firstSeq: number,
+): string[] {
+  const lim = ctx.lim;
+  const ttl = importTtl(cmd);
+  return [
+    cmd.threadId,
+    randomUUID(),
+    ...strategyArgs(cmd.strategy),
+    String(cmd.lastSeq),
+    String(cmd.summarizedThroughSeq),
+    cmd.summary,
+    String(cmd.summaryTime),
+    String(cmd.createTime),
+    String(cmd.updateTime),
+    String(cmd.now),
+    String(lim.eventRetention),
+    String(lim.maxThreadsPerNamespace),
+    String(lim.maxMessagesPerNamespace),
+    String(lim.maxBytesPerNamespace),
+    String(bytes),
+    String(firstSeq),
+    cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
+    ttl === undefined ? "" : String(ttl.ttlMs),
+    ttl === undefined ? "" : String(ttl.expireTime),
+    cmd.parent === undefined ? "" : JSON.stringify(cmd.parent),
+  ];
+}
+
+/** What an import script's final reply means: written, or there already (both confirmed), or a quota's refusal. */
+export async function importOutcome(reply: unknown, write: AcknowledgedWrite): Promise<boolean> {
   const [status, quota, limit] = asArray(reply);
   switch (status) {
     case "ok":

@@ -1,11 +1,87 @@
 import { ENTRIES, NUMBERS } from "./entries.js";
 import { LOG_EVENT } from "./event-log.js";
-import { script } from "./fragment.js";
+import { fragment, script } from "./fragment.js";
 import { REQUESTS } from "./idempotency.js";
 import { LABELS, TTL } from "./labels.js";
 import { LINEAGE } from "./lineage.js";
 import { QUOTA } from "./quota.js";
 import { USAGE } from "./usage.js";
+
+/**
+ * What a Fork and an imported fork (lua/import.ts IMPORT_FORK) write alike,
+ * from a plan the store made on the parent as it read it (the plan's
+ * fields are FORK's, below): the check that the parent is still that, the
+ * copy of at most FORK_COPY_MAX of its head, the freeze of its head, the
+ * references on the shared segments, and the new thread's lineage, head
+ * and index entries.
+ */
+export const FORK_SHARING = fragment(
+  "fork_sharing",
+  [NUMBERS, ENTRIES, LINEAGE],
+  `
+-- Whether the parent is still as the store read it: its head's length and
+-- its whole hash (ARGV[first..last], flat). Compared as fields, not as a
+-- sequence: HGETALL's order is the hash's own.
+local function parent_as_read(parent_key, head_len, read_len, first, last)
+  if head_len ~= read_len then return false end
+  local seen = redis.call('HGETALL', parent_key)
+  if #seen ~= last - first + 1 then return false end
+  local read = {}
+  for i = first, last, 2 do read[ARGV[i]] = ARGV[i + 1] end
+  for i = 1, #seen, 2 do
+    if read[seen[i]] ~= seen[i + 1] then return false end
+  end
+  return true
+end
+
+-- The entries of the parent's head the plan copies, and their bytes.
+local function copied_entries(parent_head, plan)
+  local copied, bytes = {}, 0
+  if plan.copy_to >= plan.copy_from then
+    copied = redis.call('LRANGE', parent_head, plan.copy_from - plan.head_low, plan.copy_to - plan.head_low)
+    for _, x in ipairs(copied) do bytes = bytes + entry_bytes(x) end
+  end
+  return copied, bytes
+end
+
+-- Freezes the parent's head when the plan says so and takes a reference on
+-- every segment the new thread's entries name; returns those entries, the
+-- frozen head ("" in the plan) named.
+local function share_segments(base, parent_key, parent_head, head_len, plan)
+  local entries = plan.entries
+  if plan.head_frozen then
+    -- The parent's head becomes a frozen segment: renamed, not copied (O(1)).
+    local seg = str(redis.call('INCR', base .. 'seg-seq'))
+    local p = redis.call('HMGET', parent_key, 'counted', 'bytes')
+    local count, held = head_len, tonumber(p[2]) or 0
+    -- A parent written before quotas is not in the usage: neither are its segments.
+    if p[1] ~= '1' then count, held = 0, 0 end
+    redis.call('RENAME', parent_head, base .. 's:' .. seg)
+    redis.call('HSET', base .. 'sg:' .. seg, 'refs', '1', 'count', str(count), 'bytes', str(held))
+    redis.call('HSET', parent_key, 'bytes', '0')
+    local function named(list)
+      for _, e in ipairs(list) do if e[1] == '' then e[1] = seg end end
+      return list
+    end
+    save_lineage(parent_key, named(plan.parent_entries))
+    entries = named(entries)
+  end
+  for _, e in ipairs(entries) do redis.call('HINCRBY', base .. 'sg:' .. e[1], 'refs', 1) end
+  return entries
+end
+
+-- The new thread's lineage and owned head (\`head\`, entries oldest first),
+-- and its place in the namespace's threads and in its parent's forks.
+local function link_fork(base, thread_key, threads, id, parent_id, entries, head)
+  save_lineage(thread_key, entries)
+  for i = 1, #head, 256 do
+    redis.call('RPUSH', base .. 'm:' .. id, unpack(head, i, math.min(i + 255, #head)))
+  end
+  redis.call('ZADD', threads, 0, id)
+  redis.call('ZADD', base .. 'fk:' .. parent_id, 0, id)
+end
+`,
+);
 
 /**
  * Store.fork, one script. The decisions (core/fork.ts decideFork and
@@ -39,7 +115,7 @@ import { USAGE } from "./usage.js";
  */
 export const FORK = script(
   "fork",
-  [NUMBERS, ENTRIES, USAGE, QUOTA, REQUESTS, LOG_EVENT, LABELS, TTL, LINEAGE],
+  [NUMBERS, USAGE, QUOTA, REQUESTS, LOG_EVENT, LABELS, TTL, FORK_SHARING],
   `
 local now = tonumber(ARGV[3])
 local base = label_base(KEYS[2], ARGV[2])
@@ -55,49 +131,20 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 local parent_head = base .. 'm:' .. ARGV[1]
 local head_len = redis.call('LLEN', parent_head)
-do
-  -- Compared as fields, not as a sequence: HGETALL's order is the hash's own.
-  local seen = redis.call('HGETALL', KEYS[1])
-  if #seen ~= #ARGV - FIRST_FIELD + 1 or head_len ~= tonumber(ARGV[14]) then return {'retry'} end
-  local read = {}
-  for i = FIRST_FIELD, #ARGV, 2 do read[ARGV[i]] = ARGV[i + 1] end
-  for i = 1, #seen, 2 do
-    if read[seen[i]] ~= seen[i + 1] then return {'retry'} end
-  end
+if not parent_as_read(KEYS[1], head_len, tonumber(ARGV[14]), FIRST_FIELD, #ARGV) then
+  return {'retry'}
 end
 if ARGV[15] == '' then return {'refused'} end
 local plan = cjson.decode(ARGV[15])
 
-local copied, bytes = {}, 0
-if plan.copy_to >= plan.copy_from then
-  copied = redis.call('LRANGE', parent_head, plan.copy_from - plan.head_low, plan.copy_to - plan.head_low)
-  for _, x in ipairs(copied) do bytes = bytes + entry_bytes(x) end
-end
+local copied, bytes = copied_entries(parent_head, plan)
 do
   local used = redis.call('HMGET', KEYS[5], 'threads', 'messages', 'bytes')
   local quota, limit = quota_refusal({ARGV[11], ARGV[12], ARGV[13]}, used, {1, #copied, bytes})
   if quota then return {'quota', quota, limit} end
 end
 
-local entries = plan.entries
-if plan.head_frozen then
-  -- The parent's head becomes a frozen segment: renamed, not copied (O(1)).
-  local seg = str(redis.call('INCR', base .. 'seg-seq'))
-  local p = redis.call('HMGET', KEYS[1], 'counted', 'bytes')
-  local count, held = head_len, tonumber(p[2]) or 0
-  -- A parent written before quotas is not in the usage: neither are its segments.
-  if p[1] ~= '1' then count, held = 0, 0 end
-  redis.call('RENAME', parent_head, base .. 's:' .. seg)
-  redis.call('HSET', base .. 'sg:' .. seg, 'refs', '1', 'count', str(count), 'bytes', str(held))
-  redis.call('HSET', KEYS[1], 'bytes', '0')
-  local function named(list)
-    for _, e in ipairs(list) do if e[1] == '' then e[1] = seg end end
-    return list
-  end
-  save_lineage(KEYS[1], named(plan.parent_entries))
-  entries = named(entries)
-end
-for _, e in ipairs(entries) do redis.call('HINCRBY', base .. 'sg:' .. e[1], 'refs', 1) end
+local entries = share_segments(base, KEYS[1], parent_head, head_len, plan)
 
 redis.call('HSET', KEYS[2], 'thread_id', ARGV[2], 'incarnation', ARGV[6], 'strategy', ARGV[19],
   'strategy_key', plan.key, 'kind', plan.kind, 'max_stored', str(plan.max_stored),
@@ -105,12 +152,7 @@ redis.call('HSET', KEYS[2], 'thread_id', ARGV[2], 'incarnation', ARGV[6], 'strat
   'summarized_through_seq', str(plan.through), 'summary', ARGV[16],
   'summary_time', str(plan.summary_time), 'create_time', ARGV[3], 'update_time', ARGV[3],
   'counted', '1', 'bytes', '0', 'parent', ARGV[18])
-save_lineage(KEYS[2], entries)
-for i = 1, #copied, 256 do
-  redis.call('RPUSH', base .. 'm:' .. ARGV[2], unpack(copied, i, math.min(i + 255, #copied)))
-end
-redis.call('ZADD', KEYS[3], 0, ARGV[2])
-redis.call('ZADD', base .. 'fk:' .. ARGV[1], 0, ARGV[2])
+link_fork(base, KEYS[2], KEYS[3], ARGV[2], ARGV[1], entries, copied)
 use(KEYS[5], KEYS[2], 1, #copied, bytes)
 set_labels(KEYS[2], ARGV[2], ARGV[17])
 if plan.ttl > 0 then set_ttl(KEYS[2], ARGV[2], plan.ttl, now) end

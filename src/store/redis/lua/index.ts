@@ -4,7 +4,7 @@ import { HEAD, MARK_SLOT, READ_EVENTS, ROTATE_INCARNATION } from "./events.js";
 import { ACQUIRE_LEASE, COMMIT_SUMMARY, RECORD_FOLD_FAILURE, RELEASE_LEASE } from "./folds.js";
 import { FORK } from "./fork.js";
 import type { LuaScript } from "./fragment.js";
-import { IMPORT_THREAD } from "./import.js";
+import { IMPORT_FORK, IMPORT_THREAD } from "./import.js";
 import { LIST_LABELED } from "./list-labeled.js";
 import { READ } from "./read.js";
 import { REWIND } from "./rewind.js";
@@ -19,8 +19,9 @@ import { REWIND } from "./rewind.js";
  * nextLeaseToken), rewind.ts (decideRewind), read.ts (recallSize),
  * lineage.ts (raiseFloor, cutLineage, forkTrimCount). Which request records
  * to keep (requestsToKeep) is decided outside and passed in; so are a
- * Fork's decisions (fork.ts: the core's, checked against the parent as the
- * script finds it). The other modules only store and read.
+ * Fork's decisions and an imported fork's (fork.ts, import.ts IMPORT_FORK:
+ * the core's, checked against the parent as the script finds it). The
+ * other modules only store and read.
  */
 
 /** Every script, loaded at start-up (SCRIPT LOAD) so the first EVALSHA finds it. */
@@ -29,6 +30,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   EXPIRE_DUE,
   LIST_LABELED,
   IMPORT_THREAD,
+  IMPORT_FORK,
   APPEND,
   FORK,
   REWIND,
