@@ -8,7 +8,12 @@ import { MAX_LINEAGE } from "../../src/core/lineage.js";
 import type { StoredMessage } from "../../src/core/types.js";
 import { createSqliteStore, MESSAGE_QUERIES } from "../../src/store/sqlite/index.js";
 import { forksListSql } from "../../src/store/sqlite/labels.js";
-import type { ForkCommand, Store, StoreLimits } from "../../src/store/store.js";
+import type {
+  ForkCommand,
+  ImportThreadCommand,
+  Store,
+  StoreLimits,
+} from "../../src/store/store.js";
 import { appendCommands, buffer, user } from "./fixtures.js";
 
 /** One directory per test file; every store gets a fresh file in it. */
@@ -61,6 +66,28 @@ async function importParent(s: Store, n: number, strategy = buffer): Promise<voi
     now: 1000,
   });
 }
+
+/** Thread "f" imported as a fork of "t" (n messages) sharing seqs through `through`, then f1.. of its own. */
+const sharedImport = (n: number, through: number, own: number): ImportThreadCommand => ({
+  namespace: "ns",
+  threadId: "f",
+  strategy: buffer,
+  lastSeq: through + own,
+  summarizedThroughSeq: 0,
+  summary: "",
+  summaryTime: 0,
+  createTime: 2000,
+  updateTime: 2000,
+  messages: Array.from({ length: own }, (_, i) => ({
+    role: "user" as const,
+    content: `f${through + i + 1}`,
+    seq: through + i + 1,
+    createTime: 2000,
+  })),
+  parent: { threadId: "t", atSeq: through, forkTime: 2000, parentCreateTime: 1000 },
+  shareFrom: { threadId: "t", throughSeq: through, parentLastSeq: n },
+  now: 2000,
+});
 
 /** Counts of rows with a connection of its own (the store must be closed). */
 function tableCounts(path: string): { messages: number; segments: number; threads: number } {
@@ -417,6 +444,72 @@ describe("SQLite store: forks", () => {
     } finally {
       db.close();
     }
+  });
+
+  it("imports a fork sharing a long head: the head freezes, shared messages are stored once, the file reopens whole", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await importParent(s, 200);
+    // Cached tail of t: the freeze must drop it, as a Fork's does.
+    expect(contents((await s.read("ns", "t", { limit: 3 }))?.messages).at(-1)).toBe("m200");
+    expect(await s.importThread(sharedImport(200, 150, 2))).toBe(true);
+    await s.append(add({ messages: [user("p201")] }));
+    await s.append(add({ threadId: "f", messages: [user("f153")] }));
+    const forkSeqs = [...numbered(1, 150), "f151", "f152", "f153"];
+    expect(contents((await s.read("ns", "t", { limit: 2 }))?.messages).slice(-2)).toEqual([
+      "m200",
+      "p201",
+    ]);
+    expect(contents((await s.read("ns", "f", { limit: 4 }))?.messages).slice(-4)).toEqual(
+      forkSeqs.slice(-4),
+    );
+    expect(contents((await s.read("ns", "f"))?.messages)).toEqual(forkSeqs);
+    expect(usageOf(path)).toMatchObject({ threads: 2, messages: 204 });
+    await s.close();
+    // 200 shared once (one frozen segment), plus the heads: p201, and f151 to f153.
+    expect(tableCounts(path)).toMatchObject({ messages: 204, segments: 1, threads: 2 });
+    const again = openStore(path);
+    expect(contents((await again.read("ns", "f"))?.messages)).toEqual(forkSeqs);
+    expect(contents((await again.read("ns", "t"))?.messages)).toEqual([
+      ...numbered(1, 200),
+      "p201",
+    ]);
+    expect(await again.listThreads("ns", "", 10, undefined, "t")).toEqual(["f"]);
+  });
+
+  it("imports a fork copying a short head: its head holds the copied and its own, each charged once", async () => {
+    const path = freshPath();
+    const s = openStore(path);
+    await importParent(s, 50);
+    expect(await s.importThread(sharedImport(50, 40, 1))).toBe(true);
+    // A windowed read first (cached from the file), then the whole thread past it.
+    expect(contents((await s.read("ns", "f", { limit: 2 }))?.messages).slice(-2)).toEqual([
+      "m40",
+      "f41",
+    ]);
+    expect(contents((await s.read("ns", "f"))?.messages)).toEqual([...numbered(1, 40), "f41"]);
+    await s.append(add({ threadId: "f", messages: [user("f42")] }));
+    expect(contents((await s.read("ns", "f", { limit: 3 }))?.messages).slice(-3)).toEqual([
+      "m40",
+      "f41",
+      "f42",
+    ]);
+    expect(contents((await s.read("ns", "t"))?.messages)).toEqual(numbered(1, 50));
+    expect(usageOf(path)).toMatchObject({ threads: 2, messages: 50 + 42 });
+    await s.close();
+    expect(tableCounts(path)).toMatchObject({ messages: 92, segments: 0, threads: 2 });
+  });
+
+  it("refuses an imported fork past the thread quota, writing nothing and freezing nothing", async () => {
+    const path = freshPath();
+    const s = openStore(path, { maxThreadsPerNamespace: 1 });
+    await importParent(s, 200);
+    await expect(s.importThread(sharedImport(200, 150, 1))).rejects.toMatchObject({
+      code: "resource_exhausted",
+    });
+    expect(await s.getThread("ns", "f")).toBeUndefined();
+    await s.close();
+    expect(tableCounts(path)).toMatchObject({ messages: 200, segments: 0, threads: 1 });
   });
 
   it("migrates a schema 3 file in place: its threads keep their messages, fork, and survive a Clear of the parent", async () => {

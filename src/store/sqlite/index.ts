@@ -283,8 +283,12 @@ class SqliteStore implements Store {
     return this.#reads.listThreads(namespace, after, limit, labels, forksOf);
   }
 
-  importThread(cmd: ImportThreadCommand): Promise<boolean> {
-    return this.#commit({ kind: "import", cmd }, cmd.namespace, cmd.threadId);
+  /** An import sharing its parent's prefix may freeze the parent's head: both are held as in flight, as a Fork's. */
+  async importThread(cmd: ImportThreadCommand): Promise<boolean> {
+    const op: WriteOp = { kind: "import", cmd };
+    const threads =
+      cmd.shareFrom === undefined ? [cmd.threadId] : [cmd.threadId, cmd.shareFrom.threadId];
+    return (await this.#worker.write<boolean>(op, cmd.namespace, threads)).value;
   }
 
   async sweepExpired(now: number, limit: number): Promise<number> {

@@ -5,7 +5,12 @@ import {
   forkTargetExistsError,
   forkTrimCount,
 } from "../../../core/fork.js";
-import { floorOf, type Lineage, planForkLineage } from "../../../core/lineage.js";
+import {
+  type ForkLineagePlan,
+  floorOf,
+  type Lineage,
+  planForkLineage,
+} from "../../../core/lineage.js";
 import { checkQuotas } from "../../../core/quota.js";
 import { isExpired } from "../../../core/ttl.js";
 import type { StoredMessage, ThreadState } from "../../../core/types.js";
@@ -33,39 +38,23 @@ export function fork(ctx: WriteContext, cmd: ForkCommand): Committed<ForkResult>
   }
   const expired = expireIfDue(ctx, cmd.namespace, cmd.newThreadId, cmd.now, target);
   if (live !== undefined) throw forkTargetExistsError();
-  const { row: parentRow, lineage: parentLineage, plan } = checkedParent(ctx, cmd);
-  const lineagePlan = planForkLineage(parentLineage, parentRow.last_seq, plan.atSeq);
-  const copied =
-    lineagePlan.copy === undefined
-      ? []
-      : ctx.threads.lineages.read(
-          parentLineage,
-          parentRow.last_seq,
-          lineagePlan.copy.from,
-          lineagePlan.copy.to,
-        );
+  const { parent, plan } = checkedParent(ctx, cmd);
+  const lineagePlan = planForkLineage(parent.lineage, parent.row.last_seq, plan.atSeq);
+  const copied = copiedMessages(ctx, parent, lineagePlan);
   const copiedBytes = bytesOf(copied);
-  checkQuotas(ctx.lim, ctx.threads.usage(cmd.namespace), {
-    threads: 1,
-    messages: copied.length,
-    bytes: copiedBytes,
-  });
-  if (lineagePlan.headFrozen) freezeHead(ctx, parentRow, parentLineage, lineagePlan.parent);
+  const delta = { threads: 1, messages: copied.length, bytes: copiedBytes };
+  checkQuotas(ctx.lim, ctx.threads.usage(cmd.namespace), delta);
   const state: ThreadState = { ...plan.thread, incarnation: randomUUID() };
-  const key = ctx.threads.insertFork(cmd.namespace, state);
-  for (const m of copied) ctx.threads.insertMessage(key, m.seq, m.createTime, m);
-  ctx.threads.segments.reference(lineagePlan.forkEntries);
-  const lineage: Lineage = {
-    entries: lineagePlan.forkEntries,
-    head: { segment: String(key), low: plan.atSeq - copied.length + 1 },
-  };
-  if (lineage.entries.length > 0) ctx.threads.saveLineage(key, lineage);
-  ctx.threads.use(cmd.namespace, { threads: 1, messages: copied.length, bytes: copiedBytes }, key);
-  if (state.labels !== undefined) ctx.labels.set(cmd.namespace, state.threadId, key, state.labels);
-  if (state.ttlMs !== undefined && state.expireTime !== undefined) {
-    ctx.ttl.set.run(state.ttlMs, state.expireTime, cmd.namespace, state.threadId);
-  }
-  ctx.forks.add(cmd.namespace, cmd.threadId, state.threadId, key);
+  const { key, lineage, parentEnded } = writeForkThread(
+    ctx,
+    cmd.namespace,
+    parent,
+    plan.atSeq,
+    lineagePlan,
+    state,
+    copied,
+  );
+  ctx.threads.use(cmd.namespace, delta, key);
   trimFork(ctx, cmd.namespace, key, lineage, state, copied);
   const recorded: RecordedFork = {
     sharedCount: lineagePlan.sharedCount,
@@ -81,30 +70,93 @@ export function fork(ctx: WriteContext, cmd: ForkCommand): Committed<ForkResult>
   return {
     value: { thread: state, ...recorded, replayed: false },
     events: expired === undefined ? [event] : [expired.event, event],
-    // The parent's cached tail stays true (its messages did not change), but
-    // is dropped with a frozen head so no entry outlives the storage it mirrored.
-    ended: [
-      ...(expired === undefined ? [] : [expired.incarnation]),
-      ...(lineagePlan.headFrozen ? [parentRow.incarnation] : []),
-    ],
+    ended: [...(expired === undefined ? [] : [expired.incarnation]), ...parentEnded],
   };
+}
+
+/** A thread a Fork (or an imported fork) shares from: its row and lineage, read once. */
+export interface LiveParent {
+  row: ThreadRow;
+  lineage: Lineage;
+}
+
+/**
+ * The thread if it is there and not expired, with its state and oldest
+ * stored seq (undefined when it stores none) as core/fork.ts's checks take them.
+ */
+export function liveParent(
+  ctx: WriteContext,
+  namespace: string,
+  threadId: string,
+  now: number,
+): { parent: LiveParent | undefined; state: ThreadState | undefined; oldest: number | undefined } {
+  const found = ctx.threads.get(namespace, threadId);
+  if (found === undefined || isExpired(expiryOf(found), now)) {
+    return { parent: undefined, state: undefined, oldest: undefined };
+  }
+  const lineage = ctx.threads.lineages.of(found);
+  const floor = floorOf(lineage, found.last_seq);
+  const oldest = floor > found.last_seq ? undefined : floor;
+  return { parent: { row: found, lineage }, state: toThread(found), oldest };
 }
 
 /** The live parent and core/fork.ts decideFork on it (throws its refusals). */
 function checkedParent(
   ctx: WriteContext,
   cmd: ForkCommand,
-): { row: ThreadRow; lineage: Lineage; plan: ForkPlan } {
-  const found = ctx.threads.get(cmd.namespace, cmd.threadId);
-  const row = found !== undefined && !isExpired(expiryOf(found), cmd.now) ? found : undefined;
-  const lineage = row === undefined ? undefined : ctx.threads.lineages.of(row);
-  const floor = row === undefined || lineage === undefined ? 0 : floorOf(lineage, row.last_seq);
-  const parent = row === undefined ? undefined : toThread(row);
-  const oldest = parent === undefined || floor > parent.lastSeq ? undefined : floor;
-  const plan = decideFork(parent, oldest, cmd);
+): { parent: LiveParent; plan: ForkPlan } {
+  const { parent, state, oldest } = liveParent(ctx, cmd.namespace, cmd.threadId, cmd.now);
+  const plan = decideFork(state, oldest, cmd);
   // Unreachable: decideFork threw not_found.
-  if (row === undefined || lineage === undefined) throw new Error("sqlite store: no parent");
-  return { row, lineage, plan };
+  if (parent === undefined) throw new Error("sqlite store: no parent");
+  return { parent, plan };
+}
+
+/** The parent's head messages the plan copies (at most FORK_COPY_MAX), read in one range. */
+export function copiedMessages(
+  ctx: WriteContext,
+  parent: LiveParent,
+  plan: ForkLineagePlan,
+): StoredMessage[] {
+  const copy = plan.copy;
+  if (copy === undefined) return [];
+  return ctx.threads.lineages.read(parent.lineage, parent.row.last_seq, copy.from, copy.to);
+}
+
+/**
+ * Writes a thread whose messages `plan` lays out on `parent` at `atSeq` (its head
+ * frozen if the plan says so; its frozen segments referenced), its own head
+ * `head` (the copied messages, then any of its own), its row from `state`,
+ * labels, retention and forks index entry under the parent. The caller
+ * charges the usage (the thread and its head) and logs the event;
+ * `parentEnded` is for its Committed.ended.
+ */
+export function writeForkThread(
+  ctx: WriteContext,
+  namespace: string,
+  parent: LiveParent,
+  atSeq: number,
+  plan: ForkLineagePlan,
+  state: ThreadState,
+  head: readonly StoredMessage[],
+): { key: number; lineage: Lineage; parentEnded: string[] } {
+  if (plan.headFrozen) freezeHead(ctx, parent.row, parent.lineage, plan.parent);
+  const key = ctx.threads.insertFork(namespace, state);
+  for (const m of head) ctx.threads.insertMessage(key, m.seq, m.createTime, m);
+  ctx.threads.segments.reference(plan.forkEntries);
+  // The head starts at the copied messages, else right after the shared ones.
+  const low = plan.copy?.from ?? atSeq + 1;
+  const lineage: Lineage = { entries: plan.forkEntries, head: { segment: String(key), low } };
+  if (lineage.entries.length > 0) ctx.threads.saveLineage(key, lineage);
+  if (state.labels !== undefined) ctx.labels.set(namespace, state.threadId, key, state.labels);
+  if (state.ttlMs !== undefined && state.expireTime !== undefined) {
+    ctx.ttl.set.run(state.ttlMs, state.expireTime, namespace, state.threadId);
+  }
+  ctx.forks.add(namespace, parent.row.thread_id, state.threadId, key);
+  // The parent's cached tail stays true (its messages did not change), but
+  // is dropped with a frozen head so no entry outlives the storage it mirrored.
+  const parentEnded = plan.headFrozen ? [parent.row.incarnation] : [];
+  return { key, lineage, parentEnded };
 }
 
 /**
