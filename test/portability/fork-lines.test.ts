@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
 import type { Strategy } from "../../src/core/types.js";
-import { exportNamespace } from "../../src/portability/export.js";
 import { importLines } from "../../src/portability/import.js";
 import {
   decodeThreadLine,
@@ -9,36 +8,9 @@ import {
   ThreadLineError,
 } from "../../src/portability/thread-line.js";
 import { createMemoryStore } from "../../src/store/memory/index.js";
-import type { Store } from "../../src/store/store.js";
+import { addUsers, exported, forkOf, linesOf } from "./support.js";
 
 const WINDOW: Strategy = { kind: "window", window: 20, excludeSystem: false, maxStored: 1000 };
-
-async function addUsers(store: Store, threadId: string, contents: string[], now: number) {
-  return store.append({
-    namespace: "ns",
-    threadId,
-    messages: contents.map((content) => ({ role: "user" as const, content })),
-    strategy: WINDOW,
-    defaultStrategy: WINDOW,
-    replaceStrategy: false,
-    requestId: "",
-    requestHash: "",
-    expectedLastSeq: undefined,
-    now,
-  });
-}
-
-async function exported(store: Store): Promise<string[]> {
-  const lines: string[] = [];
-  await exportNamespace(store, "ns", async (line) => {
-    lines.push(line.trimEnd());
-  });
-  return lines;
-}
-
-async function* linesOf(texts: string[]): AsyncIterable<string> {
-  yield* texts;
-}
 
 const ORIGIN = { threadId: "p", atSeq: 2, forkTime: 3000, parentCreateTime: 1000 };
 
@@ -58,22 +30,6 @@ const forkLine: ThreadLine = {
     { seq: 2, createTime: 1000, role: "user", content: "two" },
   ],
 };
-
-async function forkOf(store: Store, parent: string, fork: string, atSeq?: number, now = 3000) {
-  return store.fork({
-    namespace: "ns",
-    threadId: parent,
-    newThreadId: fork,
-    atSeq,
-    expectedLastSeq: undefined,
-    strategy: undefined,
-    labels: undefined,
-    ttlMs: undefined,
-    requestId: "",
-    requestHash: "",
-    now,
-  });
-}
 
 const contentsOf = (line: { messages: { content: string }[] }) =>
   line.messages.map((m) => m.content);

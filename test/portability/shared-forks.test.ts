@@ -6,57 +6,11 @@
  * that copied the prefixes would be refused.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Strategy } from "../../src/core/types.js";
-import { exportNamespace } from "../../src/portability/export.js";
 import { importLines } from "../../src/portability/import.js";
 import { createMemoryStore } from "../../src/store/memory/index.js";
 import type { Store } from "../../src/store/store.js";
 import { backends } from "../store/contract/backends.js";
-
-const WINDOW: Strategy = { kind: "window", window: 20, excludeSystem: false, maxStored: 1000 };
-
-async function add(store: Store, threadId: string, contents: string[], now: number) {
-  await store.append({
-    namespace: "ns",
-    threadId,
-    messages: contents.map((content) => ({ role: "user" as const, content })),
-    strategy: WINDOW,
-    defaultStrategy: WINDOW,
-    replaceStrategy: false,
-    requestId: "",
-    requestHash: "",
-    expectedLastSeq: undefined,
-    now,
-  });
-}
-
-async function fork(store: Store, parent: string, child: string, atSeq: number, now: number) {
-  await store.fork({
-    namespace: "ns",
-    threadId: parent,
-    newThreadId: child,
-    atSeq,
-    expectedLastSeq: undefined,
-    strategy: undefined,
-    labels: undefined,
-    ttlMs: undefined,
-    requestId: "",
-    requestHash: "",
-    now,
-  });
-}
-
-async function exported(store: Store): Promise<string[]> {
-  const lines: string[] = [];
-  await exportNamespace(store, "ns", async (line) => {
-    lines.push(line.trimEnd());
-  });
-  return lines;
-}
-
-async function* linesOf(texts: string[]): AsyncIterable<string> {
-  yield* texts;
-}
+import { addUsers, exported, forkOf, linesOf } from "./support.js";
 
 const numbered = (n: number, tag: string) => Array.from({ length: n }, (_, i) => `${tag}${i + 1}`);
 
@@ -73,15 +27,15 @@ const numbered = (n: number, tag: string) => Array.from({ length: n }, (_, i) =>
  * copies its 10 messages (as a live Fork in that order would): 350.
  */
 async function family(store: Store): Promise<void> {
-  await add(store, "main", numbered(300, "m"), 1000);
-  await fork(store, "main", "branch", 250, 2000);
-  await add(store, "branch", ["b1", "b2"], 2100);
-  await fork(store, "branch", "leaf", 251, 2200);
-  await add(store, "leaf", ["l1"], 2300);
-  await fork(store, "main", "aside", 10, 2400);
-  await add(store, "short", numbered(20, "s"), 1000);
-  await fork(store, "short", "copy", 15, 2500);
-  await add(store, "copy", ["c1"], 2600);
+  await addUsers(store, "main", numbered(300, "m"), 1000);
+  await forkOf(store, "main", "branch", 250, 2000);
+  await addUsers(store, "branch", ["b1", "b2"], 2100);
+  await forkOf(store, "branch", "leaf", 251, 2200);
+  await addUsers(store, "leaf", ["l1"], 2300);
+  await forkOf(store, "main", "aside", 10, 2400);
+  await addUsers(store, "short", numbered(20, "s"), 1000);
+  await forkOf(store, "short", "copy", 15, 2500);
+  await addUsers(store, "copy", ["c1"], 2600);
 }
 const PHYSICAL = 340;
 const IMPORTED = 350;
@@ -124,7 +78,7 @@ describe.each(backends)("export and import of fork families: $name", (backend) =
       expect(await exported(store)).toEqual(file);
       expect(await importLines(store, linesOf(file))).toEqual({ imported: 0, unchanged: 6 });
       // The store is full: the forks share, as their Forks did.
-      await expect(add(store, "more", ["x"], 9000)).rejects.toMatchObject({
+      await expect(addUsers(store, "more", ["x"], 9000)).rejects.toMatchObject({
         code: "resource_exhausted",
       });
     } finally {
