@@ -183,6 +183,43 @@ describe("redis store: fork", () => {
     expect((await store.read("ns", "t"))?.messages).toHaveLength(300);
   });
 
+  it("reads the roles at a fork's cut in pages of 256 seqs, only while its run of tool results lasts", async () => {
+    const { store } = await open();
+    // Seqs 1..10,000 users, 10,001 a call of 1,000 tools, 10,002..11,001 their results, then 10 users.
+    const ids = Array.from({ length: 1000 }, (_, i) => `c${i}`);
+    await store.append(add({ messages: many(10_000) }));
+    await store.append(
+      add({
+        messages: [
+          {
+            role: "assistant",
+            content: "",
+            toolCalls: ids.map((id) => ({ id, name: "f", arguments: "{}" })),
+          },
+          ...ids.map((id) => ({ role: "tool" as const, content: "r", toolCallId: id })),
+          ...many(10, 20_000),
+        ],
+      }),
+    );
+    const c = await client();
+    const calls = async (cmd: string) => {
+      const info = String(await c.sendCommand(["INFO", "commandstats"]));
+      return Number(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(info)?.[1] ?? 0);
+    };
+    // The cut at the first result (11,011 - 1,010 = 10,001 dropped) extends over all 1,000:
+    // pages from 10,002, the fourth (10,770..11,025) ending the run at 11,002.
+    await c.sendCommand(["CONFIG", "RESETSTAT"]);
+    await store.fork(forkCmd({ newThreadId: "f", strategy: { ...window20, maxStored: 1010 } }));
+    expect(await calls("lrange")).toBe(4);
+    expect(await calls("evalsha")).toBe(1);
+    expect((await store.read("ns", "f"))?.messages.map((m) => m.seq)).toEqual(seqs(11_002, 11_011));
+    // A cut on a user message: one page, whatever the parent's length.
+    await c.sendCommand(["CONFIG", "RESETSTAT"]);
+    await store.fork(forkCmd({ newThreadId: "g", strategy: { ...window20, maxStored: 5 } }));
+    expect(await calls("lrange")).toBe(1);
+    expect((await store.read("ns", "g"))?.messages.map((m) => m.seq)).toEqual(seqs(11_007, 11_011));
+  });
+
   it("rewinds a fork into its frozen entry and the parent past its frozen head", async () => {
     const { store } = await open();
     await store.append(add({ messages: many(300) }));

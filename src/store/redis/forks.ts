@@ -41,7 +41,7 @@ import {
 /**
  * Store.fork: the core decides (core/fork.ts, core/lineage.ts) on the parent
  * as read (its hash and its head's length: nothing of its messages but the
- * few tool results a trim of the fork may look at), and one FORK script
+ * roles at the cut a trim of the fork asks for, forkTrimOf), and one FORK script
  * (lua/fork.ts) writes the decision if the parent is still exactly that,
  * or answers retry. With options.minReplicas, acknowledged after a WAIT,
  * like an Add.
@@ -180,16 +180,12 @@ async function planFork(
   const decided = decideFork(state, floor > lastSeq ? undefined : floor, { ...cmd });
   const at = decided.atSeq;
   const lineagePlan = planForkLineage(parent.lineage, lastSeq, at);
-  const strategy = decided.thread.strategy;
   const fork: Lineage = {
     entries: lineagePlan.forkEntries,
     head:
       lineagePlan.copy === undefined ? undefined : { segment: "copy", low: lineagePlan.copy.from },
   };
-  const tools = await toolSeqs(ctx, k, cmd.threadId, parent, [floor, at], strategy.maxStored, via);
-  const dropped = forkTrimCount(strategy, floor, at, decided.thread.summarizedThroughSeq, (seq) =>
-    tools.has(seq) ? ("tool" as Role) : undefined,
-  );
+  const dropped = await forkTrimOf(ctx, k, cmd.threadId, parent, decided.thread, floor, via);
   const trimmed = raiseFloor(fork, floor + dropped);
   const entry = (e: LineageEntry) => withFirst(parent, e);
   const copy = lineagePlan.copy;
@@ -218,26 +214,63 @@ function withFirst(parent: ParentRead, e: LineageEntry): [string, number, number
   return [e.segment, e.low, e.through, parent.firsts.get(e.segment) ?? e.low];
 }
 
+/** Seqs of the parent read per LRANGE round trip while a fork's cut runs over tool results. */
+const ROLE_PAGE = 256;
+
 /**
- * The tool results among the seqs a trim of the fork to `maxStored` may
- * look at (forkTrimCount asks only past its first cut): one LRANGE per
- * segment of a bounded window; none when the fork keeps everything.
+ * How many of the fork's oldest messages its strategy drops: core/fork.ts
+ * forkTrimCount itself, asked until it needs no role it was not given. The
+ * roles are read from the parent as read (this attempt's: a retry reads
+ * again), in pages of ROLE_PAGE seqs (one LRANGE per segment of a page)
+ * from the first seq the core asks for, a page more only while every seq
+ * so far is a tool result, up to at_seq (for a summary strategy, up to its
+ * summarized_through_seq, past which the core never extends the cut). So
+ * a cut over a run of tool results costs a round trip per page of the
+ * run, and nothing when the fork keeps everything or no role is asked.
  */
-async function toolSeqs(
+async function forkTrimOf(
   ctx: RedisContext,
   k: NamespaceKeys,
   parentId: string,
   parent: ParentRead,
-  [floor, at]: [number, number],
-  maxStored: number,
+  fork: Omit<ThreadState, "incarnation">,
+  floor: number,
   via: RedisConnection,
-): Promise<Set<number>> {
-  const tools = new Set<number>();
+): Promise<number> {
+  const { strategy, lastSeq: at, summarizedThroughSeq: through } = fork;
+  const roles = new Map<number, Role | undefined>();
+  const bound = strategy.kind === "summary" ? Math.min(at, through) : at;
+  for (;;) {
+    let missing: number | undefined;
+    const n = forkTrimCount(strategy, floor, at, through, (seq) => {
+      // The first role not read ends the core's run; it is where the next read starts.
+      if (!roles.has(seq)) missing ??= seq;
+      return roles.get(seq);
+    });
+    if (missing === undefined) return n;
+    for (let from = missing; from <= Math.max(bound, missing); from += ROLE_PAGE) {
+      const to = Math.min(Math.max(bound, missing), from + ROLE_PAGE - 1);
+      if (!(await readRoles(ctx, k, parentId, parent, [from, to], roles, via))) break;
+    }
+  }
+}
+
+/**
+ * Reads the roles of the parent's seqs from..to (the parent as read) into
+ * `roles` (every seq of the range is then known: a seq missing from the
+ * reply has no role); whether every one is a tool result.
+ */
+async function readRoles(
+  ctx: RedisContext,
+  k: NamespaceKeys,
+  parentId: string,
+  parent: ParentRead,
+  [from, to]: [number, number],
+  roles: Map<number, Role | undefined>,
+  via: RedisConnection,
+): Promise<boolean> {
+  for (let seq = from; seq <= to; seq++) roles.set(seq, undefined);
   const lastSeq = parent.state?.lastSeq ?? 0;
-  const excess = at - floor + 1 - maxStored;
-  if (excess <= 0) return tools;
-  const from = floor + excess;
-  const to = Math.min(at, from + 255);
   for (const r of rangesFor(parent.lineage, lastSeq, from, to)) {
     const first = parent.firsts.get(r.segment) ?? r.from;
     const key = r.segment === HEAD ? k.messages(parentId) : k.segment(r.segment);
@@ -246,10 +279,11 @@ async function toolSeqs(
     );
     for (const e of got) {
       const m = decodeMessage(asString(e));
-      if (m.role === "tool") tools.add(m.seq);
+      if (m.seq >= from && m.seq <= to) roles.set(m.seq, m.role);
     }
   }
-  return tools;
+  for (let seq = from; seq <= to; seq++) if (roles.get(seq) !== "tool") return false;
+  return true;
 }
 
 function forkOnce(

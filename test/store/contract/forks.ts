@@ -6,7 +6,7 @@
  * event and ListThreads(forks_of).
  */
 import { describe, expect, it } from "vitest";
-import type { Strategy } from "../../../src/core/types.js";
+import type { ChatMessage, Strategy } from "../../../src/core/types.js";
 import type { Store, ThreadSnapshot } from "../../../src/store/store.js";
 import { buffer, summary, user, window20 } from "../fixtures.js";
 import { forkPropertyContract } from "./forks-model.js";
@@ -68,6 +68,7 @@ export function forksContract(backend: ContractBackend): void {
   describe("fork", () => {
     const store = storeOfEachCase(backend);
     forkShapeCases(store);
+    forkToolRunTrimCases(store);
     forkRefusalCases(store, backend);
     forkReplayCases(store);
     forkIndependenceCases(store);
@@ -181,6 +182,96 @@ function forkShapeCases(store: Store): void {
     expect(r).toMatchObject({ sharedCount: 2, summaryInherited: true });
     expect(r.thread).toMatchObject({ summary: "through 5", summarizedThroughSeq: 5, lastSeq: 5 });
     expect(seqsOf(await store.read("ns", "f"))).toEqual([4, 5]);
+  });
+}
+
+/** Seqs from..to. */
+const seqRange = (from: number, to: number) =>
+  Array.from({ length: to - from + 1 }, (_, i) => from + i);
+
+/**
+ * Messages for seqs 1.. of a thread: users "1" and "2", at seq 3 one
+ * assistant message calling `calls` tools, their results (seqs 4..calls+3,
+ * the call ids in order), then `tail` users.
+ */
+function toolRun(calls: number, tail: number): ChatMessage[] {
+  const ids = Array.from({ length: calls }, (_, i) => `c${i + 1}`);
+  return [
+    user("1"),
+    user("2"),
+    {
+      role: "assistant",
+      content: "",
+      toolCalls: ids.map((id) => ({ id, name: "f", arguments: "{}" })),
+    },
+    ...ids.map((id): ChatMessage => ({ role: "tool", content: `r${id}`, toolCallId: id })),
+    ...Array.from({ length: tail }, (_, i) => user(String(calls + 4 + i))),
+  ];
+}
+
+/**
+ * A Fork's own trim where its cut falls on tool results (core/fork.ts
+ * forkTrimCount, which the memory store runs directly): the cut extends over
+ * the whole run of results, however long, never past a summary strategy's
+ * folded run.
+ */
+function forkToolRunTrimCases(store: Store): void {
+  describe("its own trim at a run of tool results", () => {
+    // Seqs 1..310: the call at 3, its 300 results at 4..303, users at 304..310.
+    const messages = toolRun(300, 7);
+
+    it("extends the cut over a run of 300 tool results: the fork starts after the run", async () => {
+      await store.append(cmd({ messages }));
+      const before = await store.read("ns", "t");
+      // 310 - 300 = 10 dropped at first, the cut at seq 11 inside the run: it extends through 303.
+      const small: Strategy = { ...window20, maxStored: 300 };
+      const r = await store.fork(forkCmd("f", { strategy: small }));
+      expect(r).toMatchObject({ sharedCount: 310, summaryInherited: false });
+      expect(r.thread).toMatchObject({ lastSeq: 310, strategy: small });
+      const snap = await store.read("ns", "f");
+      expect(seqsOf(snap)).toEqual(seqRange(304, 310));
+      expect(snap?.messages[0]).toMatchObject({ role: "user", content: "304" });
+      expect(await store.read("ns", "t")).toEqual(before);
+    });
+
+    it("extends the cut over a run that spans the parent's frozen segment and its head", async () => {
+      // "m" shares seqs 1..150 of "t" (its head frozen: more than FORK_COPY_MAX), then holds 151..310.
+      await store.append(cmd({ messages: messages.slice(0, 150) }));
+      await store.fork(forkCmd("m"));
+      await store.append(cmd({ threadId: "m", messages: messages.slice(150), now: 1500 }));
+      const small: Strategy = { ...window20, maxStored: 300 };
+      const r = await store.fork(forkCmd("f", { threadId: "m", strategy: small, now: 2500 }));
+      expect(r.sharedCount).toBe(310);
+      expect(seqsOf(await store.read("ns", "f"))).toEqual(seqRange(304, 310));
+      expect(seqsOf(await store.read("ns", "m"))).toEqual(seqRange(1, 310));
+    });
+
+    it("cuts a summary fork at most at its folded run, shorter than the excess, on a tool result", async () => {
+      // Seqs 1..12: the call at 3, its results at 4..7; folded through 4.
+      await store.append(cmd({ strategy: summary, messages: toolRun(4, 5) }));
+      await fold(store, "t", 4);
+      // 12 - 4 = 8 in excess, but only the folded run (seqs 1..4) may go: the fork
+      // starts at seq 5, a tool result, as the core decides.
+      const small: Strategy = { ...summary, maxStored: 4 };
+      const r = await store.fork(forkCmd("f", { strategy: small }));
+      expect(r).toMatchObject({ sharedCount: 12, summaryInherited: true });
+      expect(r.thread).toMatchObject({ summarizedThroughSeq: 4, strategy: small });
+      const snap = await store.read("ns", "f");
+      expect(seqsOf(snap)).toEqual(seqRange(5, 12));
+      expect(snap?.messages[0]).toMatchObject({ role: "tool", toolCallId: "c2" });
+    });
+
+    it("extends a summary fork's cut over a long run of tool results up to its folded run", async () => {
+      await store.append(cmd({ strategy: summary, messages }));
+      await fold(store, "t", 290);
+      // 10 in excess: the cut at 11 extends over the results up to the folded run's end, 290.
+      const small: Strategy = { ...summary, maxStored: 300 };
+      const r = await store.fork(forkCmd("f", { strategy: small }));
+      expect(r).toMatchObject({ sharedCount: 310, summaryInherited: true });
+      const snap = await store.read("ns", "f");
+      expect(seqsOf(snap)).toEqual(seqRange(291, 310));
+      expect(snap?.messages[0]).toMatchObject({ role: "tool", toolCallId: "c288" });
+    });
   });
 }
 
