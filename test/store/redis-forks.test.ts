@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createRedisStore } from "../../src/store/redis/index.js";
 import type { ForkCommand, Store } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { forkCmd as contractForkCmd } from "./contract/support.js";
 import { appendCommands, summary, user, window20 } from "./fixtures.js";
 
 /**
@@ -21,20 +22,7 @@ afterAll(async () => {
 });
 
 const add = appendCommands({ ...window20, maxStored: 200_000 });
-const forkCmd = (over: Partial<ForkCommand> = {}): ForkCommand => ({
-  namespace: "ns",
-  threadId: "t",
-  newThreadId: "f",
-  atSeq: undefined,
-  expectedLastSeq: undefined,
-  strategy: undefined,
-  labels: undefined,
-  ttlMs: undefined,
-  requestId: "",
-  requestHash: "",
-  now: 5000,
-  ...over,
-});
+const forkCmd = (over: Partial<ForkCommand> = {}) => contractForkCmd("f", { now: 5000, ...over });
 const seqs = (from: number, to: number) =>
   Array.from({ length: to - from + 1 }, (_, i) => from + i);
 const many = (n: number, from = 0) => Array.from({ length: n }, (_, i) => user(`m${from + i}`));

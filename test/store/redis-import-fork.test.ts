@@ -6,6 +6,7 @@ import { createRedisStore } from "../../src/store/redis/index.js";
 import { IMPORT_FORK } from "../../src/store/redis/lua/import.js";
 import type { ImportThreadCommand, Store } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { forkCmd } from "./contract/support.js";
 import { appendCommands, user, window20 } from "./fixtures.js";
 
 /**
@@ -128,19 +129,7 @@ describe("redis store: import of a fork sharing its parent's prefix", () => {
     const other = (await open(prefix)).store;
     await store.append(add({ messages: many(300) }));
     const forks = Array.from({ length: 6 }, (_, i) =>
-      other.fork({
-        namespace: "ns",
-        threadId: "t",
-        newThreadId: `k${i}`,
-        atSeq: 200 + i,
-        expectedLastSeq: undefined,
-        strategy: undefined,
-        labels: undefined,
-        ttlMs: undefined,
-        requestId: "",
-        requestHash: "",
-        now: 3000,
-      }),
+      other.fork(forkCmd(`k${i}`, { atSeq: 200 + i, now: 3000 })),
     );
     const imports = Array.from({ length: 6 }, (_, i) =>
       store.importThread(shared(`f${i}`, 300, 250 + i, 1)),

@@ -14,6 +14,7 @@ import type {
   Store,
   StoreLimits,
 } from "../../src/store/store.js";
+import { forkCmd as contractForkCmd } from "./contract/support.js";
 import { appendCommands, buffer, user } from "./fixtures.js";
 
 /** One directory per test file; every store gets a fresh file in it. */
@@ -23,20 +24,7 @@ const freshPath = (): string => join(dir, `${randomUUID()}.db`);
 
 const add = appendCommands(buffer);
 
-const forkCmd = (over: Partial<ForkCommand> = {}): ForkCommand => ({
-  namespace: "ns",
-  threadId: "t",
-  newThreadId: "f",
-  atSeq: undefined,
-  expectedLastSeq: undefined,
-  strategy: undefined,
-  labels: undefined,
-  ttlMs: undefined,
-  requestId: "",
-  requestHash: "",
-  now: 2000,
-  ...over,
-});
+const forkCmd = (over: Partial<ForkCommand> = {}) => contractForkCmd("f", over);
 
 const contents = (messages: readonly StoredMessage[] | undefined): string[] =>
   (messages ?? []).map((m) => m.content);
