@@ -330,6 +330,57 @@ describe("Postgres store set-wise group commit", () => {
     expect(counts[1]).toBe(counts[0]);
   });
 
+  it("runs a group of Adds on forks (and on a parent whose head they froze) in as many statements as on plain threads", async () => {
+    const counts: number[] = [];
+    const ids = ["p", "f0", "f1", "f2", "f3"];
+    for (const forked of [false, true]) {
+      const url = await server.createDatabase();
+      await query(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+      const store = await createPostgresStore(url, {}, { poolSize: 2 });
+      try {
+        const many = Array.from({ length: 300 }, (_, i) => user(`m${i + 1}`));
+        await store.append(cmd({ threadId: "p", messages: many }));
+        for (const [i, id] of ids.slice(1).entries()) {
+          if (!forked) await store.append(cmd({ threadId: id, messages: many }));
+          else {
+            await store.fork({
+              namespace: "ns",
+              threadId: "p",
+              newThreadId: id,
+              // f0 at the parent's head freezes it; the others share a prefix of it.
+              atSeq: i === 0 ? undefined : 300 - i,
+              expectedLastSeq: undefined,
+              strategy: undefined,
+              labels: undefined,
+              ttlMs: undefined,
+              requestId: "",
+              requestHash: "",
+              now: 2000,
+            });
+          }
+        }
+        await query(url, "SELECT pg_stat_statements_reset()");
+        const outcomes = await oneGroup(url, store, () =>
+          ids.map((id, i) =>
+            store.append(
+              cmd({ threadId: id, requestId: `r${i}`, requestHash: `h${i}`, now: 3000 }),
+            ),
+          ),
+        );
+        expect(outcomes.map(outcomeCode)).toEqual(Array(ids.length).fill("ok"));
+        counts.push(await statementsRun(url));
+        for (const id of ids) {
+          const snap = await store.read("ns", id, { limit: 2 });
+          expect(snap?.messages.at(-1)?.role).toBe("user");
+          expect(snap?.thread.lastSeq).toBe(id === "p" || !forked ? 301 : 301 - Number(id[1]));
+        }
+      } finally {
+        await store.close();
+      }
+    }
+    expect(counts[1]).toBe(counts[0]);
+  });
+
   it("decides each Add of one group in arrival order, a refusal or replay changing nothing else", async () => {
     const url = await server.createDatabase();
     const store = await createPostgresStore(url, { maxThreadsPerNamespace: 4 }, { poolSize: 2 });

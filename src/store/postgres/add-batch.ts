@@ -1,5 +1,6 @@
 import { decideAppend } from "../../core/append.js";
 import { requestsToKeep } from "../../core/idempotency.js";
+import { floorOf } from "../../core/lineage.js";
 import { checkQuotas } from "../../core/quota.js";
 import { isExpired, ttlAfterAdd, ttlFields } from "../../core/ttl.js";
 import type { Labels, StoredMessage, ThreadState } from "../../core/types.js";
@@ -14,7 +15,7 @@ import {
   WRITE_ADDS,
   writeAddsParams,
 } from "./add-batch-sql.js";
-import { type ThreadRow, toThread } from "./codec.js";
+import { layoutOf, type ThreadRow, toThread } from "./codec.js";
 import type { LoggedFrom, NamespaceLog, NsColumns, Query } from "./events.js";
 import { type RequestRecord, replayOf } from "./requests.js";
 import { stateAfterAdd } from "./writes.js";
@@ -26,8 +27,11 @@ export interface ThreadEntry {
   bytes: number;
   /** The owned head's segment id: where its messages go. */
   headId: string;
-  /** It references frozen segments: its Adds go one by one (writes.ts append). */
-  shared: boolean;
+  /**
+   * The messages it holds in frozen segments (0 when it shares nothing):
+   * they count towards its trim, which then goes one by one (writes.ts append).
+   */
+  shared: number;
 }
 
 /** A row of LOAD_THREADS: a thread's, or NULLs and whether its id names a frozen segment. */
@@ -134,7 +138,7 @@ export class AddBatch {
         stored: r.stored,
         bytes: r.bytes,
         headId: r.head ?? r.thread_id,
-        shared: r.lineage !== null,
+        shared: sharedOf(r),
       });
     }
     const keyed = cmds.filter((c) => c.requestId !== "" && this.#threads.has(c.threadId));
@@ -164,8 +168,10 @@ export class AddBatch {
     if (ns === undefined) throw new Error("postgres store: a batch of an unlocked namespace");
     const entry = this.#threads.get(cmd.threadId);
     if (entry !== undefined && isExpired(entry.state, cmd.now)) return undefined;
-    // Shared messages count towards its trim, and a new head needs a new id: one by one.
-    if (entry === undefined ? this.#frozenIds.has(cmd.threadId) : entry.shared) return undefined;
+    // A thread created under a frozen segment's id needs a new head id (nextval): one by one.
+    // A thread with a lineage keeps it (its Add appends to its owned head, whose id its row
+    // holds) unless it trims: that check below counts its shared messages.
+    if (entry === undefined && this.#frozenIds.has(cmd.threadId)) return undefined;
     if (entry !== undefined && cmd.requestId !== "") {
       const seen = this.#records.get(cmd.threadId)?.get(cmd.requestId);
       if (seen !== undefined && this.#writes.records.has(cmd.threadId)) return undefined;
@@ -175,7 +181,7 @@ export class AddBatch {
     const existing = entry?.state;
     const strategy = decideAppend(existing, cmd);
     const stored = entry?.stored ?? 0;
-    if (stored + cmd.messages.length > strategy.maxStored) return undefined;
+    if (stored + (entry?.shared ?? 0) + cmd.messages.length > strategy.maxStored) return undefined;
     const created = existing === undefined;
     const { state, lastSeqBefore, added } = stateAfterAdd(existing, strategy, cmd);
     const delta = appendDelta(created, cmd.messages, NO_TRIM);
@@ -196,7 +202,7 @@ export class AddBatch {
       stored: stored + added.length,
       bytes: (entry?.bytes ?? 0) + delta.bytes,
       headId,
-      shared: false,
+      shared: entry?.shared ?? 0,
     };
     this.#threads.set(cmd.threadId, after);
     this.#writes.threads.set(cmd.threadId, after);
@@ -282,6 +288,16 @@ export class AddBatch {
     }
     return m;
   }
+}
+
+/**
+ * The messages a thread's row holds in frozen segments: its length as
+ * thread-rows.ts planTrim counts it (last seq to its floor) less its owned head's.
+ */
+function sharedOf(r: ThreadRow): number {
+  if (r.lineage === null) return 0;
+  const layout = layoutOf(r);
+  return r.last_seq - floorOf(layout.lineage, r.last_seq) + 1 - r.stored;
 }
 
 function emptyWrites(): BatchWrites {
