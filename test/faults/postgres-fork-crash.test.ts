@@ -18,7 +18,11 @@ import { createGrpcClient, type MemoryGrpcClient } from "../transport/clients.js
  * again, three times. Each writer owns a family of threads (roots, forks of
  * them, forks of forks) and sends one call at a time, each Add, Fork and
  * Rewind with a request_id, retried with the same one until it gets a
- * definite answer, so its model of what each thread holds is exact. After
+ * definite answer, so its model of what each thread holds is exact. A
+ * tenth of the calls give their first attempt a deadline of a few ms, so
+ * that besides the calls a kill cuts, some are stored without the client
+ * knowing: their retries must be answered from the request-id record (the
+ * line printed counts, per kind, the retried calls and those replayed). After
  * the faults every live thread reads as the model says (each acknowledged
  * message once, at its seq; a fork's parent and fork point), and an SQL
  * audit of the tables (which checks itself against a corrupted copy inside
