@@ -287,7 +287,11 @@ function startWriters(driver: Driver, seed: number): Writers {
       const r = rng();
       const t = pick(mine);
       if (r < 0.45)
-        await add(t, rng() < 0.2 ? 40 + Math.floor(rng() * 120) : 1 + Math.floor(rng() * 3), false);
+        await add(
+          t,
+          rng() < 0.25 ? 100 + Math.floor(rng() * 120) : 1 + Math.floor(rng() * 3),
+          false,
+        );
       else if (r < 0.68 && mine.length < MAX_LIVE) await fork(t);
       else if (r < 0.88 && t.contents.length > 0) await rewind(t);
       else if (r >= 0.88 && mine.length > 3) await clear(t);
