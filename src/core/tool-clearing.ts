@@ -67,9 +67,17 @@ export function clearToolResults(
   return { messages: out, count, savedTokens };
 }
 
+/** Each call id's tool name (the newest call of an id wins). Indexed loops: this runs on every clearing Get. */
 function namesOfCalls(messages: readonly StoredMessage[]): Map<string, string> {
   const names = new Map<string, string>();
-  for (const m of messages) for (const c of m.toolCalls ?? []) names.set(c.id, c.name);
+  for (let i = 0; i < messages.length; i++) {
+    const calls = (messages[i] as StoredMessage).toolCalls;
+    if (calls === undefined) continue;
+    for (let c = 0; c < calls.length; c++) {
+      const call = calls[c] as NonNullable<StoredMessage["toolCalls"]>[number];
+      names.set(call.id, call.name);
+    }
+  }
   return names;
 }
 
