@@ -31,7 +31,16 @@ export interface ShapedRecall extends Recalled {
  */
 export function shapeRecalled(r: Recalled, opts: ShapeOptions): ShapedRecall {
   if (opts.profile === undefined && opts.clearing === undefined) {
-    return { ...r, clearedToolResults: 0, clearedToolTokens: 0 };
+    // The same literal as below: one object shape for every Get, so the code after stays monomorphic.
+    return {
+      messages: r.messages,
+      summary: r.summary,
+      tokens: r.tokens,
+      maxTokens: r.maxTokens,
+      overBudget: r.overBudget,
+      clearedToolResults: 0,
+      clearedToolTokens: 0,
+    };
   }
   let messages = r.messages;
   let clearedToolResults = 0;
