@@ -118,7 +118,8 @@ export function quickShape(
   rules: ProfileRules,
   encoding: TokenEncoding,
 ): QuickShaped | undefined {
-  const out: StoredMessage[] = [];
+  // Undefined while the list out is msgs[0, i) as it is: copied once, at the first change.
+  let out: StoredMessage[] | undefined;
   let inputTokens = 0;
   let tokens = 0;
   let i = 0;
@@ -126,7 +127,6 @@ export function quickShape(
     const t = tokensOf(msgs[i] as StoredMessage, encoding);
     inputTokens += t;
     tokens += t;
-    out.push(msgs[i] as StoredMessage);
   }
   if (rules.userFirst) {
     let u = i;
@@ -139,6 +139,7 @@ export function quickShape(
     if (u > i && (u === msgs.length || (i > 0 && (msgs[0] as StoredMessage).seq === 0))) {
       return undefined;
     }
+    if (u > i) out = msgs.slice(0, i);
     i = u;
   }
   while (i < msgs.length) {
@@ -169,22 +170,23 @@ export function quickShape(
       const t = tokensOf(m, encoding);
       inputTokens += t;
       tokens += t;
-      out.push(m);
+      out?.push(m);
     } else {
       for (let k = i; k < end; k++) inputTokens += tokensOf(msgs[k] as StoredMessage, encoding);
       const one = mergedSlice(msgs, i, end, encoding);
       tokens += tokensOf(one, encoding);
+      out ??= msgs.slice(0, i);
       out.push(one);
     }
     for (let r = end; r < after; r++) {
       const t = tokensOf(msgs[r] as StoredMessage, encoding);
       inputTokens += t;
       tokens += t;
-      out.push(msgs[r] as StoredMessage);
+      out?.push(msgs[r] as StoredMessage);
     }
     i = after;
   }
-  return { messages: out, tokens, inputTokens };
+  return { messages: out ?? msgs.slice(), tokens, inputTokens };
 }
 
 function hasCalls(m: StoredMessage): boolean {
