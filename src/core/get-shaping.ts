@@ -4,7 +4,7 @@
  * are read-time views: nothing stored changes.
  */
 import { PROFILES } from "./profiles/index.js";
-import { applyProfile } from "./profiles/shape.js";
+import { quickShape, shapeFully } from "./profiles/shape.js";
 import type { Recalled } from "./recall.js";
 import { tokensOf } from "./tokens.js";
 import { clearToolResults } from "./tool-clearing.js";
@@ -31,7 +31,16 @@ export interface ShapedRecall extends Recalled {
  */
 export function shapeRecalled(r: Recalled, opts: ShapeOptions): ShapedRecall {
   if (opts.profile === undefined && opts.clearing === undefined) {
-    return { ...r, clearedToolResults: 0, clearedToolTokens: 0 };
+    // The same literal as below: one object shape for every Get, so the code after stays monomorphic.
+    return {
+      messages: r.messages,
+      summary: r.summary,
+      tokens: r.tokens,
+      maxTokens: r.maxTokens,
+      overBudget: r.overBudget,
+      clearedToolResults: 0,
+      clearedToolTokens: 0,
+    };
   }
   let messages = r.messages;
   let clearedToolResults = 0;
@@ -44,13 +53,17 @@ export function shapeRecalled(r: Recalled, opts: ShapeOptions): ShapedRecall {
   }
   let tokens = r.tokens - clearedToolTokens;
   if (opts.profile !== undefined) {
+    const rules = PROFILES[opts.profile];
+    // The quick shaping counts the list's tokens as it goes: no second pass for them.
+    const quick = quickShape(messages, rules, opts.encoding);
+    let listTokens = quick?.inputTokens ?? 0;
+    if (quick === undefined) for (const m of messages) listTokens += tokensOf(m, opts.encoding);
     // Tokens outside the list: the summary with placement none.
-    let listTokens = 0;
-    for (const m of messages) listTokens += tokensOf(m, opts.encoding);
     const outside = tokens - listTokens;
     const fits = r.maxTokens > 0 && tokens <= r.maxTokens;
     const budget = fits ? r.maxTokens - outside : undefined;
-    const shaped = applyProfile(messages, PROFILES[opts.profile], opts.encoding, budget);
+    // A quick shaping never adds tokens (it drops and merges), so it fits any budget its input fit.
+    const shaped = quick ?? shapeFully(messages, rules, opts.encoding, budget);
     messages = shaped.messages;
     tokens = shaped.tokens + outside;
   }

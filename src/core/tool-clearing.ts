@@ -11,6 +11,12 @@
  * it and the newer results kept so far exceed `keepToolTokens` (from then on
  * every older result is cleared too). A result whose placeholder would not
  * be smaller is left whole. One pass each way: linear in the list.
+ *
+ * The placeholder names the tool of the call the result answers: the call
+ * right before its run of results; for a result not right after its call
+ * (a stray), the newest call of its id in the list; else the result's own
+ * name, else "unknown tool". (Call ids repeat in some transcripts: the
+ * call right before a result is the one it answers.)
  */
 import { countMessageTokens, DEFAULT_TOKEN_ENCODING, tokensOf } from "./tokens.js";
 import type { StoredMessage, TokenEncoding, ToolClearing } from "./types.js";
@@ -44,6 +50,9 @@ export function clearToolResults(
   let overTokens = false;
   let count = 0;
   let savedTokens = 0;
+  // The index of the message before the run of results being walked (-1: none, the run
+  // starts the list; undefined: not looked for yet).
+  let runCallAt: number | undefined;
   for (let i = out.length - 1; i >= 0; i--) {
     const m = out[i] as StoredMessage;
     if (m.role === "assistant" && (m.toolCalls?.length ?? 0) > 0) {
@@ -57,8 +66,17 @@ export function clearToolResults(
       keptTokens += tokens;
       continue;
     }
-    toolNames ??= namesOfCalls(messages);
-    const placeholder = placeholderOf(m, toolNames, tokens, encoding);
+    // Each run is scanned back once, from its newest cleared result: linear in all.
+    if (runCallAt === undefined || runCallAt >= i) {
+      runCallAt = i - 1;
+      while (runCallAt >= 0 && (messages[runCallAt] as StoredMessage).role === "tool") runCallAt--;
+    }
+    let toolName = nameInCall(messages[runCallAt], m.toolCallId ?? "");
+    if (toolName === undefined) {
+      toolNames ??= namesOfCalls(messages);
+      toolName = toolNames.get(m.toolCallId ?? "") ?? (m.name || "unknown tool");
+    }
+    const placeholder = placeholderOf(m, toolName, tokens, encoding);
     if (placeholder.tokens === undefined || placeholder.tokens >= tokens) continue;
     out[i] = placeholder;
     count += 1;
@@ -67,9 +85,31 @@ export function clearToolResults(
   return { messages: out, count, savedTokens };
 }
 
+/** Largest parallel call searched in place for a result's name; a larger one goes by namesOfCalls. */
+const SEARCHED_CALLS = 16;
+
+/** The tool name `call` (the message before a run of results) gives `id`, if it calls it. */
+function nameInCall(call: StoredMessage | undefined, id: string): string | undefined {
+  const calls = call?.role === "assistant" ? call.toolCalls : undefined;
+  if (calls === undefined || calls.length > SEARCHED_CALLS) return undefined;
+  for (let c = 0; c < calls.length; c++) {
+    const one = calls[c] as NonNullable<StoredMessage["toolCalls"]>[number];
+    if (one.id === id) return one.name;
+  }
+  return undefined;
+}
+
+/** Each call id's tool name (the newest call of an id wins). Indexed loops: this runs on every clearing Get. */
 function namesOfCalls(messages: readonly StoredMessage[]): Map<string, string> {
   const names = new Map<string, string>();
-  for (const m of messages) for (const c of m.toolCalls ?? []) names.set(c.id, c.name);
+  for (let i = 0; i < messages.length; i++) {
+    const calls = (messages[i] as StoredMessage).toolCalls;
+    if (calls === undefined) continue;
+    for (let c = 0; c < calls.length; c++) {
+      const call = calls[c] as NonNullable<StoredMessage["toolCalls"]>[number];
+      names.set(call.id, call.name);
+    }
+  }
   return names;
 }
 
@@ -86,12 +126,11 @@ const placeholders = new WeakMap<
 
 function placeholderOf(
   m: StoredMessage,
-  toolNames: ReadonlyMap<string, string>,
+  toolName: string,
   tokens: number,
   encoding: TokenEncoding,
 ): StoredMessage {
   const callId = m.toolCallId ?? "";
-  const toolName = toolNames.get(callId) ?? (m.name || "unknown tool");
   let known = placeholders.get(m);
   const made = known?.[encoding];
   // The result's tokens in one encoding never change: the tool's name is all that may.

@@ -19,7 +19,7 @@ import {
   TOKENS_PER_NAME,
   tokensOf,
 } from "../tokens.js";
-import type { Profile, StoredMessage, TokenEncoding } from "../types.js";
+import type { Profile, StoredMessage, TokenEncoding, ToolCall } from "../types.js";
 import { flatten, groupTurns, type Turn } from "./turns.js";
 
 /** What one provider demands of the message list (one module per provider states it). */
@@ -56,12 +56,11 @@ export function applyProfile(
   encoding: TokenEncoding,
   budget: number | undefined,
 ): Shaped {
-  const from = quickStart(messages, rules);
-  if (from >= 0) {
-    let tokens = 0;
-    for (let i = from; i < messages.length; i++)
-      tokens += tokensOf(messages[i] as StoredMessage, encoding);
-    return { messages: messages.slice(from), tokens };
+  const quick = quickShape(messages, rules, encoding);
+  // A quick shaping only drops and merges, so it fits a budget that its input fitted (the
+  // contract above); over it, the full path is what drops the oldest turns.
+  if (quick !== undefined && (budget === undefined || quick.inputTokens <= budget)) {
+    return { messages: quick.messages, tokens: quick.tokens };
   }
   return shapeFully(messages, rules, encoding, budget);
 }
@@ -89,80 +88,168 @@ export function shapeFully(
 /** Rounds of dropping the oldest turns for the budget before dropping all it may. */
 const MAX_DROP_ROUNDS = 3;
 
-/** Largest parallel call the quick check below takes; a larger one goes the full way. */
+/** Largest parallel call the quick path takes; a larger one goes the full way. */
 const QUICK_CALLS = 8;
 
-/**
- * Where the shaped list starts in `msgs` when shaping would only keep a
- * suffix of it as it is, else -1 (and the full shaping runs): 0 when `msgs`
- * already satisfies `rules` (a cut that starts on a user turn), or, where a
- * user turn must come first, the first user message when nothing before it
- * is a system message or the summary (the full shaping would drop all of
- * it: a turn before the first user message is no user turn, and grouping
- * never reaches past a user message).
- */
-function quickStart(msgs: readonly StoredMessage[], rules: ProfileRules): number {
-  if (alreadyShaped(msgs, rules, 0)) return 0;
-  if (!rules.userFirst) return -1;
-  let u = 0;
-  for (; u < msgs.length && msgs[u]?.role !== "user"; u++) {
-    if (msgs[u]?.role === "system" || msgs[u]?.seq === 0) return -1;
-  }
-  return u < msgs.length && alreadyShaped(msgs, rules, u) ? u : -1;
+/** A quick shaping, with the tokens of the list it was given (each message counted once). */
+export interface QuickShaped extends Shaped {
+  inputTokens: number;
 }
 
 /**
- * Whether `msgs` from `from` on already satisfies `rules`, so shaping it
- * would change nothing. One pass, no allocation; any doubt answers false.
+ * What shapeFully gives without a budget, in one pass over `msgs` and
+ * without building turns, for the lists a Get usually holds: the leading
+ * system messages, then (where a user turn must come first) the list from
+ * its first user message on, every run of same-role turns merged where
+ * turns must alternate. Undefined, and the full shaping runs, at anything
+ * else: a stray or repeated tool result, a call left unanswered before the
+ * end, a system message after the conversation started, a summary the
+ * provider wants as a user turn. Its tokens never exceed its input's (it
+ * drops, and a merged message counts no more than its parts), so with a
+ * budget the input fitted, shapeFully's first step gives the same.
+ *
+ * Why a prefix before the first user message is simply dropped: the full
+ * shaping drops every turn before the first user turn, and grouping never
+ * reaches past a user message (results are tool messages), so that first
+ * user turn is the first user message.
  */
-function alreadyShaped(msgs: readonly StoredMessage[], rules: ProfileRules, from: number): boolean {
-  let seenOther = false;
-  let prev: StoredMessage["role"] | undefined;
-  for (let i = from; i < msgs.length; i++) {
-    const m = msgs[i] as StoredMessage;
-    if (m.role === "system") {
-      if (rules.systemFirst && seenOther) return false;
-      prev = m.role;
-      continue;
-    }
-    if (!seenOther && rules.userFirst && m.role !== "user") return false;
-    seenOther = true;
-    if (m.role === "tool") return false;
-    if (rules.alternate && prev === m.role) return false;
-    prev = m.role;
-    const calls = m.toolCalls;
-    if (calls === undefined || calls.length === 0) continue;
-    const end = answeredRun(msgs, i, calls);
-    if (end < 0) return false;
-    if (end > i + 1) prev = "tool";
-    i = end - 1;
-  }
-  return true;
-}
-
-/**
- * The index after the results that follow the call at `at`, when they answer
- * each of its calls once (or the call is pending at the end); -1 otherwise.
- */
-function answeredRun(
+export function quickShape(
   msgs: readonly StoredMessage[],
-  at: number,
-  calls: NonNullable<StoredMessage["toolCalls"]>,
-): number {
+  rules: ProfileRules,
+  encoding: TokenEncoding,
+): QuickShaped | undefined {
+  // Undefined while the list out is msgs[0, i) as it is: copied once, at the first change.
+  let out: StoredMessage[] | undefined;
+  let inputTokens = 0;
+  let tokens = 0;
+  let i = 0;
+  for (; i < msgs.length && (msgs[i] as StoredMessage).role === "system"; i++) {
+    const t = tokensOf(msgs[i] as StoredMessage, encoding);
+    inputTokens += t;
+    tokens += t;
+  }
+  if (rules.userFirst) {
+    let u = i;
+    while (u < msgs.length && (msgs[u] as StoredMessage).role !== "user") {
+      if ((msgs[u] as StoredMessage).role === "system") return undefined;
+      inputTokens += tokensOf(msgs[u] as StoredMessage, encoding);
+      u += 1;
+    }
+    // Nothing but the head left, or a summary the full path makes the user turn.
+    if (u > i && (u === msgs.length || (i > 0 && (msgs[0] as StoredMessage).seq === 0))) {
+      return undefined;
+    }
+    if (u > i) out = msgs.slice(0, i);
+    i = u;
+  }
+  while (i < msgs.length) {
+    const m = msgs[i] as StoredMessage;
+    if (m.role === "tool" || (m.role === "system" && rules.systemFirst)) return undefined;
+    let end = i + 1;
+    let after = end;
+    if (m.role === "user" && rules.alternate) {
+      end = runEnd(msgs, i, false);
+      after = end;
+    } else if (m.role === "assistant") {
+      if (rules.alternate && !hasCalls(m)) end = runEnd(msgs, i, true);
+      const next = msgs[end];
+      const absorbed =
+        rules.alternate && next !== undefined && next.role === "assistant" && hasCalls(next);
+      // A call (after the run of assistant texts it absorbs) and its results.
+      const at = hasCalls(m) ? i : absorbed ? end : -1;
+      if (at >= 0) {
+        after = answeredRun(msgs, at);
+        if (after < 0) return undefined;
+        end = at + 1;
+      } else {
+        after = end;
+      }
+    }
+    // msgs[i, end) is one message out (merged when more); msgs[end, after) are results.
+    if (end === i + 1) {
+      const t = tokensOf(m, encoding);
+      inputTokens += t;
+      tokens += t;
+      out?.push(m);
+    } else {
+      for (let k = i; k < end; k++) inputTokens += tokensOf(msgs[k] as StoredMessage, encoding);
+      const one = mergedSlice(msgs, i, end, encoding);
+      tokens += tokensOf(one, encoding);
+      out ??= msgs.slice(0, i);
+      out.push(one);
+    }
+    for (let r = end; r < after; r++) {
+      const t = tokensOf(msgs[r] as StoredMessage, encoding);
+      inputTokens += t;
+      tokens += t;
+      out?.push(msgs[r] as StoredMessage);
+    }
+    i = after;
+  }
+  return { messages: out ?? msgs.slice(), tokens, inputTokens };
+}
+
+function hasCalls(m: StoredMessage): boolean {
+  return m.toolCalls !== undefined && m.toolCalls.length > 0;
+}
+
+/**
+ * The index after the run of same-role turns starting at `from`: user
+ * messages, or (`assistant`) assistant messages without calls.
+ */
+function runEnd(msgs: readonly StoredMessage[], from: number, assistant: boolean): number {
+  const role = assistant ? "assistant" : "user";
+  let end = from + 1;
+  for (; end < msgs.length; end++) {
+    const m = msgs[end] as StoredMessage;
+    if (m.role !== role || (assistant && hasCalls(m))) break;
+  }
+  return end;
+}
+
+/**
+ * merged(msgs[from, end)) without copying the run when it was merged
+ * before (the usual case: the same window is shaped on every Get).
+ */
+function mergedSlice(
+  msgs: readonly StoredMessage[],
+  from: number,
+  end: number,
+  encoding: TokenEncoding,
+): StoredMessage {
+  const known = mergedRuns.get(msgs[end - 1] as StoredMessage);
+  if (known !== undefined && known.encoding === encoding && known.run.length === end - from) {
+    let same = true;
+    for (let k = from; k < end && same; k++) same = known.run[k - from] === msgs[k];
+    if (same) return known.merged;
+  }
+  return merged(msgs.slice(from, end), encoding);
+}
+
+/**
+ * The index after the results that follow the call at `at`, when they
+ * answer each of its calls once (or the call is pending at the end); -1
+ * otherwise (a repeat, a stray, a call left unanswered, too many calls).
+ */
+function answeredRun(msgs: readonly StoredMessage[], at: number): number {
+  const calls = (msgs[at] as StoredMessage).toolCalls ?? [];
   if (calls.length > QUICK_CALLS) return -1;
   for (let a = 0; a < calls.length; a++) {
-    for (let b = a + 1; b < calls.length; b++) if (calls[a]?.id === calls[b]?.id) return -1;
+    for (let b = a + 1; b < calls.length; b++) {
+      if ((calls[a] as ToolCall).id === (calls[b] as ToolCall).id) return -1;
+    }
   }
   let j = at + 1;
-  for (; j < msgs.length && msgs[j]?.role === "tool"; j++) {
-    // More results than calls: one is a stray or a repeat (and the scan below stays short).
+  for (; j < msgs.length && (msgs[j] as StoredMessage).role === "tool"; j++) {
+    // More results than calls: one is a stray or a repeat (and the scans stay short).
     if (j - at > calls.length) return -1;
-    const id = msgs[j]?.toolCallId;
-    if (!calls.some((c) => c.id === id)) return -1;
-    for (let k = at + 1; k < j; k++) if (msgs[k]?.toolCallId === id) return -1;
+    const id = (msgs[j] as StoredMessage).toolCallId;
+    let known = false;
+    for (let c = 0; c < calls.length; c++) if ((calls[c] as ToolCall).id === id) known = true;
+    if (!known) return -1;
+    for (let k = at + 1; k < j; k++) if ((msgs[k] as StoredMessage).toolCallId === id) return -1;
   }
-  const answered = j - at - 1;
-  return answered === calls.length || j === msgs.length ? j : -1;
+  return j - at - 1 === calls.length || j === msgs.length ? j : -1;
 }
 
 function build(turns: readonly Turn[], rules: ProfileRules, encoding: TokenEncoding): Shaped {

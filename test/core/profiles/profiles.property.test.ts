@@ -10,7 +10,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { shapeRecalled } from "../../../src/core/get-shaping.js";
 import { PROFILES } from "../../../src/core/profiles/index.js";
-import { applyProfile, shapeFully } from "../../../src/core/profiles/shape.js";
+import { applyProfile, quickShape, shapeFully } from "../../../src/core/profiles/shape.js";
 import { recall, summaryTokens } from "../../../src/core/recall.js";
 import { tokensOf } from "../../../src/core/tokens.js";
 import { clearToolResults } from "../../../src/core/tool-clearing.js";
@@ -202,9 +202,17 @@ describe("provider profiles over generated transcripts", () => {
         if (CHECKERS[c.profile](cleared).length === 0) expect(shaped.messages).toEqual(cleared);
         // The quick paths give what every step gives.
         const rules = PROFILES[c.profile];
-        expect(applyProfile(cleared, rules, "o200k_base", undefined)).toEqual(
-          shapeFully(cleared, rules, "o200k_base", undefined),
-        );
+        const quick = quickShape(cleared, rules, "o200k_base");
+        if (quick !== undefined) {
+          expect(quick.inputTokens).toBe(sum(cleared));
+          // Why shapeRecalled takes a quick shaping without checking the budget.
+          expect(quick.tokens).toBeLessThanOrEqual(quick.inputTokens);
+        }
+        for (const budget of [undefined, c.maxTokens]) {
+          expect(applyProfile(cleared, rules, "o200k_base", budget)).toEqual(
+            shapeFully(cleared, rules, "o200k_base", budget),
+          );
+        }
         expect(JSON.stringify(c.thread)).toBe(before);
 
         const placementNone =

@@ -263,6 +263,45 @@ describe("token budgets after shaping", () => {
   });
 });
 
+describe("the tool a placeholder names", () => {
+  const named = (id: string, name: string, content = ""): ChatMessage => ({
+    role: "assistant",
+    content,
+    toolCalls: [{ id, name, arguments: "{}" }],
+  });
+  const placeholderTool = (m: ChatMessage | undefined) =>
+    /^\[tool result cleared: (.*) call /.exec(m?.content ?? "")?.[1];
+
+  it("is the call right before the result, when an id repeats", () => {
+    const msgs = thread(
+      named("c1", "search"),
+      result("c1", "x ".repeat(200)),
+      named("c1", "fetch"),
+      result("c1", "y ".repeat(200)),
+      assistant("done"),
+    );
+    const out = clearToolResults(msgs, { keepToolTurns: 0 }, "o200k_base").messages;
+    expect([placeholderTool(out[1]), placeholderTool(out[3])]).toEqual(["search", "fetch"]);
+  });
+
+  it("for a stray result, the newest call of its id in the list, else its own name", () => {
+    const msgs = thread(
+      named("c1", "search"),
+      user("between"),
+      result("c1", "x ".repeat(200)),
+      { ...result("c9", "z ".repeat(200)), name: "lookup" },
+      result("c8", "w ".repeat(200)),
+      named("c1", "fetch"),
+    );
+    const out = clearToolResults(msgs, { keepToolTurns: 0 }, "o200k_base").messages;
+    expect([out[2], out[3], out[4]].map(placeholderTool)).toEqual([
+      "fetch",
+      "lookup",
+      "unknown tool",
+    ]);
+  });
+});
+
 describe("work linear in the list", () => {
   // Quadratic merging or scanning would take minutes here, past the test's timeout.
   it("merges 20,000 consecutive user messages in one step", () => {
@@ -274,6 +313,24 @@ describe("work linear in the list", () => {
     for (const m of msgs) parts += countMessageTokens(m, "o200k_base");
     expect(out[0]?.tokens).toBe(parts - 19_999 * 3 + 19_999);
   });
+
+  it("clears 20,000 results of one parallel call, and 150,000 with no call before them", () => {
+    const ids = Array.from({ length: 20_000 }, (_, i) => `c${i}`);
+    const wide = thread(
+      user("q"),
+      calls("", ...ids),
+      ...ids.map((id) => result(id, "r ".repeat(40))),
+    );
+    const cleared = clearToolResults(wide, { keepToolTurns: 0 }, "o200k_base");
+    expect(cleared.count).toBe(20_000);
+    expect(cleared.messages[20_001]?.content).toContain("fn_c19999 call c19999");
+    // Each result's call is looked for once per run, not once per result.
+    const headless = Array.from({ length: 150_000 }, (_, i) =>
+      Object.freeze({ ...result(`h${i}`, "r ".repeat(40)), seq: i + 1, createTime: i + 1 }),
+    );
+    expect(clearToolResults(headless, { keepToolTurns: 0 }, "o200k_base").count).toBe(150_000);
+    // Linear: about 3 s here; scanning back from every result: about 25 s.
+  }, 12_000);
 
   it("takes a call followed by 20,000 stray results", () => {
     const strays = Array.from({ length: 20_000 }, (_, i) => result(`x${i}`));
