@@ -19,7 +19,7 @@
  * call right before a result is the one it answers.)
  */
 import { countMessageTokens, DEFAULT_TOKEN_ENCODING, tokensOf } from "./tokens.js";
-import type { StoredMessage, TokenEncoding, ToolClearing } from "./types.js";
+import type { StoredMessage, TokenEncoding, ToolCall, ToolClearing } from "./types.js";
 
 /** What clearing did to a list. */
 export interface Cleared {
@@ -93,23 +93,16 @@ function nameInCall(call: StoredMessage | undefined, id: string): string | undef
   const calls = call?.role === "assistant" ? call.toolCalls : undefined;
   if (calls === undefined || calls.length > SEARCHED_CALLS) return undefined;
   for (let c = 0; c < calls.length; c++) {
-    const one = calls[c] as NonNullable<StoredMessage["toolCalls"]>[number];
+    const one = calls[c] as ToolCall;
     if (one.id === id) return one.name;
   }
   return undefined;
 }
 
-/** Each call id's tool name (the newest call of an id wins). Indexed loops: this runs on every clearing Get. */
+/** Each call id's tool name (the newest call of an id wins), for stray results (nameInCall found none). */
 function namesOfCalls(messages: readonly StoredMessage[]): Map<string, string> {
   const names = new Map<string, string>();
-  for (let i = 0; i < messages.length; i++) {
-    const calls = (messages[i] as StoredMessage).toolCalls;
-    if (calls === undefined) continue;
-    for (let c = 0; c < calls.length; c++) {
-      const call = calls[c] as NonNullable<StoredMessage["toolCalls"]>[number];
-      names.set(call.id, call.name);
-    }
-  }
+  for (const m of messages) for (const c of m.toolCalls ?? []) names.set(c.id, c.name);
   return names;
 }
 

@@ -173,7 +173,7 @@ export function quickShape(
       out?.push(m);
     } else {
       for (let k = i; k < end; k++) inputTokens += tokensOf(msgs[k] as StoredMessage, encoding);
-      const one = mergedSlice(msgs, i, end, encoding);
+      const one = merged(msgs, i, end, encoding);
       tokens += tokensOf(one, encoding);
       out ??= msgs.slice(0, i);
       out.push(one);
@@ -205,25 +205,6 @@ function runEnd(msgs: readonly StoredMessage[], from: number, assistant: boolean
     if (m.role !== role || (assistant && hasCalls(m))) break;
   }
   return end;
-}
-
-/**
- * merged(msgs[from, end)) without copying the run when it was merged
- * before (the usual case: the same window is shaped on every Get).
- */
-function mergedSlice(
-  msgs: readonly StoredMessage[],
-  from: number,
-  end: number,
-  encoding: TokenEncoding,
-): StoredMessage {
-  const known = mergedRuns.get(msgs[end - 1] as StoredMessage);
-  if (known !== undefined && known.encoding === encoding && known.run.length === end - from) {
-    let same = true;
-    for (let k = from; k < end && same; k++) same = known.run[k - from] === msgs[k];
-    if (same) return known.merged;
-  }
-  return merged(msgs.slice(from, end), encoding);
 }
 
 /**
@@ -315,14 +296,15 @@ function mergeSameRole(turns: readonly Turn[], encoding: TokenEncoding): Turn[] 
     const run = turns.slice(i, end).map((r) => (r as { message: StoredMessage }).message);
     const next = turns[end];
     if (t.kind === "assistant" && next?.kind === "tools") {
-      out.push({ ...next, call: merged([...run, next.call], encoding) });
+      const withCall = [...run, next.call];
+      out.push({ ...next, call: merged(withCall, 0, withCall.length, encoding) });
       end += 1;
     } else if (run.length === 1) {
       out.push(t);
     } else if (t.kind === "user") {
-      out.push({ kind: "user", message: merged(run, encoding), summary: false });
+      out.push({ kind: "user", message: merged(run, 0, run.length, encoding), summary: false });
     } else {
-      out.push({ kind: "assistant", message: merged(run, encoding) });
+      out.push({ kind: "assistant", message: merged(run, 0, run.length, encoding) });
     }
     i = end;
   }
@@ -333,7 +315,7 @@ function mergeSameRole(turns: readonly Turn[], encoding: TokenEncoding): Turn[] 
 const JOIN_TOKENS = 1;
 
 /**
- * One message for `run`, oldest first: the texts joined by a blank line,
+ * One message for the run msgs[from, end), oldest first: the texts joined by a blank line,
  * the last message's calls, seq and time (the newest), a name only when all
  * carry the same. Its tokens are not counted again (that would tokenize the
  * run's text on every Get): they are the parts' counts less the overhead the
@@ -342,14 +324,21 @@ const JOIN_TOKENS = 1;
  * whose tokenizers gpt-tokenizer lacks merge, where every count is an
  * estimate already; this one never exceeds the parts' sum.
  */
-function merged(run: readonly StoredMessage[], encoding: TokenEncoding): StoredMessage {
-  const last = run[run.length - 1] as StoredMessage;
+function merged(
+  msgs: readonly StoredMessage[],
+  from: number,
+  end: number,
+  encoding: TokenEncoding,
+): StoredMessage {
+  const last = msgs[end - 1] as StoredMessage;
   const known = mergedRuns.get(last);
-  if (known !== undefined && known.encoding === encoding && sameRun(known.run, run)) {
+  // Compared in place: a run merged before (the usual case) is not copied again.
+  if (known !== undefined && known.encoding === encoding && sameRun(known.run, msgs, from, end)) {
     return known.merged;
   }
+  const run = msgs.slice(from, end);
   const out = Object.freeze(mergeRun(run, last, encoding));
-  mergedRuns.set(last, { run: run.slice(), encoding, merged: out });
+  mergedRuns.set(last, { run, encoding, merged: out });
   return out;
 }
 
@@ -363,9 +352,15 @@ const mergedRuns = new WeakMap<
   { run: readonly StoredMessage[]; encoding: TokenEncoding; merged: StoredMessage }
 >();
 
-function sameRun(a: readonly StoredMessage[], b: readonly StoredMessage[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+/** Whether `run` is msgs[from, end), message for message. */
+function sameRun(
+  run: readonly StoredMessage[],
+  msgs: readonly StoredMessage[],
+  from: number,
+  end: number,
+): boolean {
+  if (run.length !== end - from) return false;
+  for (let k = from; k < end; k++) if (run[k - from] !== msgs[k]) return false;
   return true;
 }
 
