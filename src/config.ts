@@ -78,6 +78,8 @@ export type StoreConfig =
       minReplicas: number;
       /** Longest an acknowledged write waits for them before UNAVAILABLE. */
       replicaWaitMs: number;
+      /** Hash slots each namespace is split into (store/redis/keys.ts); 1: one slot. */
+      namespaceShards: number;
     }
   | { kind: "postgres"; url: string; poolSize: number };
 
@@ -170,6 +172,35 @@ function settingsReader(argv: readonly string[], env: NodeJS.ProcessEnv): Settin
 
 /** Reads and validates the configuration; throws ConfigError with one clear line. */
 export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Config {
+  const config = readConfig(argv, env);
+  checkQuotaShares(config);
+  return config;
+}
+
+/**
+ * A namespace split into N shards enforces each quota as N shares, one per
+ * shard (store/redis/context.ts quotaArgs): a limit below N would leave a
+ * share of 0, which reads as "none".
+ */
+function checkQuotaShares(config: Config): void {
+  if (config.store.kind !== "redis") return;
+  const n = config.store.namespaceShards;
+  const limits = [
+    ["maxThreadsPerNamespace", config.maxThreadsPerNamespace],
+    ["maxMessagesPerNamespace", config.maxMessagesPerNamespace],
+    ["maxBytesPerNamespace", config.maxBytesPerNamespace],
+  ] as const;
+  for (const [key, limit] of limits) {
+    if (limit !== 0 && limit < n) {
+      const s: Setting = SETTINGS[key];
+      throw new ConfigError(
+        `--${s.flag} / ${s.env}: ${limit} is below --redis-namespace-shards (${n}); each shard holds a share of the limit, so it must be 0 or at least ${n}`,
+      );
+    }
+  }
+}
+
+function readConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Config {
   const r = settingsReader(argv, env);
   const { int, oneOf } = r;
   return {
@@ -217,6 +248,7 @@ function storeConfig(r: SettingsReader): StoreConfig {
       minReplicas: r.int("redisMinReplicas", 0, 100),
       // WAIT's 0 would mean "forever".
       replicaWaitMs: r.int("redisReplicaWaitMs", 1, MAX_TIMER_MS),
+      namespaceShards: r.int("redisNamespaceShards", 1, 64),
     },
     r.int("postgresPoolSize", 1, 1000),
   );

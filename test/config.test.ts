@@ -41,6 +41,7 @@ describe("configuration", () => {
       url: "redis://127.0.0.1:6379/0",
       minReplicas: 0,
       replicaWaitMs: 1000,
+      namespaceShards: 1,
     });
     expect(c.openai).toMatchObject({
       baseUrl: "http://127.0.0.1:9/v1",

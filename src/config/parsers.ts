@@ -74,9 +74,14 @@ export function parseTtl(v: string): number {
 export function parseStore(
   v: string,
   sqliteCacheMb: number,
-  redis: { minReplicas: number; replicaWaitMs: number },
+  redis: { minReplicas: number; replicaWaitMs: number; namespaceShards: number },
   postgresPoolSize: number,
 ): StoreConfig {
+  if (redis.namespaceShards > 1 && !/^redis/.test(v)) {
+    throw new ConfigError(
+      "--redis-namespace-shards / WINDLASS_REDIS_NAMESPACE_SHARDS: only a redis store splits namespaces into shards",
+    );
+  }
   if (redis.minReplicas > 0 && !/^redis/.test(v)) {
     throw new ConfigError(
       "--redis-min-replicas / WINDLASS_REDIS_MIN_REPLICAS: only a redis store has replicas to wait for",

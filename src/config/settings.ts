@@ -52,6 +52,12 @@ export const SETTINGS = {
     default: "1000",
     help: "longest such a write waits for the replicas before UNAVAILABLE (a retry with its request_id answers the stored result)",
   },
+  redisNamespaceShards: {
+    flag: "redis-namespace-shards",
+    env: "WINDLASS_REDIS_NAMESPACE_SHARDS",
+    default: "1",
+    help: "Redis store: hash slots each namespace is split into, by thread id (1 to 64; fixed per deployment); 1: a namespace is one slot",
+  },
   sqliteCacheMb: {
     flag: "sqlite-cache-mb",
     env: "WINDLASS_SQLITE_CACHE_MB",

@@ -30,6 +30,7 @@ export async function createStore(
       return createRedisStore(config.url, limits, {
         minReplicas: config.minReplicas,
         replicaWaitMs: config.replicaWaitMs,
+        namespaceShards: config.namespaceShards,
       });
     }
     case "postgres": {

@@ -81,6 +81,48 @@ export class ResumeTokens {
   }
 
   /**
+   * The cursor of a namespace split into `positions.length` shards (the
+   * Redis store's namespace shards): one position per shard, each the
+   * number of the last event of that shard's own log the holder has seen,
+   * signed as one (`<store id>.<p0>_<p1>_….<mac>`).
+   */
+  issueVector(namespace: string, positions: readonly number[]): string {
+    const joined = positions.join("_");
+    return `${this.#storeId}.${joined}.${this.#mac(namespace, joined)}`;
+  }
+
+  /**
+   * The positions of a cursor issueVector made for `namespace` with
+   * `shards` positions; refused as open() refuses (a cursor of another
+   * shard count, e.g. an unsharded one, is not one this server issued).
+   */
+  openVector(namespace: string, cursor: string, shards: number): number[] {
+    const m = VECTOR_TOKEN.exec(cursor);
+    if (m === null) {
+      this.#split(cursor); // another database's, or a legacy one: out_of_range
+      throw invalidArgument(
+        "resume_token",
+        `is not a token this server issued for this namespace (of ${shards} shards)`,
+      );
+    }
+    const [, storeId = "", joined = "", mac = ""] = m;
+    if (storeId !== this.#storeId) {
+      throw outOfRange(`${this.#otherStore}; re-read with Get and watch from now`);
+    }
+    const positions = joined.split("_").map(Number);
+    const expected = Buffer.from(this.#mac(namespace, joined), "utf8");
+    const given = Buffer.from(mac, "utf8");
+    if (
+      positions.length !== shards ||
+      expected.length !== given.length ||
+      !timingSafeEqual(expected, given)
+    ) {
+      throw invalidArgument("resume_token", "is not a token this server issued for this namespace");
+    }
+    return positions;
+  }
+
+  /**
    * The position of a cursor this store issued, without checking its MAC
    * (the namespace is not known here): for ordering cursors already checked.
    */
@@ -104,7 +146,7 @@ export class ResumeTokens {
     return parts;
   }
 
-  #mac(namespace: string, position: number): string {
+  #mac(namespace: string, position: number | string): string {
     return createHmac("sha256", this.#secret)
       .update(`windlass-resume-v2\u0000${this.#storeId}\u0000${position}\u0000${namespace}`)
       .digest()
@@ -137,10 +179,26 @@ export function tokenParts(
   return { storeId, position: Number(digits), mac };
 }
 
+/**
+ * As tokenParts, for a cursor of either format: `position` the text between
+ * the dots ("<n>", or a sharded namespace's "<p0>_<p1>_…", issueVector).
+ */
+export function cursorParts(
+  cursor: string,
+): { storeId: string; position: string; mac: string } | undefined {
+  const m = TOKEN.exec(cursor) ?? VECTOR_TOKEN.exec(cursor);
+  if (m === null) return undefined;
+  const [, storeId = "", position = "", mac = ""] = m;
+  return { storeId, position, mac };
+}
+
 const RECENT_TOKENS = 4096;
 const STORE_ID = /^[0-9a-z]{4,32}$/;
 /** Store id, position (canonical decimal, below 2^53), 22 base64url characters. */
 const TOKEN = /^([0-9a-z]{4,32})\.(0|[1-9]\d{0,14})\.([A-Za-z0-9_-]{22})$/;
+/** As TOKEN, with 2 to 64 positions joined by "_" (issueVector). */
+const VECTOR_TOKEN =
+  /^([0-9a-z]{4,32})\.((?:0|[1-9]\d{0,14})(?:_(?:0|[1-9]\d{0,14})){1,63})\.([A-Za-z0-9_-]{22})$/;
 
 /**
  * A cursor this store signed that its history no longer reaches, or one of

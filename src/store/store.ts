@@ -175,6 +175,9 @@ export interface EventLog {
    * batch means "look again": the store changed incarnation (its history was
    * lost), so what the listener knows of the log may no longer hold; a
    * Watch stream reads from its cursor and is refused with out_of_range.
+   * On a Redis namespace split into shards (redis/keys.ts) the order holds
+   * per shard (so per thread), and the events carry an empty cursor: a
+   * cursor there names every shard's position (take cursors from readEvents).
    */
   subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void;
 }

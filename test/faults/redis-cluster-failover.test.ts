@@ -24,6 +24,10 @@ import { Follower } from "../support/watch-follower.js";
  * Afterwards every acknowledged Add must be in its thread at its seq (0
  * lost), no call may have failed with anything but a retryable code, and
  * the follower must have seen every seq of every thread once, in order.
+ * All of it twice, each time on a fresh cluster: with each namespace in one
+ * slot, and with it split into 3 shards (--redis-namespace-shards 3), where
+ * the writers' threads spread over the primaries, the fault hits one shard's,
+ * and the follower's resume tokens hold a position per shard.
  */
 
 const WRITERS_PER_SERVER = 3;
@@ -37,29 +41,39 @@ let b: Replica;
 let onA: Driver;
 let onB: Driver;
 
-beforeAll(async () => {
-  cluster = await startRedisCluster();
-  const flags = [
-    "--store",
-    cluster.url,
-    "--redis-min-replicas",
-    "1",
-    "--progress-interval-ms",
-    "200",
-  ];
-  a = await startReplica(flags);
-  b = await startReplica(flags);
-  onA = grpcDriver(a.grpcPort);
-  onB = grpcDriver(b.grpcPort);
-}, 60_000);
+/**
+ * Starts the cluster and the two service processes for one describe block:
+ * each namespace in one slot (`shards` 1), or split over `shards` slots
+ * (--redis-namespace-shards), so the writers' threads sit on several
+ * primaries and the follower's Watch reads every shard's log.
+ */
+function startedWith(shards: number): void {
+  beforeAll(async () => {
+    cluster = await startRedisCluster();
+    const flags = [
+      "--store",
+      cluster.url,
+      "--redis-min-replicas",
+      "1",
+      "--progress-interval-ms",
+      "200",
+      "--redis-namespace-shards",
+      String(shards),
+    ];
+    a = await startReplica(flags);
+    b = await startReplica(flags);
+    onA = grpcDriver(a.grpcPort);
+    onB = grpcDriver(b.grpcPort);
+  }, 60_000);
 
-afterAll(async () => {
-  onA?.close();
-  onB?.close();
-  await a?.kill();
-  await b?.kill();
-  await cluster?.stop();
-}, 60_000);
+  afterAll(async () => {
+    onA?.close();
+    onB?.close();
+    await a?.kill();
+    await b?.kill();
+    await cluster?.stop();
+  }, 60_000);
+}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -88,7 +102,8 @@ async function within<T>(what: string, promise: Promise<T>, state: () => string,
 /**
  * The slot holding the most keys, and its primary: the writers' namespace
  * (the store keeps a namespace's keys under one hash tag, so every writer's
- * thread is there), whatever the store names its keys.
+ * thread is there), or with namespace shards the busiest shard (some of the
+ * writers' threads), whatever the store names its keys.
  */
 async function busiestSlot(): Promise<{ slot: number; primary: ClusterNode }> {
   const counts = new Map<number, number>();
@@ -113,7 +128,8 @@ async function stored(threadId: string): Promise<string[]> {
  * Runs the writers and the follower around `fault`, then audits: returns
  * nothing, asserts 0 lost and prints the counts.
  */
-async function underLoad(name: string, fault: () => Promise<void>) {
+async function underLoad(shards: number, fault: () => Promise<void>, label: string) {
+  const name = shards === 1 ? label : `${label}-sharded`;
   const follower = new Follower(onB);
   await follower.start();
   const writers = [onA, onB].flatMap((driver, s) =>
@@ -159,7 +175,7 @@ async function underLoad(name: string, fault: () => Promise<void>) {
   const acknowledged = total();
   const retried = writers.reduce((n, w) => n + w.failures, 0);
   console.log(
-    `redis-cluster ${name}: ${present} of ${acknowledged} acknowledged Adds present ` +
+    `redis-cluster ${name} (${shards} namespace shard(s)): ${present} of ${acknowledged} acknowledged Adds present ` +
       `(${acknowledged - present} lost; ${before} before the fault, ${atFaultEnd - before} during its ${faultMs} ms); ` +
       `${retried} calls retried (slowest failure ${Math.max(...writers.map((w) => w.slowestFailureMs))} ms)`,
   );
@@ -207,56 +223,73 @@ async function checkFollower(name: string, follower: Follower, writers: readonly
   }
 }
 
-describe("the Redis Cluster store under faults, two service processes, --redis-min-replicas 1", () => {
-  it("loses nothing when the slot of a thread moves to another primary under writers", async () => {
-    await underLoad("migrate", async () => {
-      const { slot, primary } = await busiestSlot();
-      const to = (await cluster.primaries()).find((p) => p !== primary);
-      if (to === undefined) throw new Error("no second primary");
-      let pauses = 0;
-      const moved = await cluster.migrateSlot(slot, primary, to, {
-        batch: 50,
-        // The slot stays half-moved for a while (1.5 s): writers meet ASK and TRYAGAIN.
-        afterBatch: async () => {
-          if (pauses++ < 6) await sleep(250);
+describe.each([1, 3])(
+  "the Redis Cluster store under faults, two service processes, --redis-min-replicas 1, %i namespace shard(s)",
+  (shards) => {
+    startedWith(shards);
+
+    it("loses nothing when the slot of a thread moves to another primary under writers", async () => {
+      await underLoad(
+        shards,
+        async () => {
+          const { slot, primary } = await busiestSlot();
+          const to = (await cluster.primaries()).find((p) => p !== primary);
+          if (to === undefined) throw new Error("no second primary");
+          let pauses = 0;
+          const moved = await cluster.migrateSlot(slot, primary, to, {
+            batch: 50,
+            // The slot stays half-moved for a while (1.5 s): writers meet ASK and TRYAGAIN.
+            afterBatch: async () => {
+              if (pauses++ < 6) await sleep(250);
+            },
+          });
+          expect(moved).toBeGreaterThan(0);
+          expect(await cluster.primaryOfSlot(slot)).toBe(to);
         },
+        "migrate",
+      );
+    }, 120_000);
+
+    it("loses nothing when a primary is failed over with CLUSTER FAILOVER", async () => {
+      await underLoad(
+        shards,
+        async () => {
+          const { slot, primary } = await busiestSlot();
+          const [replica] = await cluster.replicasOf(primary);
+          if (replica === undefined) throw new Error("the primary has no replica");
+          await cluster.failover(replica);
+          expect(await cluster.primaryOfSlot(slot)).toBe(replica);
+        },
+        "failover",
+      );
+    }, 120_000);
+
+    it("loses nothing when a primary is SIGKILLed and its replica promoted", async () => {
+      await underLoad(
+        shards,
+        async () => {
+          const { slot, primary } = await busiestSlot();
+          const [replica] = await cluster.replicasOf(primary);
+          if (replica === undefined) throw new Error("the primary has no replica");
+          await cluster.kill(primary);
+          expect(await cluster.primaryOfSlot(slot)).toBe(replica);
+          // With --redis-min-replicas 1 the promoted primary takes writes once it has a replica again.
+          await cluster.restart(primary);
+          expect((await cluster.replicasOf(replica)).map((n) => n.port)).toEqual([primary.port]);
+        },
+        "kill",
+      );
+    }, 120_000);
+
+    it("shows both service processes one thread: what A wrote, B reads", async () => {
+      await onA.add({ threadId: "shared", messages: [{ role: Role.USER, content: "from A" }] });
+      await onB.add({ threadId: "shared", messages: [{ role: Role.USER, content: "from B" }] });
+      const got = await onB.get({
+        threadId: "shared",
+        limit: 0,
+        recall: { kind: { case: "buffer", value: {} } },
       });
-      expect(moved).toBeGreaterThan(0);
-      expect(await cluster.primaryOfSlot(slot)).toBe(to);
+      expect(got.messages.map((m) => m.content)).toEqual(["from A", "from B"]);
     });
-  }, 120_000);
-
-  it("loses nothing when a primary is failed over with CLUSTER FAILOVER", async () => {
-    await underLoad("failover", async () => {
-      const { slot, primary } = await busiestSlot();
-      const [replica] = await cluster.replicasOf(primary);
-      if (replica === undefined) throw new Error("the primary has no replica");
-      await cluster.failover(replica);
-      expect(await cluster.primaryOfSlot(slot)).toBe(replica);
-    });
-  }, 120_000);
-
-  it("loses nothing when a primary is SIGKILLed and its replica promoted", async () => {
-    await underLoad("kill", async () => {
-      const { slot, primary } = await busiestSlot();
-      const [replica] = await cluster.replicasOf(primary);
-      if (replica === undefined) throw new Error("the primary has no replica");
-      await cluster.kill(primary);
-      expect(await cluster.primaryOfSlot(slot)).toBe(replica);
-      // With --redis-min-replicas 1 the promoted primary takes writes once it has a replica again.
-      await cluster.restart(primary);
-      expect((await cluster.replicasOf(replica)).map((n) => n.port)).toEqual([primary.port]);
-    });
-  }, 120_000);
-
-  it("shows both service processes one thread: what A wrote, B reads", async () => {
-    await onA.add({ threadId: "shared", messages: [{ role: Role.USER, content: "from A" }] });
-    await onB.add({ threadId: "shared", messages: [{ role: Role.USER, content: "from B" }] });
-    const got = await onB.get({
-      threadId: "shared",
-      limit: 0,
-      recall: { kind: { case: "buffer", value: {} } },
-    });
-    expect(got.messages.map((m) => m.content)).toEqual(["from A", "from B"]);
-  });
-});
+  },
+);

@@ -41,12 +41,54 @@ const open = (
 /** A contract backend on this file's cluster (started above, shared with the cases below). */
 function onTheCluster(name: string, options: RedisStoreOptions = {}): ContractBackend {
   const nothing = async (): Promise<void> => {};
-  return { name, start: nothing, stop: nothing, open: (limits) => open(limits, options) };
+  return {
+    name,
+    start: nothing,
+    stop: nothing,
+    open: (limits) => open(limits, options),
+    ...(options.namespaceShards === undefined ? {} : { namespaceShards: options.namespaceShards }),
+  };
 }
 
 describe("Store contract: redis-cluster", () => runContractSuites(onTheCluster("redis-cluster")));
 describe("Store contract: redis-cluster, min replicas 1", () =>
   runContractSuites(onTheCluster("redis-cluster, min replicas 1", { minReplicas: 1 })));
+describe("Store contract: redis-cluster, 3 namespace shards", () =>
+  runContractSuites(onTheCluster("redis-cluster, 3 namespace shards", { namespaceShards: 3 })));
+
+describe("namespace shards on the cluster", () => {
+  it("spreads one namespace's threads over every primary, each thread's keys in one slot", async () => {
+    const prefix = `shards-${randomUUID()}`;
+    const store = await open({}, { namespaceShards: 3 }, prefix);
+    try {
+      const threads = Array.from({ length: 30 }, (_, i) => `t${i}`);
+      for (const threadId of threads) {
+        await store.append({ ...cmd({ messages: [user(threadId)] }), namespace: "busy", threadId });
+      }
+      const keys = await cluster.keysMatching(`${prefix}:*`);
+      const threadKeys = keys.filter((k) => /:t:t\d+$/.test(k.key));
+      expect(threadKeys).toHaveLength(threads.length);
+      // One namespace, three primaries: a shard on each (keys.ts spreads shard slots evenly).
+      expect(new Set(threadKeys.map((k) => k.node.port)).size).toBe(3);
+      for (const threadId of threads) {
+        const ofThread = keys.filter((k) => k.key.endsWith(`:${threadId}`));
+        expect(new Set(ofThread.map((k) => k.slot)).size, threadId).toBe(1);
+      }
+      const listed: string[] = [];
+      for (let after = ""; ; ) {
+        const page = await store.listThreads("busy", after, 7);
+        listed.push(...page);
+        if (page.length < 7) break;
+        after = page[page.length - 1] ?? "";
+      }
+      expect(listed).toEqual([...threads].sort());
+      expect(await store.clearAll("busy", 10)).toBe(threads.length);
+      expect(await store.listThreads("busy", "", 100)).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  });
+});
 
 const cmd = appendCommands(window20);
 
@@ -108,7 +150,7 @@ describe("redis-cluster:// configuration", () => {
       username: "app",
       password: "p@ss",
     });
-    const redis = { minReplicas: 1, replicaWaitMs: 500 };
+    const redis = { minReplicas: 1, replicaWaitMs: 500, namespaceShards: 1 };
     expect(parseStore("redis-cluster://h:1/", 0, redis, 1)).toEqual({
       kind: "redis",
       url: "redis-cluster://h:1/",
@@ -160,7 +202,7 @@ describe("redis-cluster:// configuration", () => {
 
   it("opens through createStore from --store, with the redis options", async () => {
     const store = await createStore(
-      parseStore(cluster.url, 0, { minReplicas: 1, replicaWaitMs: 1000 }, 1),
+      parseStore(cluster.url, 0, { minReplicas: 1, replicaWaitMs: 1000, namespaceShards: 1 }, 1),
       {},
     );
     try {

@@ -14,7 +14,6 @@ import type {
   Strategy,
   ThreadState,
 } from "../../core/types.js";
-import type { ResumeTokens } from "../resume-token.js";
 import type { AppendResult, RewindResult } from "../store.js";
 import { strategyFromJson } from "../strategy-json.js";
 
@@ -209,7 +208,8 @@ export function decodeRewindResult(text: string, replayed: boolean): RewindResul
   };
 }
 
-export function decodeEvent(entry: unknown, namespace: string, tokens: ResumeTokens): MemoryEvent {
+/** An event entry of a log; `cursorOf` makes the cursor of its position in that log. */
+export function decodeEvent(entry: unknown, cursorOf: (position: number) => string): MemoryEvent {
   const [id, flat] = asArray(entry);
   const f = pairs(flat);
   const type = field(f, "type");
@@ -258,7 +258,7 @@ export function decodeEvent(entry: unknown, namespace: string, tokens: ResumeTok
   }
   return {
     ...body,
-    cursor: tokens.issue(namespace, streamPosition(asString(id))),
+    cursor: cursorOf(streamPosition(asString(id))),
     threadId: field(f, "thread_id"),
     time: Number(field(f, "time")),
   };

@@ -1,6 +1,7 @@
 import { MemoryError } from "../../core/errors.js";
+import { type QuotaName, quotaExceededError } from "../../core/quota.js";
 import type { StoreLimits } from "../store.js";
-import type { DecodedMessages } from "./codec.js";
+import { asString, type DecodedMessages } from "./codec.js";
 import type { Commands } from "./commands.js";
 import { storeError } from "./errors.js";
 import type { Incarnation } from "./incarnation.js";
@@ -75,4 +76,49 @@ export async function confirmRead(
       { cause: err },
     );
   }
+}
+
+/**
+ * The namespace quotas (threads, messages, bytes; "0": none) as the
+ * scripts of shard `k` enforce them. A sharded namespace (keys.ts) keeps
+ * a usage hash per shard, and a script sees only its own shard, so each
+ * shard enforces its share of every limit: floor(limit / N), one more for
+ * the first limit mod N shards. The shares add up to the limit exactly, so
+ * the namespace never holds more than its limit; it may refuse before the
+ * limit when its threads are unevenly spread (config.ts asks every limit
+ * to be at least N, so no share is 0, which the scripts read as "none").
+ */
+export function quotaArgs(ctx: RedisContext, k: Pick<NamespaceKeys, "shard">): string[] {
+  const { lim } = ctx;
+  const n = ctx.keys.shards;
+  const share = (limit: number) =>
+    n === 1 || limit === 0
+      ? String(limit)
+      : String(Math.floor(limit / n) + (k.shard < limit % n ? 1 : 0));
+  return [
+    share(lim.maxThreadsPerNamespace),
+    share(lim.maxMessagesPerNamespace),
+    share(lim.maxBytesPerNamespace),
+  ];
+}
+
+/** The error of a script's quota refusal ({"quota", name, the share it enforced}). */
+export function quotaRefusal(ctx: RedisContext, name: unknown, share: unknown): MemoryError {
+  const quota = asString(name) as QuotaName;
+  const n = ctx.keys.shards;
+  if (n === 1) return quotaExceededError(quota, Number(asString(share)));
+  const limit = {
+    max_threads_per_namespace: ctx.lim.maxThreadsPerNamespace,
+    max_messages_per_namespace: ctx.lim.maxMessagesPerNamespace,
+    max_bytes_per_namespace: ctx.lim.maxBytesPerNamespace,
+  }[quota];
+  return new MemoryError(
+    "resource_exhausted",
+    `namespace quota ${quota} (${limit}) reached in this thread's shard, which holds its share (${asString(share)}) of the namespace's ${n} shards (--redis-namespace-shards); nothing was stored: clear threads to make room`,
+  );
+}
+
+/** Whether two threads of a namespace are in one shard (always, unsharded). */
+export function sameShard(ctx: RedisContext, namespace: string, a: string, b: string): boolean {
+  return ctx.keys.forThread(namespace, a).shard === ctx.keys.forThread(namespace, b).shard;
 }

@@ -3,6 +3,7 @@ import type { MemoryEvent } from "../../core/types.js";
 import { asArray, asString, decodeEvent, streamPosition } from "./codec.js";
 import { confirmRead, type RedisContext } from "./context.js";
 import { historyLost } from "./incarnation.js";
+import type { NamespaceKeys } from "./keys.js";
 import { HEAD, READ_EVENTS } from "./lua/events.js";
 
 /**
@@ -26,9 +27,31 @@ export async function readEvents(
   cursor: string,
   limit: number,
 ): Promise<MemoryEvent[]> {
-  const position = ctx.incarnation.tokens.open(namespace, cursor);
+  const tokens = ctx.incarnation.tokens;
+  const shards = ctx.keys.shardsOf(namespace);
+  if (shards.length > 1) return readShardedEvents(ctx, namespace, shards, cursor, limit);
+  const k = shards[0] as NamespaceKeys;
+  const position = tokens.open(namespace, cursor);
+  const entries = await readLog(ctx, k, position, limit);
+  const events = entries
+    .map((e) => decodeEvent(e, (p) => tokens.issue(namespace, p)))
+    .slice(0, Math.max(0, limit));
+  if (events.length > 0) await confirmRead(ctx, k);
+  return events;
+}
+
+/**
+ * The entries of one shard's log after `position`, at most `limit` (more
+ * than one shard: see readShardedEvents); throws out_of_range when the log
+ * no longer holds what follows `position`, or holds another history.
+ */
+async function readLog(
+  ctx: RedisContext,
+  k: NamespaceKeys,
+  position: number,
+  limit: number,
+): Promise<unknown[]> {
   const issuedIn = ctx.incarnation.value;
-  const k = ctx.keys.namespace(namespace);
   const reply = await ctx.io.run(
     READ_EVENTS,
     [k.events, k.incarnationMarker],
@@ -52,16 +75,72 @@ export async function readEvents(
       { field: "resume_token" },
     );
   }
-  const events = asArray(entries)
-    .map((e) => decodeEvent(e, namespace, ctx.incarnation.tokens))
-    .slice(0, Math.max(0, limit));
-  if (events.length > 0) await confirmRead(ctx, k);
+  return asArray(entries).slice(0, Math.max(0, limit));
+}
+
+/**
+ * readEvents of a namespace split into shards (keys.ts): each shard keeps a
+ * log of its own threads' events, numbered on its own, and the cursor holds
+ * one position per shard (resume-token.ts issueVector). Every shard's log
+ * is read after its position at once (one READ_EVENTS each), and the
+ * events are merged by time (ties: lower shard first), each shard's in its
+ * own order, cut to `limit`; each event's cursor is the vector after it.
+ * So a thread's events (all in one shard) keep their order, a resume from
+ * any event's cursor misses nothing and repeats nothing, and events of
+ * threads in different shards are ordered by their time only.
+ */
+async function readShardedEvents(
+  ctx: RedisContext,
+  namespace: string,
+  shards: readonly NamespaceKeys[],
+  cursor: string,
+  limit: number,
+): Promise<MemoryEvent[]> {
+  const tokens = ctx.incarnation.tokens;
+  const at = tokens.openVector(namespace, cursor, shards.length);
+  const logs = await Promise.all(shards.map((k, i) => readLog(ctx, k, at[i] ?? 0, limit)));
+  const next = logs.map(() => 0);
+  const read = new Set<number>();
+  const events: MemoryEvent[] = [];
+  while (events.length < limit) {
+    let pick = -1;
+    let pickTime = Number.POSITIVE_INFINITY;
+    logs.forEach((log, i) => {
+      const e = log[next[i] ?? 0];
+      if (e === undefined) return;
+      const time = entryTime(e);
+      if (time < pickTime) {
+        pick = i;
+        pickTime = time;
+      }
+    });
+    if (pick < 0) break;
+    const entry = logs[pick]?.[next[pick] ?? 0];
+    next[pick] = (next[pick] ?? 0) + 1;
+    read.add(pick);
+    const shard = pick;
+    events.push(
+      decodeEvent(entry, (p) => {
+        at[shard] = p;
+        return tokens.issueVector(namespace, at);
+      }),
+    );
+  }
+  await Promise.all([...read].map((i) => confirmRead(ctx, shards[i] as NamespaceKeys)));
   return events;
 }
 
-/** The namespace's head stream id and the incarnation it belongs to, adopting a changed one. */
-export async function head(ctx: RedisContext, namespace: string, attempt = 0): Promise<string> {
-  const k = ctx.keys.namespace(namespace);
+/** An event entry's time field (its logging time, ms). */
+function entryTime(entry: unknown): number {
+  const flat = asArray(asArray(entry)[1]);
+  for (let i = 0; i + 1 < flat.length; i += 2) {
+    if (flat[i] === "time") return Number(flat[i + 1]);
+  }
+  return 0;
+}
+
+/** A shard's head stream id and the incarnation it belongs to, adopting a changed one. */
+export async function head(ctx: RedisContext, k: NamespaceKeys, attempt = 0): Promise<string> {
   const [last, found] = asArray(await ctx.io.run(HEAD, [k.events, k.incarnationMarker], []));
   if (found !== ctx.incarnation.value) {
     // Another replica may be rotating at the same time: a few rounds, then unavailable.
@@ -69,16 +148,26 @@ export async function head(ctx: RedisContext, namespace: string, attempt = 0): P
       throw new MemoryError("unavailable", "the redis store's incarnation is changing; retry");
     }
     await ctx.incarnation.markerMissed(ctx.incarnation.value, k.incarnationMarker, found, true);
-    return head(ctx, namespace, attempt + 1);
+    return head(ctx, k, attempt + 1);
   }
   return asString(last);
 }
 
 const HEAD_ATTEMPTS = 5;
 
+/** Store.headCursor: the namespace's head (every shard's, in a vector, when sharded). */
 export async function headCursor(ctx: RedisContext, namespace: string): Promise<string> {
-  const at = await head(ctx, namespace);
-  // A token at an event a failover could take back would be ahead of the new primary's head.
-  await confirmRead(ctx, ctx.keys.namespace(namespace));
-  return ctx.incarnation.tokens.issue(namespace, streamPosition(at));
+  const shards = ctx.keys.shardsOf(namespace);
+  const positions = await Promise.all(
+    shards.map(async (k) => {
+      const at = await head(ctx, k);
+      // A token at an event a failover could take back would be ahead of the new primary's head.
+      await confirmRead(ctx, k);
+      return streamPosition(at);
+    }),
+  );
+  const tokens = ctx.incarnation.tokens;
+  return positions.length === 1
+    ? tokens.issue(namespace, positions[0] ?? 0)
+    : tokens.issueVector(namespace, positions);
 }

@@ -66,6 +66,12 @@ export interface RedisStoreOptions {
   minReplicas?: number;
   /** Longest such a write waits for its replicas, then unavailable; default 1000. */
   replicaWaitMs?: number;
+  /**
+   * Shards each namespace is split into (keys.ts; `--redis-namespace-shards`),
+   * default 1: a namespace is one hash slot. Fixed for a key prefix: the
+   * first start records it, and a start with another count fails.
+   */
+  namespaceShards?: number;
 }
 
 /**
@@ -105,7 +111,11 @@ export async function createRedisStore(
   options: RedisStoreOptions = {},
 ): Promise<Store> {
   const clustered = url.startsWith(CLUSTER_SCHEME);
-  const keys = keyLayout(options.keyPrefix ?? DEFAULT_KEY_PREFIX, clustered);
+  const keys = keyLayout(
+    options.keyPrefix ?? DEFAULT_KEY_PREFIX,
+    clustered,
+    options.namespaceShards ?? 1,
+  );
   // Single node or Sentinel (connection.ts), or a cluster (cluster.ts);
   // `redis.duplicate()` gives the readers theirs.
   const redis = clustered ? clusterClients(url) : redisClients(url);
@@ -139,7 +149,32 @@ async function prepare(redis: RedisClients, keys: KeyLayout): Promise<string> {
     );
   }
   for (const s of ALL_SCRIPTS) await redis.eachPrimary(["SCRIPT", "LOAD", s.source]);
+  await checkNamespaceShards(keys, (args) => client.sendCommand(args));
   return currentIncarnation(keys.incarnation, (args) => client.sendCommand(args));
+}
+
+/**
+ * Records the shard count of the key prefix at its first start, and fails
+ * a start with another count: the keys of a namespace's threads depend on
+ * it (keys.ts), so another count would not find them. A prefix that has
+ * data from before the count was recorded (its incarnation key exists) was
+ * laid out unsharded: it records 1.
+ */
+async function checkNamespaceShards(
+  keys: KeyLayout,
+  send: (args: string[]) => Promise<unknown>,
+): Promise<void> {
+  let recorded = await send(["GET", keys.namespaceShards]);
+  if (recorded === null) {
+    const earlier = Number(await send(["EXISTS", keys.incarnation])) === 1;
+    await send(["SET", keys.namespaceShards, String(earlier ? 1 : keys.shards), "NX"]);
+    recorded = await send(["GET", keys.namespaceShards]);
+  }
+  if (String(recorded) !== String(keys.shards)) {
+    throw new Error(
+      `--redis-namespace-shards / WINDLASS_REDIS_NAMESPACE_SHARDS: this Redis deployment (key prefix) keeps each namespace in ${String(recorded)} shard(s), not ${keys.shards}; start with ${String(recorded)} (another count needs an export, and an import into a fresh deployment)`,
+    );
+  }
 }
 
 class RedisStore implements Store {
@@ -269,7 +304,11 @@ class RedisStore implements Store {
 
   compareCursors(a: string, b: string): number {
     const tokens = this.#ctx.incarnation.tokens;
-    return tokens.positionOf(a) - tokens.positionOf(b);
+    if (this.#ctx.keys.shards === 1) return tokens.positionOf(a) - tokens.positionOf(b);
+    // A sharded namespace's cursors along one Watch each move one shard on:
+    // ordered by how many events they have passed.
+    const passed = (c: string) => sumOf(c.split(".")[1]?.split("_").map(Number) ?? []);
+    return passed(a) - passed(b);
   }
 
   subscribe(namespace: string, listener: (events: MemoryEvent[]) => void): () => void {
@@ -316,4 +355,8 @@ class RedisStore implements Store {
     }
     client.destroy();
   }
+}
+
+function sumOf(values: number[]): number {
+  return values.reduce((a, b) => a + b, 0);
 }

@@ -24,9 +24,14 @@ export function keySlot(key: string): number {
     const close = bytes.indexOf(0x7d, open + 1); // }
     if (close > open + 1) bytes = bytes.subarray(open + 1, close);
   }
+  return crc16(bytes) % SLOTS;
+}
+
+/** CRC16 (XMODEM), the cluster specification's. */
+export function crc16(bytes: Uint8Array): number {
   let crc = 0;
   for (const byte of bytes) crc = ((crc << 8) ^ (TABLE[((crc >> 8) ^ byte) & 0xff] ?? 0)) & 0xffff;
-  return crc % SLOTS;
+  return crc;
 }
 
 let tags: string[] | undefined;

@@ -72,15 +72,29 @@
  * empty loses the copies of its slots with their data, and the first read
  * that misses a recorded one rotates the incarnation (incarnation.ts), so
  * no token of the lost history resumes into the new one.
+ *
+ * Namespace shards (`--redis-namespace-shards N`, N > 1; keyLayout's
+ * `shards`): a namespace is split into N shards by thread id (shardIndex),
+ * each with its own key base `B_k` =
+ * `<prefix>:{<tag of slot (s + k * 16384 / N) mod 16384>}:ns-<base64url>.<k>:`
+ * (shardBases; s the slot of `ns-<base64url>`) and under it every key
+ * above, per thread and per namespace alike: each shard has its own thread
+ * index, usage, expiry set, labels, forks index, segments and event log,
+ * so every script still runs in one slot. What spans a namespace (listing,
+ * Clear all, the sweep, Watch, quotas) visits every shard (README "Namespace
+ * shards"). `<prefix>:namespace-shards` records N (index.ts
+ * checkNamespaceShards).
  */
 
-import { keySlot, slotTags } from "./key-slot.js";
+import { crc16, keySlot, SLOTS, slotTags } from "./key-slot.js";
 
 export const DEFAULT_KEY_PREFIX = "wm";
 
 /** The keys of one namespace, and of its threads. */
 export interface NamespaceKeys {
   readonly base: string;
+  /** Which shard of its namespace these keys are (0 when it is one shard). */
+  readonly shard: number;
   /**
    * The key that holds the incarnation for this namespace's scripts: the
    * deployment's key on one node, its slot's marker on a cluster (see above).
@@ -118,20 +132,59 @@ export interface KeyLayout {
    * (in the incarnation key's slot, so lost with it); undefined on one node.
    */
   readonly markerRegistry: string | undefined;
+  /**
+   * The shards each namespace is split into (`--redis-namespace-shards`,
+   * recorded in `namespaceShards` by the first start); 1: a namespace is one
+   * slot, today's layout.
+   */
+  readonly shards: number;
+  /** The record of `shards` (a string, in a slot of its own). */
+  readonly namespaceShards: string;
+  /** The keys of a namespace that is one shard (shards = 1); throws otherwise. */
   namespace(namespace: string): NamespaceKeys;
+  /** The keys of the shard that holds thread `threadId` of `namespace` (shardIndex). */
+  forThread(namespace: string, threadId: string): NamespaceKeys;
+  /** The keys of every shard of `namespace`, shard 0 first. */
+  shardsOf(namespace: string): readonly NamespaceKeys[];
 }
 
 /**
  * The layout under `prefix`, which must be non-empty and brace-free (its
- * hash tag must come first); `clustered` for Redis Cluster.
+ * hash tag must come first); `clustered` for Redis Cluster; `shards` the
+ * shards per namespace (1 to MAX_NAMESPACE_SHARDS).
  */
-export function keyLayout(prefix: string, clustered = false): KeyLayout {
+export function keyLayout(prefix: string, clustered = false, shards = 1): KeyLayout {
   if (prefix === "" || /[{}]/.test(prefix)) {
     throw new Error("redis store: the key prefix must be non-empty and contain no braces");
+  }
+  if (!Number.isInteger(shards) || shards < 1 || shards > MAX_NAMESPACE_SHARDS) {
+    throw new Error(`redis store: shards per namespace must be 1 to ${MAX_NAMESPACE_SHARDS}`);
   }
   const fence = `${prefix}:replication-fence`;
   const incarnation = `${prefix}:resume-token-key`;
   const marker = (tag: string) => `${prefix}:{${tag}}:resume-token-key`;
+  const keysAt = (base: string, shard: number) =>
+    clustered
+      ? namespaceKeys(
+          base,
+          shard,
+          marker(slotTags()[keySlot(base)] ?? ""),
+          `${base}replication-fence`,
+        )
+      : namespaceKeys(base, shard, incarnation, fence);
+  const one = (namespace: string) => keysAt(`${prefix}:{${namespaceTag(namespace)}}:`, 0);
+  // Recent namespaces' shard keys: every call of a sharded namespace needs them.
+  const recent = new Map<string, readonly NamespaceKeys[]>();
+  const shardsOf = (namespace: string): readonly NamespaceKeys[] => {
+    if (shards === 1) return [one(namespace)];
+    let found = recent.get(namespace);
+    if (found === undefined) {
+      found = shardBases(prefix, namespace, shards).map(keysAt);
+      if (recent.size >= RECENT_NAMESPACES) recent.clear();
+      recent.set(namespace, found);
+    }
+    return found;
+  };
   return {
     clustered,
     incarnation,
@@ -139,18 +192,66 @@ export function keyLayout(prefix: string, clustered = false): KeyLayout {
     // `{K}x` hashes like the key K when K has no braces: the same slot.
     ttlFence: clustered ? `{${prefix}:ttl-namespaces}:replication-fence` : fence,
     markerRegistry: clustered ? `{${incarnation}}:slot-copies` : undefined,
+    shards,
+    namespaceShards: `${prefix}:namespace-shards`,
     namespace: (namespace) => {
-      const base = `${prefix}:{ns-${Buffer.from(namespace, "utf8").toString("base64url")}}:`;
-      return clustered
-        ? namespaceKeys(base, marker(slotTags()[keySlot(base)] ?? ""), `${base}replication-fence`)
-        : namespaceKeys(base, incarnation, fence);
+      if (shards !== 1) throw new Error("redis store: a sharded namespace has no single key base");
+      return one(namespace);
     },
+    forThread: (namespace, threadId) =>
+      shards === 1
+        ? one(namespace)
+        : (shardsOf(namespace)[shardIndex(threadId, shards)] as NamespaceKeys),
+    shardsOf,
   };
 }
 
-function namespaceKeys(base: string, incarnationMarker: string, fence: string): NamespaceKeys {
+/** Most shards a namespace may be split into. */
+export const MAX_NAMESPACE_SHARDS = 64;
+const RECENT_NAMESPACES = 4096;
+
+/** The hash tag of a namespace that is one shard: `ns-<base64url>` (never empty). */
+function namespaceTag(namespace: string): string {
+  return `ns-${Buffer.from(namespace, "utf8").toString("base64url")}`;
+}
+
+/**
+ * The shard of a thread: CRC16 of its id (UTF-8, key-slot.ts's CRC, not
+ * its hash-tag rule) mod the shard count. Every key of a thread, its fold
+ * lease and its idempotency records are in its shard.
+ */
+export function shardIndex(threadId: string, shards: number): number {
+  return shards === 1 ? 0 : crc16(Buffer.from(threadId, "utf8")) % shards;
+}
+
+/**
+ * The key bases of a sharded namespace: shard k sits in slot (s + k *
+ * 16384 / N) mod 16384, s the slot of the namespace's own tag, so the N
+ * shards are spread evenly over the slot space (and so over the primaries
+ * of a cluster whose slots are split in even ranges: with N = the number of
+ * primaries, one shard each). The slot's tag (key-slot.ts slotTags) comes
+ * first; the namespace and the shard follow it, so namespaces whose shards
+ * share a slot keep apart: `<prefix>:{<slot tag>}:ns-<base64url>.<k>:`.
+ */
+function shardBases(prefix: string, namespace: string, shards: number): string[] {
+  const tag = namespaceTag(namespace);
+  const first = keySlot(tag);
+  const tags = slotTags();
+  return Array.from({ length: shards }, (_, k) => {
+    const slot = (first + Math.floor((k * SLOTS) / shards)) % SLOTS;
+    return `${prefix}:{${tags[slot] ?? ""}}:${tag}.${k}:`;
+  });
+}
+
+function namespaceKeys(
+  base: string,
+  shard: number,
+  incarnationMarker: string,
+  fence: string,
+): NamespaceKeys {
   return {
     base,
+    shard,
     incarnationMarker,
     replicationFence: fence,
     threads: `${base}threads`,

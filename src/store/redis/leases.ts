@@ -17,7 +17,7 @@ export async function commitSummary(
   ctx: RedisContext,
   cmd: CommitSummaryCommand,
 ): Promise<ThreadState | undefined> {
-  const k = ctx.keys.namespace(cmd.namespace);
+  const k = ctx.keys.forThread(cmd.namespace, cmd.threadId);
   const id = cmd.threadId;
   const reply = await ctx.io.run(
     COMMIT_SUMMARY,
@@ -38,7 +38,7 @@ export async function commitSummary(
 }
 
 export async function recordFoldFailure(ctx: RedisContext, cmd: FoldFailureCommand): Promise<void> {
-  const k = ctx.keys.namespace(cmd.namespace);
+  const k = ctx.keys.forThread(cmd.namespace, cmd.threadId);
   await ctx.io.run(
     RECORD_FOLD_FAILURE,
     [k.thread(cmd.threadId), k.events],
@@ -59,7 +59,7 @@ export async function acquireFoldLease(
   threadId: string,
   ttlMs: number,
 ): Promise<number | undefined> {
-  const k = ctx.keys.namespace(namespace);
+  const k = ctx.keys.forThread(namespace, threadId);
   const reply = await ctx.io.run(
     ACQUIRE_LEASE,
     [k.lease(threadId), k.leaseSeq],
@@ -74,5 +74,9 @@ export async function releaseFoldLease(
   threadId: string,
   token: number,
 ): Promise<void> {
-  await ctx.io.run(RELEASE_LEASE, [ctx.keys.namespace(namespace).lease(threadId)], [String(token)]);
+  await ctx.io.run(
+    RELEASE_LEASE,
+    [ctx.keys.forThread(namespace, threadId).lease(threadId)],
+    [String(token)],
+  );
 }

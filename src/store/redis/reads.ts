@@ -4,6 +4,7 @@ import { livePage } from "../live-page.js";
 import { READ_SLACK, type ReadView, type ThreadSnapshot } from "../store.js";
 import { asArray, asString, decodeThread } from "./codec.js";
 import type { RedisContext } from "./context.js";
+import type { NamespaceKeys } from "./keys.js";
 import { LIST_LABELED } from "./lua/list-labeled.js";
 import { READ } from "./lua/read.js";
 
@@ -19,7 +20,7 @@ export async function readThread(
   threadId: string,
   view?: ReadView,
 ): Promise<ThreadSnapshot | undefined> {
-  const k = ctx.keys.namespace(namespace);
+  const k = ctx.keys.forThread(namespace, threadId);
   const args =
     view === undefined
       ? [""]
@@ -42,12 +43,21 @@ export async function getThread(
   threadId: string,
 ): Promise<ThreadState | undefined> {
   const fields = asArray(
-    await ctx.io.command(["HGETALL", ctx.keys.namespace(namespace).thread(threadId)]),
+    await ctx.io.command(["HGETALL", ctx.keys.forThread(namespace, threadId).thread(threadId)]),
   );
   const thread = fields.length === 0 ? undefined : decodeThread(fields);
   return thread === undefined || isExpired(thread, Date.now()) ? undefined : thread;
 }
 
+/**
+ * Store.listThreads. A namespace of one shard: one ZRANGE BYLEX (or one
+ * LIST_LABELED with labels or forksOf) and one ZMSCORE per page. A sharded
+ * namespace (keys.ts): the same in every shard, at once, each asked for a
+ * whole page; the pages are merged in byte order and cut to the page, so a
+ * page costs N shards' reads of at most `limit` ids each (O(N (log n +
+ * limit))). The forks index of a sharded namespace is per shard too (a fork
+ * is indexed in its own shard), merged the same way.
+ */
 export async function listThreads(
   ctx: RedisContext,
   namespace: string,
@@ -57,32 +67,74 @@ export async function listThreads(
   forksOf?: string,
 ): Promise<string[]> {
   if (limit <= 0) return [];
-  const k = ctx.keys.namespace(namespace);
-  // The forks index is a zset like a label's: intersected the same way.
-  const sets = Object.entries(labels ?? {}).map(([key, v]) => k.label(key, v));
-  if (forksOf !== undefined && forksOf !== "") sets.push(k.forks(forksOf));
+  const shards = ctx.keys.shardsOf(namespace);
+  const fetchers = shards.map((k) => shardPage(ctx, k, labels, forksOf));
   const fetch =
-    sets.length > 0
-      ? async (from: string, n: number) =>
-          asArray(await ctx.io.run(LIST_LABELED, sets, [from, String(n)])).map(asString)
+    fetchers.length === 1
+      ? (fetchers[0] as PageFetch)
       : async (from: string, n: number) =>
-          asArray(
-            await ctx.io.command([
-              "ZRANGE",
-              k.threads,
-              from === "" ? "-" : `(${from}`,
-              "+",
-              "BYLEX",
-              "LIMIT",
-              "0",
-              String(n),
-            ]),
-          ).map(asString);
+          mergedPage(await Promise.all(fetchers.map((f) => f(from, n))), n);
   const now = Date.now();
   return livePage(after, limit, fetch, async (ids) => {
     // Expire times of the page's threads (nil: no ttl), from the sorted
-    // set the sweep reads: one more command per page.
-    const scores = asArray(await ctx.io.command(["ZMSCORE", k.expiry, ...ids]));
-    return scores.map((v) => v !== null && Number(asString(v)) <= now);
+    // set the sweep reads: one more command per page (per shard it spans).
+    const byShard = new Map<NamespaceKeys, number[]>();
+    ids.forEach((id, i) => {
+      const k =
+        shards.length === 1 ? (shards[0] as NamespaceKeys) : ctx.keys.forThread(namespace, id);
+      const at = byShard.get(k);
+      if (at === undefined) byShard.set(k, [i]);
+      else at.push(i);
+    });
+    const gone = new Array<boolean>(ids.length).fill(false);
+    await Promise.all(
+      [...byShard].map(async ([k, at]) => {
+        const scores = asArray(
+          await ctx.io.command(["ZMSCORE", k.expiry, ...at.map((i) => ids[i] ?? "")]),
+        );
+        scores.forEach((v, j) => {
+          gone[at[j] ?? 0] = v !== null && Number(asString(v)) <= now;
+        });
+      }),
+    );
+    return gone;
   });
+}
+
+type PageFetch = (after: string, limit: number) => Promise<string[]>;
+
+/** Ids of one shard after a cursor, in byte order. */
+function shardPage(
+  ctx: RedisContext,
+  k: NamespaceKeys,
+  labels?: Labels,
+  forksOf?: string,
+): PageFetch {
+  // The forks index is a zset like a label's: intersected the same way.
+  const sets = Object.entries(labels ?? {}).map(([key, v]) => k.label(key, v));
+  if (forksOf !== undefined && forksOf !== "") sets.push(k.forks(forksOf));
+  return sets.length > 0
+    ? async (from, n) =>
+        asArray(await ctx.io.run(LIST_LABELED, sets, [from, String(n)])).map(asString)
+    : async (from, n) =>
+        asArray(
+          await ctx.io.command([
+            "ZRANGE",
+            k.threads,
+            from === "" ? "-" : `(${from}`,
+            "+",
+            "BYLEX",
+            "LIMIT",
+            "0",
+            String(n),
+          ]),
+        ).map(asString);
+}
+
+/** The first `n` ids of shards' pages (each sorted, the shards disjoint), in byte order as ZRANGE BYLEX orders them. */
+function mergedPage(pages: string[][], n: number): string[] {
+  return pages
+    .flat()
+    .sort((a, b) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8")))
+    .slice(0, n);
 }

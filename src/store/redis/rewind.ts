@@ -25,7 +25,7 @@ export const REWIND_REFUSALS: Readonly<Record<string, ErrorCode>> = {
 };
 
 export async function rewind(ctx: RedisContext, cmd: RewindCommand): Promise<RewindResult> {
-  const k = ctx.keys.namespace(cmd.namespace);
+  const k = ctx.keys.forThread(cmd.namespace, cmd.threadId);
   const id = cmd.threadId;
   const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
   refuseLate(cmd.deadline, "Rewind");

@@ -5,12 +5,17 @@ import type { RedisConnection } from "./connection.js";
 import type { RedisContext } from "./context.js";
 import { CommandTimeout } from "./errors.js";
 import { head } from "./events.js";
+import type { NamespaceKeys } from "./keys.js";
 
 /**
- * Store.subscribe: one XREAD BLOCK loop per namespace, on its own
- * connection, shared by that namespace's subscribers. Each subscription
- * starts at the head Redis has when the command sent inside subscribe()
- * runs, so it hears every event logged after the call, in order, once.
+ * Store.subscribe: one XREAD BLOCK loop per namespace (per shard of a
+ * sharded namespace, keys.ts: a subscription is one to each shard's log),
+ * on its own connection, shared by that log's subscribers. Each
+ * subscription starts at the head Redis has when the command sent inside
+ * subscribe() runs, so it hears every event logged after the call, in
+ * order (per shard), once. Events of a sharded namespace come with an empty
+ * cursor: a cursor there names every shard's position, which one shard's
+ * reader does not know (Watch takes its cursors from readEvents).
  */
 
 type Listener = (events: MemoryEvent[]) => void;
@@ -30,9 +35,10 @@ interface Subscription {
   active: boolean;
 }
 
-/** One namespace's reader. */
+/** One log's reader: a namespace's, or one shard's of a sharded namespace. */
 interface StreamReader {
   namespace: string;
+  keys: NamespaceKeys;
   subscriptions: Set<Subscription>;
   /** Id of the last entry read; undefined until the first subscriber's head is known. */
   cursor: string | undefined;
@@ -99,7 +105,16 @@ export class StreamReaders {
 
   subscribe(namespace: string, listener: Listener): () => void {
     if (this.ctx.io.closed) return () => {};
-    const r = this.#readerOf(namespace);
+    const ends = this.ctx.keys
+      .shardsOf(namespace)
+      .map((k) => this.#subscribeTo(namespace, k, listener));
+    return () => {
+      for (const end of ends) end();
+    };
+  }
+
+  #subscribeTo(namespace: string, keys: NamespaceKeys, listener: Listener): () => void {
+    const r = this.#readerOf(namespace, keys);
     clearTimeout(r.lingerTimer);
     r.lingerTimer = undefined;
     const sub: Subscription = { listener, after: undefined, buffered: [], active: true };
@@ -145,11 +160,12 @@ export class StreamReaders {
     }
   }
 
-  #readerOf(namespace: string): StreamReader {
-    let reader = this.#readers.get(namespace);
+  #readerOf(namespace: string, keys: NamespaceKeys): StreamReader {
+    let reader = this.#readers.get(keys.base);
     if (reader === undefined) {
       reader = {
         namespace,
+        keys,
         subscriptions: new Set(),
         cursor: undefined,
         incarnation: this.ctx.incarnation.value,
@@ -159,7 +175,7 @@ export class StreamReaders {
         stopped: false,
         lingerTimer: undefined,
       };
-      this.#readers.set(namespace, reader);
+      this.#readers.set(keys.base, reader);
     }
     return reader;
   }
@@ -174,7 +190,7 @@ export class StreamReaders {
     for (let attempt = 0; ; attempt++) {
       try {
         // The first attempt's command is queued synchronously, inside subscribe().
-        const position = streamPosition(await head(this.ctx, reader.namespace));
+        const position = streamPosition(await head(this.ctx, reader.keys));
         if (!sub.active) return;
         sub.after = position;
         const held = sub.buffered;
@@ -221,7 +237,7 @@ export class StreamReaders {
    */
   async #resync(reader: StreamReader): Promise<void> {
     const incarnation = this.ctx.incarnation;
-    const at = await head(this.ctx, reader.namespace);
+    const at = await head(this.ctx, reader.keys);
     if (reader.cursor !== undefined && reader.incarnation === incarnation.value) {
       if (streamPosition(at) < streamPosition(reader.cursor)) {
         await incarnation.rotate(incarnation.value);
@@ -274,7 +290,7 @@ export class StreamReaders {
 
   /** One XREAD BLOCK from the reader's cursor: null when nothing came within the block time. */
   async #read(reader: StreamReader): Promise<unknown> {
-    const stream = this.ctx.keys.namespace(reader.namespace).events;
+    const stream = reader.keys.events;
     const cursor = reader.cursor ?? "0-0";
     const connection = await this.#connectionOf(reader);
     return this.ctx.io.send(
@@ -301,9 +317,11 @@ export class StreamReaders {
     const last = raw[raw.length - 1];
     if (last === undefined) return;
     const tokens = this.ctx.incarnation.tokens;
+    const sharded = this.ctx.keys.shards > 1;
+    const cursorOf = (p: number) => (sharded ? "" : tokens.issue(reader.namespace, p));
     const logged = raw.map((e) => ({
       position: streamPosition(asString(asArray(e)[0])),
-      event: decodeEvent(e, reader.namespace, tokens),
+      event: decodeEvent(e, cursorOf),
     }));
     reader.cursor = asString(asArray(last)[0]);
     dispatch(reader, logged);
@@ -314,6 +332,6 @@ export class StreamReaders {
     clearTimeout(reader.lingerTimer);
     reader.connection?.destroy();
     reader.connection = undefined;
-    if (this.#readers.get(reader.namespace) === reader) this.#readers.delete(reader.namespace);
+    if (this.#readers.get(reader.keys.base) === reader) this.#readers.delete(reader.keys.base);
   }
 }

@@ -5,15 +5,23 @@ import {
   strategyMismatchError,
 } from "../../core/append.js";
 import { requestsToKeep } from "../../core/idempotency.js";
-import { messageBytes, type QuotaName, quotaExceededError } from "../../core/quota.js";
+import { messageBytes } from "../../core/quota.js";
 import { strategyKey } from "../../core/strategy.js";
 import type { StoredMessage } from "../../core/types.js";
 import type { AppendCommand, AppendResult, ImportThreadCommand } from "../store.js";
 import { asArray, asString, decodeResult, encodeMessage, strategyArgs } from "./codec.js";
 import type { RedisConnection } from "./connection.js";
-import { beginWrite, type RedisContext, refuseLate } from "./context.js";
+import {
+  beginWrite,
+  quotaArgs,
+  quotaRefusal,
+  type RedisContext,
+  refuseLate,
+  sameShard,
+} from "./context.js";
 import { unexpectedReply } from "./errors.js";
-import { importFork } from "./forks.js";
+import { importCopiedFork, importFork } from "./forks.js";
+import type { NamespaceKeys } from "./keys.js";
 import { APPEND } from "./lua/append.js";
 import { EXPIRE_THREAD } from "./lua/clears.js";
 import { IMPORT_THREAD } from "./lua/import.js";
@@ -28,14 +36,14 @@ import type { AcknowledgedWrite } from "./replica-confirmation.js";
  */
 
 export async function append(ctx: RedisContext, cmd: AppendCommand): Promise<AppendResult> {
-  const k = ctx.keys.namespace(cmd.namespace);
+  const k = ctx.keys.forThread(cmd.namespace, cmd.threadId);
   const id = cmd.threadId;
   const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
   refuseLate(cmd.deadline, "Add");
   if ((cmd.ttlMs ?? 0) > 0 || (cmd.defaultTtlMs ?? 0) > 0) {
     await noteTtlNamespace(ctx, cmd.namespace, write);
   }
-  let reply = await appendOnce(ctx, cmd, write.link);
+  let reply = await appendOnce(ctx, k, cmd, write.link);
   if (asArray(reply)[0] === "expired") {
     // Removed (with its event) in its own atomic step, then the Add goes to a new thread.
     await ctx.io.run(
@@ -44,7 +52,7 @@ export async function append(ctx: RedisContext, cmd: AppendCommand): Promise<App
       [id, String(cmd.now), String(ctx.lim.eventRetention)],
       write.link,
     );
-    reply = await appendOnce(ctx, cmd, write.link);
+    reply = await appendOnce(ctx, k, cmd, write.link);
   }
   const [status, value] = asArray(reply);
   switch (status) {
@@ -56,7 +64,7 @@ export async function append(ctx: RedisContext, cmd: AppendCommand): Promise<App
       await write.confirm();
       return decodeResult(asString(value), true);
   }
-  throw appendRefusal(cmd, reply);
+  throw appendRefusal(ctx, cmd, reply);
 }
 
 /**
@@ -84,7 +92,7 @@ export async function noteTtlNamespace(
 }
 
 /** The error of an APPEND reply that refused the Add. */
-function appendRefusal(cmd: AppendCommand, reply: unknown): Error {
+function appendRefusal(ctx: RedisContext, cmd: AppendCommand, reply: unknown): Error {
   const [status, value] = asArray(reply);
   switch (status) {
     case "request_id_reused":
@@ -96,15 +104,19 @@ function appendRefusal(cmd: AppendCommand, reply: unknown): Error {
       return strategyMismatchError(asString(value), strategyKey(cmd.strategy));
     case "quota": {
       const [, quota, limit] = asArray(reply);
-      return quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
+      return quotaRefusal(ctx, quota, limit);
     }
   }
   return unexpectedReply("append", status);
 }
 
 /** One APPEND call (see lua/append.ts for its arguments and replies). */
-function appendOnce(ctx: RedisContext, cmd: AppendCommand, via: RedisConnection): Promise<unknown> {
-  const k = ctx.keys.namespace(cmd.namespace);
+function appendOnce(
+  ctx: RedisContext,
+  k: NamespaceKeys,
+  cmd: AppendCommand,
+  via: RedisConnection,
+): Promise<unknown> {
   const id = cmd.threadId;
   const lim = ctx.lim;
   const keep = requestsToKeep(cmd.now, lim);
@@ -133,9 +145,7 @@ function appendOnce(ctx: RedisContext, cmd: AppendCommand, via: RedisConnection)
       String(keep.dropThrough),
       ...strategyArgs(cmd.strategy),
       ...strategyArgs(cmd.defaultStrategy),
-      String(lim.maxThreadsPerNamespace),
-      String(lim.maxMessagesPerNamespace),
-      String(lim.maxBytesPerNamespace),
+      ...quotaArgs(ctx, k),
       cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
       cmd.ttlMs === undefined ? "" : String(cmd.ttlMs),
       String(cmd.defaultTtlMs ?? 0),
@@ -147,18 +157,25 @@ function appendOnce(ctx: RedisContext, cmd: AppendCommand, via: RedisConnection)
 
 /** Store.importThread: the whole thread in one IMPORT_THREAD script, or one IMPORT_FORK with shareFrom. */
 export async function importThread(ctx: RedisContext, cmd: ImportThreadCommand): Promise<boolean> {
-  if (cmd.shareFrom !== undefined) return importFork(ctx, cmd, cmd.shareFrom);
-  const k = ctx.keys.namespace(cmd.namespace);
+  const k = ctx.keys.forThread(cmd.namespace, cmd.threadId);
+  // A fork's prefix is shared only within one shard; across shards it is copied whole.
+  const share = cmd.shareFrom;
+  if (share !== undefined) {
+    if (sameShard(ctx, cmd.namespace, cmd.threadId, share.threadId)) {
+      return importFork(ctx, cmd, share);
+    }
+    return importThread(ctx, await importCopiedFork(ctx, cmd, share));
+  }
   const id = cmd.threadId;
   const write = await beginImport(ctx, cmd);
   const { entries, bytes } = importEntries(cmd.messages);
   const reply = await ctx.io.run(
     IMPORT_THREAD,
     [k.thread(id), k.messages(id), k.threads, k.events, k.usage],
-    [...importArgs(ctx, cmd, bytes, cmd.messages[0]?.seq ?? 0), ...entries],
+    [...importArgs(ctx, k, cmd, bytes, cmd.messages[0]?.seq ?? 0), ...entries],
     write.link,
   );
-  return importOutcome(reply, write);
+  return importOutcome(ctx, reply, write);
 }
 
 /** An import's write session; the namespace is noted for the TTL sweep first when it sets a ttl. */
@@ -166,7 +183,7 @@ export async function beginImport(
   ctx: RedisContext,
   cmd: ImportThreadCommand,
 ): Promise<AcknowledgedWrite> {
-  const k = ctx.keys.namespace(cmd.namespace);
+  const k = ctx.keys.forThread(cmd.namespace, cmd.threadId);
   const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
   if (importTtl(cmd) !== undefined) await noteTtlNamespace(ctx, cmd.namespace, write);
   return write;
@@ -193,6 +210,7 @@ export function importEntries(messages: StoredMessage[]): { entries: string[]; b
 /** ARGV 1 to 24 of both import scripts (lua/import.ts IMPORT_THREAD). */
 export function importArgs(
   ctx: RedisContext,
+  k: NamespaceKeys,
   cmd: ImportThreadCommand,
   bytes: number,
   firstSeq: number,
@@ -211,9 +229,7 @@ export function importArgs(
     String(cmd.updateTime),
     String(cmd.now),
     String(lim.eventRetention),
-    String(lim.maxThreadsPerNamespace),
-    String(lim.maxMessagesPerNamespace),
-    String(lim.maxBytesPerNamespace),
+    ...quotaArgs(ctx, k),
     String(bytes),
     String(firstSeq),
     cmd.labels === undefined ? "" : JSON.stringify(cmd.labels),
@@ -224,7 +240,11 @@ export function importArgs(
 }
 
 /** What an import script's final reply means: written, or there already (both confirmed), or a quota's refusal. */
-export async function importOutcome(reply: unknown, write: AcknowledgedWrite): Promise<boolean> {
+export async function importOutcome(
+  ctx: RedisContext,
+  reply: unknown,
+  write: AcknowledgedWrite,
+): Promise<boolean> {
   const [status, quota, limit] = asArray(reply);
   switch (status) {
     case "ok":
@@ -234,7 +254,7 @@ export async function importOutcome(reply: unknown, write: AcknowledgedWrite): P
       await write.confirm();
       return false;
     case "quota":
-      throw quotaExceededError(asString(quota) as QuotaName, Number(asString(limit)));
+      throw quotaRefusal(ctx, quota, limit);
   }
   throw unexpectedReply("import", status);
 }

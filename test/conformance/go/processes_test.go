@@ -632,7 +632,12 @@ func (p *serverPool) get(store string, c Case) (*serverProcess, error) {
 			return nil, err
 		}
 	}
-	s, err := startServerProcess(p.root, spec, c.ServerFlags, c.ServerEnv)
+	flags := c.ServerFlags
+	if store == "redis-cluster" {
+		// Each namespace split over the cluster's three primaries (README "Namespace shards").
+		flags = append(append([]string{}, flags...), "--redis-namespace-shards", "3")
+	}
+	s, err := startServerProcess(p.root, spec, flags, c.ServerEnv)
 	if err != nil {
 		return nil, err
 	}

@@ -783,7 +783,11 @@ class ServerPool:
         key = (store, case.server_key)
         if key not in self._servers:
             index = sum(1 for s, _ in self._servers if s == store)
-            self._servers[key] = ServerProcess(self._store_spec(store, index), case.server_flags, case.server_env)
+            flags = list(case.server_flags)
+            if store == "redis-cluster":
+                # Each namespace split over the cluster's three primaries (README "Namespace shards").
+                flags += ["--redis-namespace-shards", "3"]
+            self._servers[key] = ServerProcess(self._store_spec(store, index), flags, case.server_env)
         return self._servers[key]
 
     def _store_spec(self, store: str, index: int) -> str:

@@ -59,6 +59,22 @@ const redis = serverBackend("redis", startRedisServer, (server, limits) =>
   createRedisStore(server.url, limits, { keyPrefix: `contract-${randomUUID()}` }),
 );
 
+/**
+ * The same server, each namespace split into 4 shards (keys.ts): threads
+ * of one namespace in 4 slots, Watch cursors across 4 logs, forks across
+ * shards copied.
+ */
+const redisShardedServer = serverBackend(
+  "redis, 4 namespace shards",
+  startRedisServer,
+  (server, limits) =>
+    createRedisStore(server.url, limits, {
+      keyPrefix: `contract-${randomUUID()}`,
+      namespaceShards: 4,
+    }),
+);
+const redisSharded: ContractBackend = { ...redisShardedServer, namespaceShards: 4 };
+
 /** A real PostgreSQL on a free port; a fresh database per store. */
 const postgres = serverBackend("postgres", startPostgresServer, async (server, limits) =>
   createPostgresStore(await server.createDatabase(), limits),
@@ -70,5 +86,6 @@ export const backends: readonly ContractBackend[] = [
   sqlite("sqlite"),
   sqlite("sqlite, no cache", 0),
   redis,
+  redisSharded,
   postgres,
 ];

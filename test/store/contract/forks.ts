@@ -17,6 +17,7 @@ import {
   forkCmd,
   importCommand,
   numbered,
+  quotaCase,
   refused,
   rejects,
   rewindCmd,
@@ -326,7 +327,7 @@ function forkRefusalCases(store: Store, backend: ContractBackend): void {
     expect(seqsOf(await store.read("ns", "f"))).toEqual([]);
   });
 
-  it("leaves the namespace usage as it was after refused Forks", async () => {
+  quotaCase(backend)("leaves the namespace usage as it was after refused Forks", async () => {
     const q = await backend.open({ maxThreadsPerNamespace: 3, maxMessagesPerNamespace: 20 });
     try {
       await q.append(cmd({ messages: numbered(5) }));
@@ -507,36 +508,42 @@ function forkClearCases(store: Store, backend: ContractBackend): void {
     expect(seqsOf(await store.read("ns", "f2"))).toHaveLength(100);
   });
 
-  it("gives the whole namespace usage back once the parent and every fork are cleared", async () => {
-    const limits = {
-      maxThreadsPerNamespace: 5,
-      maxMessagesPerNamespace: 250,
-      maxBytesPerNamespace: 5000,
-    };
-    const q = await backend.open(limits);
-    try {
-      await q.append(cmd({ messages: numbered(200) }));
-      await q.fork(forkCmd("f1"));
-      await q.fork(forkCmd("f2", { atSeq: 100 }));
-      await q.append(cmd({ messages: numbered(10), now: 2500 }));
-      await q.fork(forkCmd("f3", { atSeq: 205 }));
-      await q.fork(
-        forkCmd("f4", { threadId: "f2", atSeq: 50, strategy: { ...window20, maxStored: 10 } }),
-      );
-      await q.append(cmd({ threadId: "f4", messages: numbered(3), now: 2600 }));
-      await q.rewind(rewindCmd(150, { threadId: "f1" }));
-      for (const id of ["t", "f2", "f1", "f4", "f3"])
-        expect(await q.clear("ns", id, 3000)).toBe(true);
-      // Every message and byte is free again: exactly the quota fits.
-      const fill = [...numbered(249).map(() => user("x")), user("y".repeat(5000 - 249))];
-      await q.append(cmd({ threadId: "p", messages: fill }));
-      await rejects(q.append(cmd({ threadId: "p", messages: [user("x")] })), "resource_exhausted");
-      for (const id of ["a", "b", "c", "d"]) await q.append(cmd({ threadId: id, messages: [] }));
-      await rejects(q.append(cmd({ threadId: "e", messages: [] })), "resource_exhausted");
-    } finally {
-      await q.close();
-    }
-  });
+  quotaCase(backend)(
+    "gives the whole namespace usage back once the parent and every fork are cleared",
+    async () => {
+      const limits = {
+        maxThreadsPerNamespace: 5,
+        maxMessagesPerNamespace: 250,
+        maxBytesPerNamespace: 5000,
+      };
+      const q = await backend.open(limits);
+      try {
+        await q.append(cmd({ messages: numbered(200) }));
+        await q.fork(forkCmd("f1"));
+        await q.fork(forkCmd("f2", { atSeq: 100 }));
+        await q.append(cmd({ messages: numbered(10), now: 2500 }));
+        await q.fork(forkCmd("f3", { atSeq: 205 }));
+        await q.fork(
+          forkCmd("f4", { threadId: "f2", atSeq: 50, strategy: { ...window20, maxStored: 10 } }),
+        );
+        await q.append(cmd({ threadId: "f4", messages: numbered(3), now: 2600 }));
+        await q.rewind(rewindCmd(150, { threadId: "f1" }));
+        for (const id of ["t", "f2", "f1", "f4", "f3"])
+          expect(await q.clear("ns", id, 3000)).toBe(true);
+        // Every message and byte is free again: exactly the quota fits.
+        const fill = [...numbered(249).map(() => user("x")), user("y".repeat(5000 - 249))];
+        await q.append(cmd({ threadId: "p", messages: fill }));
+        await rejects(
+          q.append(cmd({ threadId: "p", messages: [user("x")] })),
+          "resource_exhausted",
+        );
+        for (const id of ["a", "b", "c", "d"]) await q.append(cmd({ threadId: id, messages: [] }));
+        await rejects(q.append(cmd({ threadId: "e", messages: [] })), "resource_exhausted");
+      } finally {
+        await q.close();
+      }
+    },
+  );
 
   it("clears all of a namespace with forks, leaving nothing", async () => {
     await parentOf(store, 200);
@@ -549,27 +556,30 @@ function forkClearCases(store: Store, backend: ContractBackend): void {
 }
 
 function forkQuotaCases(backend: ContractBackend): void {
-  it("refuses a fork at the thread quota; charges copied messages, not shared ones", async () => {
-    const q = await backend.open({ maxThreadsPerNamespace: 3, maxMessagesPerNamespace: 250 });
-    try {
-      await q.append(cmd({ messages: numbered(200) }));
-      // 200 shared messages are not charged again.
-      await q.fork(forkCmd("f1"));
-      await q.append(cmd({ messages: numbered(40), now: 2500 }));
-      // A fork at 240 would copy 40 messages of the parent's new head: 280.
-      await rejects(q.fork(forkCmd("f2", { atSeq: 240 })), "resource_exhausted");
-      expect(await q.getThread("ns", "f2")).toBeUndefined();
-      await q.fork(forkCmd("f2", { atSeq: 210 }));
-      const head = await q.headCursor("ns");
-      await rejects(q.fork(forkCmd("f3", { atSeq: 10 })), "resource_exhausted");
-      expect(await q.readEvents("ns", head, 10)).toEqual([]);
-      expect(await q.listThreads("ns", "", 10)).toEqual(["f1", "f2", "t"]);
-      await q.clear("ns", "f2", 3000);
-      await expectMessageRoom(q, 10);
-    } finally {
-      await q.close();
-    }
-  });
+  quotaCase(backend)(
+    "refuses a fork at the thread quota; charges copied messages, not shared ones",
+    async () => {
+      const q = await backend.open({ maxThreadsPerNamespace: 3, maxMessagesPerNamespace: 250 });
+      try {
+        await q.append(cmd({ messages: numbered(200) }));
+        // 200 shared messages are not charged again.
+        await q.fork(forkCmd("f1"));
+        await q.append(cmd({ messages: numbered(40), now: 2500 }));
+        // A fork at 240 would copy 40 messages of the parent's new head: 280.
+        await rejects(q.fork(forkCmd("f2", { atSeq: 240 })), "resource_exhausted");
+        expect(await q.getThread("ns", "f2")).toBeUndefined();
+        await q.fork(forkCmd("f2", { atSeq: 210 }));
+        const head = await q.headCursor("ns");
+        await rejects(q.fork(forkCmd("f3", { atSeq: 10 })), "resource_exhausted");
+        expect(await q.readEvents("ns", head, 10)).toEqual([]);
+        expect(await q.listThreads("ns", "", 10)).toEqual(["f1", "f2", "t"]);
+        await q.clear("ns", "f2", 3000);
+        await expectMessageRoom(q, 10);
+      } finally {
+        await q.close();
+      }
+    },
+  );
 }
 
 function forkEventAndListCases(store: Store): void {

@@ -13,6 +13,7 @@ import {
   type ContractBackend,
   cmd,
   numbered,
+  quotaCase,
   rejects,
   rewindCmd,
   storedRange,
@@ -170,21 +171,24 @@ function importIndependenceCases(store: Store): void {
 }
 
 function importQuotaCases(backend: ContractBackend): void {
-  it("charges one thread, the copied messages and its own, never the shared ones", async () => {
-    const q = await backend.open({ maxThreadsPerNamespace: 3, maxMessagesPerNamespace: 250 });
-    try {
-      await q.append(cmd({ messages: numbered(200) }));
-      expect(await q.importThread(sharedImport(200, 200, 2))).toBe(true);
-      // 200 + 2 stored: 48 more messages fit (the probe takes the third thread).
-      await expectMessageRoom(q, 48);
-      await rejects(
-        q.importThread(sharedImport(200, 200, 49, { threadId: "g" })),
-        "resource_exhausted",
-      );
-      expect(await q.getThread("ns", "g")).toBeUndefined();
-      await expectMessageRoom(q, 48);
-    } finally {
-      await q.close();
-    }
-  });
+  quotaCase(backend)(
+    "charges one thread, the copied messages and its own, never the shared ones",
+    async () => {
+      const q = await backend.open({ maxThreadsPerNamespace: 3, maxMessagesPerNamespace: 250 });
+      try {
+        await q.append(cmd({ messages: numbered(200) }));
+        expect(await q.importThread(sharedImport(200, 200, 2))).toBe(true);
+        // 200 + 2 stored: 48 more messages fit (the probe takes the third thread).
+        await expectMessageRoom(q, 48);
+        await rejects(
+          q.importThread(sharedImport(200, 200, 49, { threadId: "g" })),
+          "resource_exhausted",
+        );
+        expect(await q.getThread("ns", "g")).toBeUndefined();
+        await expectMessageRoom(q, 48);
+      } finally {
+        await q.close();
+      }
+    },
+  );
 }

@@ -11,6 +11,7 @@ import {
   cmd,
   fold,
   numbered,
+  quotaCase,
   refused,
   rewindCmd,
   seqsOf,
@@ -262,29 +263,32 @@ export function rewindContract(backend: ContractBackend): void {
       expect((await store.append(cmd({ ...newer, now: 4000 }))).replayed).toBe(true);
     });
 
-    it("gives the dropped messages' room back to the namespace quotas", async () => {
-      const q = await backend.open({ maxMessagesPerNamespace: 3, maxBytesPerNamespace: 10 });
-      try {
-        await q.append(cmd({ messages: [user("aaaa"), user("bbbb"), user("c")] }));
-        const more = cmd({ messages: [user("dd")], now: 3000 });
-        await refused(q.append(more), "resource_exhausted", undefined);
-        await q.rewind(rewindCmd(1));
-        expect((await q.append(more)).firstSeq).toBe(2);
-        // 6 bytes in 2 messages: one more of 4 bytes fits, then the message quota is full.
-        expect((await q.append(cmd({ messages: [user("eeee")] }))).lastSeq).toBe(3);
-        await refused(q.append(cmd({ messages: [user("")] })), "resource_exhausted", undefined);
-        // Back to 6 bytes: 5 more would pass the byte quota, 4 fit.
-        await q.rewind(rewindCmd(2));
-        await refused(
-          q.append(cmd({ messages: [user("fffff")] })),
-          "resource_exhausted",
-          undefined,
-        );
-        expect((await q.append(cmd({ messages: [user("ffff")] }))).lastSeq).toBe(3);
-      } finally {
-        await q.close();
-      }
-    });
+    quotaCase(backend)(
+      "gives the dropped messages' room back to the namespace quotas",
+      async () => {
+        const q = await backend.open({ maxMessagesPerNamespace: 3, maxBytesPerNamespace: 10 });
+        try {
+          await q.append(cmd({ messages: [user("aaaa"), user("bbbb"), user("c")] }));
+          const more = cmd({ messages: [user("dd")], now: 3000 });
+          await refused(q.append(more), "resource_exhausted", undefined);
+          await q.rewind(rewindCmd(1));
+          expect((await q.append(more)).firstSeq).toBe(2);
+          // 6 bytes in 2 messages: one more of 4 bytes fits, then the message quota is full.
+          expect((await q.append(cmd({ messages: [user("eeee")] }))).lastSeq).toBe(3);
+          await refused(q.append(cmd({ messages: [user("")] })), "resource_exhausted", undefined);
+          // Back to 6 bytes: 5 more would pass the byte quota, 4 fit.
+          await q.rewind(rewindCmd(2));
+          await refused(
+            q.append(cmd({ messages: [user("fffff")] })),
+            "resource_exhausted",
+            undefined,
+          );
+          expect((await q.append(cmd({ messages: [user("ffff")] }))).lastSeq).toBe(3);
+        } finally {
+          await q.close();
+        }
+      },
+    );
 
     it("treats an expired thread as not found", async () => {
       const t0 = Date.now();

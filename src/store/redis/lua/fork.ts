@@ -84,6 +84,55 @@ end
 );
 
 /**
+ * What FORK and FORK_COPY do alike, from their shared ARGV 1 to 13 (FORK's):
+ * the checks on the new thread, which come first (store.ts orders them),
+ * and the writes of the new thread's hash, labels, ttl, request record and
+ * thread_forked from the plan.
+ */
+const FORK_TARGET = fragment(
+  "fork_target",
+  [NUMBERS, REQUESTS, LOG_EVENT, LABELS, TTL],
+  `
+-- Nil when the new id is free, else the reply: expired, replayed, request_id_reused or exists.
+local function fork_target_refusal(thread_key, base, now)
+  if redis.call('EXISTS', thread_key) == 0 then return nil end
+  if expired(thread_key, now) then return {'expired'} end
+  local replay = replay_reply(base .. 'r:' .. ARGV[2], ARGV[4], ARGV[5], now, tonumber(ARGV[8]), 'fork')
+  if replay and replay[1] == 'replayed' then
+    return {'replayed', replay[2], redis.call('HGETALL', thread_key)}
+  end
+  if replay then return replay end
+  return {'exists'}
+end
+
+-- The new thread's hash as the plan has it (before its messages are counted into it).
+local function write_fork_state(thread_key, plan, strategy, summary, parent)
+  redis.call('HSET', thread_key, 'thread_id', ARGV[2], 'incarnation', ARGV[6], 'strategy', strategy,
+    'strategy_key', plan.key, 'kind', plan.kind, 'max_stored', str(plan.max_stored),
+    'exclude_system', plan.exclude, 'last_seq', str(plan.last_seq),
+    'summarized_through_seq', str(plan.through), 'summary', summary,
+    'summary_time', str(plan.summary_time), 'create_time', ARGV[3], 'update_time', ARGV[3],
+    'counted', '1', 'bytes', '0', 'parent', parent)
+end
+
+-- Its labels, ttl, request record and thread_forked; returns the {"ok", hash} reply.
+local function finish_fork(thread_key, base, events, plan, labels, now)
+  set_labels(thread_key, ARGV[2], labels)
+  if plan.ttl > 0 then set_ttl(thread_key, ARGV[2], plan.ttl, now) end
+  local inherited = '0'
+  if plan.inherited then inherited = '1' end
+  if ARGV[4] ~= '' then
+    record_request(base .. 'r:' .. ARGV[2], base .. 'ri:' .. ARGV[2], ARGV[4], ARGV[5], now,
+      'fork\\n' .. str(plan.shared) .. '\\n' .. inherited, tonumber(ARGV[10]), tonumber(ARGV[9]))
+  end
+  log_event(events, ARGV[7], ARGV[2], ARGV[3], 'thread_forked', 'parent_thread_id', ARGV[1],
+    'at_seq', str(plan.at_seq), 'shared_count', str(plan.shared), 'summary_inherited', inherited)
+  return {'ok', redis.call('HGETALL', thread_key)}
+end
+`,
+);
+
+/**
  * Store.fork, one script. The decisions (core/fork.ts decideFork and
  * forkTrimCount, core/lineage.ts planForkLineage and raiseFloor) are the
  * core's own, made by the store (forks.ts) on the parent as it read it; the
@@ -115,20 +164,13 @@ end
  */
 export const FORK = script(
   "fork",
-  [NUMBERS, USAGE, QUOTA, REQUESTS, LOG_EVENT, LABELS, TTL, FORK_SHARING],
+  [NUMBERS, USAGE, QUOTA, FORK_TARGET, FORK_SHARING],
   `
 local now = tonumber(ARGV[3])
 local base = label_base(KEYS[2], ARGV[2])
 local FIRST_FIELD = 20
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  if expired(KEYS[2], now) then return {'expired'} end
-  local replay = replay_reply(base .. 'r:' .. ARGV[2], ARGV[4], ARGV[5], now, tonumber(ARGV[8]), 'fork')
-  if replay and replay[1] == 'replayed' then
-    return {'replayed', replay[2], redis.call('HGETALL', KEYS[2])}
-  end
-  if replay then return replay end
-  return {'exists'}
-end
+local taken = fork_target_refusal(KEYS[2], base, now)
+if taken then return taken end
 local parent_head = base .. 'm:' .. ARGV[1]
 local head_len = redis.call('LLEN', parent_head)
 if not parent_as_read(KEYS[1], head_len, tonumber(ARGV[14]), FIRST_FIELD, #ARGV) then
@@ -146,24 +188,59 @@ end
 
 local entries = share_segments(base, KEYS[1], parent_head, head_len, plan)
 
-redis.call('HSET', KEYS[2], 'thread_id', ARGV[2], 'incarnation', ARGV[6], 'strategy', ARGV[19],
-  'strategy_key', plan.key, 'kind', plan.kind, 'max_stored', str(plan.max_stored),
-  'exclude_system', plan.exclude, 'last_seq', str(plan.last_seq),
-  'summarized_through_seq', str(plan.through), 'summary', ARGV[16],
-  'summary_time', str(plan.summary_time), 'create_time', ARGV[3], 'update_time', ARGV[3],
-  'counted', '1', 'bytes', '0', 'parent', ARGV[18])
+write_fork_state(KEYS[2], plan, ARGV[19], ARGV[16], ARGV[18])
 link_fork(base, KEYS[2], KEYS[3], ARGV[2], ARGV[1], entries, copied)
 use(KEYS[5], KEYS[2], 1, #copied, bytes)
-set_labels(KEYS[2], ARGV[2], ARGV[17])
-if plan.ttl > 0 then set_ttl(KEYS[2], ARGV[2], plan.ttl, now) end
-local inherited = '0'
-if plan.inherited then inherited = '1' end
-if ARGV[4] ~= '' then
-  record_request(base .. 'r:' .. ARGV[2], base .. 'ri:' .. ARGV[2], ARGV[4], ARGV[5], now,
-    'fork\\n' .. str(plan.shared) .. '\\n' .. inherited, tonumber(ARGV[10]), tonumber(ARGV[9]))
+return finish_fork(KEYS[2], base, KEYS[4], plan, ARGV[17], now)
+`,
+);
+
+/**
+ * Store.fork of a sharded namespace (keys.ts) whose new thread is in
+ * another shard than its parent: no script may touch both, so nothing is
+ * shared. The store reads the parent in one READ (an atomic snapshot in its
+ * shard), the core decides on that snapshot, and this script writes the
+ * fork in its own shard with copies of the messages it keeps: the checks
+ * on the new thread first, as FORK's, then the quotas (one thread, the
+ * copies), the thread, its head, its index entries (the forks index
+ * `fk:<parent>` in the fork's shard: ListThreads reads it in every shard),
+ * the request record and thread_forked.
+ *
+ * KEYS: new thread, threads, events, usage. ARGV 1 to 13 as FORK's, then
+ * "" (the core refused) or the plan's JSON (FORK's key, kind, max_stored,
+ * exclude, last_seq, through, summary_time, ttl, at_seq, shared,
+ * inherited), the summary, the labels' JSON, the parent origin's JSON, the
+ * strategy's JSON, then the copied entries "<seq> <bytes> <json>", oldest
+ * first. Returns FORK's replies but {"retry"}.
+ */
+export const FORK_COPY = script(
+  "fork_copy",
+  [NUMBERS, ENTRIES, USAGE, QUOTA, FORK_TARGET],
+  `
+local now = tonumber(ARGV[3])
+local base = label_base(KEYS[1], ARGV[2])
+local FIRST_ENTRY = 19
+local taken = fork_target_refusal(KEYS[1], base, now)
+if taken then return taken end
+if ARGV[14] == '' then return {'refused'} end
+local plan = cjson.decode(ARGV[14])
+
+local bytes = 0
+for i = FIRST_ENTRY, #ARGV do bytes = bytes + entry_bytes(ARGV[i]) end
+local count = #ARGV - FIRST_ENTRY + 1
+do
+  local used = redis.call('HMGET', KEYS[4], 'threads', 'messages', 'bytes')
+  local quota, limit = quota_refusal({ARGV[11], ARGV[12], ARGV[13]}, used, {1, count, bytes})
+  if quota then return {'quota', quota, limit} end
 end
-log_event(KEYS[4], ARGV[7], ARGV[2], ARGV[3], 'thread_forked', 'parent_thread_id', ARGV[1],
-  'at_seq', str(plan.at_seq), 'shared_count', str(plan.shared), 'summary_inherited', inherited)
-return {'ok', redis.call('HGETALL', KEYS[2])}
+
+write_fork_state(KEYS[1], plan, ARGV[18], ARGV[15], ARGV[17])
+for i = FIRST_ENTRY, #ARGV, 256 do
+  redis.call('RPUSH', base .. 'm:' .. ARGV[2], unpack(ARGV, i, math.min(i + 255, #ARGV)))
+end
+redis.call('ZADD', KEYS[2], 0, ARGV[2])
+redis.call('ZADD', base .. 'fk:' .. ARGV[1], 0, ARGV[2])
+use(KEYS[4], KEYS[1], 1, count, bytes)
+return finish_fork(KEYS[1], base, KEYS[3], plan, ARGV[16], now)
 `,
 );

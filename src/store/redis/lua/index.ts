@@ -2,7 +2,7 @@ import { APPEND } from "./append.js";
 import { CLEAR, CLEAR_CHUNK, EXPIRE_DUE, EXPIRE_THREAD } from "./clears.js";
 import { HEAD, MARK_SLOT, READ_EVENTS, ROTATE_INCARNATION } from "./events.js";
 import { ACQUIRE_LEASE, COMMIT_SUMMARY, RECORD_FOLD_FAILURE, RELEASE_LEASE } from "./folds.js";
-import { FORK } from "./fork.js";
+import { FORK, FORK_COPY } from "./fork.js";
 import type { LuaScript } from "./fragment.js";
 import { IMPORT_FORK, IMPORT_THREAD } from "./import.js";
 import { LIST_LABELED } from "./list-labeled.js";
@@ -33,6 +33,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   IMPORT_FORK,
   APPEND,
   FORK,
+  FORK_COPY,
   REWIND,
   READ,
   COMMIT_SUMMARY,

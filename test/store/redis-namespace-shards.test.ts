@@ -1,0 +1,231 @@
+import { randomUUID } from "node:crypto";
+import { createClient } from "redis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../../src/config.js";
+import { MemoryError } from "../../src/core/errors.js";
+import { createRedisStore, type RedisStoreOptions } from "../../src/store/redis/index.js";
+import { keySlot, SLOTS } from "../../src/store/redis/key-slot.js";
+import { keyLayout, shardIndex } from "../../src/store/redis/keys.js";
+import type { Store, StoreLimits } from "../../src/store/store.js";
+import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { appendCommands, user, window20 } from "./fixtures.js";
+
+/**
+ * What the contract leaves to a sharded namespace (--redis-namespace-shards,
+ * store/redis/keys.ts), on a real redis-server: the layout, the quota shares,
+ * the recorded shard count, and forks across shards. The contract suites run
+ * on 4 shards in contract/backends.ts and on the cluster with 3.
+ */
+let server: RedisServer;
+beforeAll(async () => {
+  server = await startRedisServer();
+}, 30_000);
+afterAll(async () => {
+  await server?.stop();
+});
+
+const cmd = appendCommands(window20);
+const open = (
+  limits: Partial<StoreLimits> = {},
+  options: RedisStoreOptions = {},
+  prefix = `shards-${randomUUID()}`,
+) => createRedisStore(server.url, limits, { keyPrefix: prefix, ...options });
+
+describe("the sharded key layout", () => {
+  it("puts each shard in its own slot, spread evenly, and a thread's keys in its shard's", () => {
+    const keys = keyLayout("wm", true, 4);
+    const shards = keys.shardsOf("tenant");
+    expect(shards.map((k) => k.shard)).toEqual([0, 1, 2, 3]);
+    const slots = shards.map((k) => keySlot(k.base));
+    const spread = slots.map((s) => (s - (slots[0] ?? 0) + SLOTS) % SLOTS);
+    expect(spread).toEqual([0, 4096, 8192, 12288]);
+    for (const id of ["a", "b", "thread-7", "é"]) {
+      const k = keys.forThread("tenant", id);
+      expect(k.shard).toBe(shardIndex(id, 4));
+      for (const key of [
+        k.thread(id),
+        k.messages(id),
+        k.requests(id),
+        k.lease(id),
+        k.events,
+        k.usage,
+      ]) {
+        expect(keySlot(key), key).toBe(keySlot(k.base));
+      }
+    }
+    // Namespaces whose shards share a slot keep apart.
+    expect(keys.shardsOf("other").map((k) => k.base)).not.toContain(shards[0]?.base);
+    // One shard is today's layout: `{ns-<namespace>}`.
+    expect(keyLayout("wm", true, 1).forThread("tenant", "a").base).toBe(
+      `wm:{ns-${Buffer.from("tenant").toString("base64url")}}:`,
+    );
+  });
+
+  it("spreads threads over the shards about evenly", () => {
+    const counts = [0, 0, 0, 0];
+    for (let i = 0; i < 4000; i++) {
+      const shard = shardIndex(`thread-${i}`, 4);
+      counts[shard] = (counts[shard] ?? 0) + 1;
+    }
+    for (const c of counts) expect(c).toBeGreaterThan(800);
+  });
+});
+
+describe("quotas of a sharded namespace", () => {
+  it("enforces each shard's share, so the namespace never holds more than its limit", async () => {
+    const store = await open({ maxThreadsPerNamespace: 10 }, { namespaceShards: 4 });
+    try {
+      // Shares of 10 over 4 shards: 3, 3, 2, 2.
+      const held = [0, 0, 0, 0];
+      let refused = 0;
+      for (let i = 0; i < 80; i++) {
+        const threadId = `t${i}`;
+        const shard = shardIndex(threadId, 4);
+        try {
+          await store.append({ ...cmd({ messages: [user("x")] }), threadId });
+          held[shard] = (held[shard] ?? 0) + 1;
+        } catch (err) {
+          expect(err).toBeInstanceOf(MemoryError);
+          const e = err as MemoryError;
+          expect(e.code).toBe("resource_exhausted");
+          expect(e.message).toContain("max_threads_per_namespace (10)");
+          expect(e.message).toContain(`share (${shard < 2 ? 3 : 2})`);
+          expect(e.message).toContain("--redis-namespace-shards");
+          refused++;
+        }
+      }
+      expect(held).toEqual([3, 3, 2, 2]);
+      expect(refused).toBe(70);
+      expect(await store.listThreads("ns", "", 100)).toHaveLength(10);
+      // Clear gives the shard its room back.
+      const inShard0 = (await store.listThreads("ns", "", 100)).find(
+        (id) => shardIndex(id, 4) === 0,
+      );
+      expect(inShard0).toBeDefined();
+      await store.clear("ns", inShard0 ?? "", 5);
+      const next = Array.from({ length: 200 }, (_, i) => `n${i}`).find(
+        (id) => shardIndex(id, 4) === 0,
+      );
+      await store.append({ ...cmd({ messages: [user("x")] }), threadId: next ?? "" });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("is refused at start-up below the shard count, naming the flag", () => {
+    const env = { WINDLASS_STORE: `redis://127.0.0.1:${server.port}/0` };
+    expect(() =>
+      loadConfig(["--redis-namespace-shards", "4", "--max-threads-per-namespace", "3"], env),
+    ).toThrow(
+      /^--max-threads-per-namespace \/ WINDLASS_MAX_THREADS_PER_NAMESPACE: 3 is below --redis-namespace-shards \(4\)/,
+    );
+    expect(() => loadConfig(["--redis-namespace-shards", "4"], {})).toThrow(ConfigError);
+    expect(() => loadConfig(["--redis-namespace-shards", "65"], env)).toThrow(
+      /^--redis-namespace-shards \/ WINDLASS_REDIS_NAMESPACE_SHARDS/,
+    );
+    const config = loadConfig(["--redis-namespace-shards", "4"], env);
+    expect(config.store).toMatchObject({ kind: "redis", namespaceShards: 4 });
+  });
+});
+
+describe("the recorded shard count", () => {
+  it("is fixed by the first start; another count fails, and data from before it counts as 1", async () => {
+    const prefix = `shards-${randomUUID()}`;
+    const first = await open({}, { namespaceShards: 4 }, prefix);
+    await first.append({ ...cmd({ messages: [user("kept")] }), threadId: "a" });
+    await first.close();
+    await expect(open({}, { namespaceShards: 2 }, prefix)).rejects.toThrow(
+      /^--redis-namespace-shards \/ WINDLASS_REDIS_NAMESPACE_SHARDS: .* in 4 shard\(s\), not 2/,
+    );
+    const again = await open({}, { namespaceShards: 4 }, prefix);
+    expect((await again.read("ns", "a"))?.messages.map((m) => m.content)).toEqual(["kept"]);
+    await again.close();
+
+    // A prefix written before the count was recorded was unsharded.
+    const older = `shards-${randomUUID()}`;
+    const unsharded = await open({}, {}, older);
+    await unsharded.append({ ...cmd({ messages: [user("old")] }), threadId: "a" });
+    await unsharded.close();
+    const c = createClient({ url: server.url });
+    await c.connect();
+    await c.del(`${older}:namespace-shards`);
+    await c.quit();
+    await expect(open({}, { namespaceShards: 4 }, older)).rejects.toThrow(/in 1 shard\(s\), not 4/);
+  });
+});
+
+/** What a Fork leaves as its parent's. */
+const unset = {
+  expectedLastSeq: undefined,
+  strategy: undefined,
+  labels: undefined,
+  ttlMs: undefined,
+};
+
+describe("forks across shards", () => {
+  let store: Store;
+  beforeAll(async () => {
+    store = await open({}, { namespaceShards: 4 });
+  });
+  afterAll(async () => {
+    await store.close();
+  });
+
+  it("copies the parent's messages into the fork's shard, then both change on their own", async () => {
+    const start = await store.headCursor("ns");
+    const parent = "p";
+    const fork = Array.from({ length: 50 }, (_, i) => `f${i}`).find(
+      (id) => shardIndex(id, 4) !== shardIndex(parent, 4),
+    ) as string;
+    await store.append({
+      ...cmd({ messages: Array.from({ length: 30 }, (_, i) => user(`m${i + 1}`)) }),
+      threadId: parent,
+    });
+    const forked = await store.fork({
+      namespace: "ns",
+      threadId: parent,
+      newThreadId: fork,
+      atSeq: 20,
+      requestId: "fork-1",
+      requestHash: "h",
+      now: 100,
+      ...unset,
+    });
+    expect(forked.thread.lastSeq).toBe(20);
+    expect(forked.sharedCount).toBe(20);
+    expect(forked.thread.parent?.threadId).toBe(parent);
+    // The same request again: the first result, even after the parent changed.
+    await store.rewind({
+      namespace: "ns",
+      threadId: parent,
+      toSeq: 5,
+      expectedLastSeq: undefined,
+      requestId: "",
+      requestHash: "",
+      now: 101,
+    });
+    const replayed = await store.fork({
+      namespace: "ns",
+      threadId: parent,
+      newThreadId: fork,
+      atSeq: 20,
+      requestId: "fork-1",
+      requestHash: "h",
+      now: 102,
+      ...unset,
+    });
+    expect(replayed.replayed).toBe(true);
+    expect(replayed.sharedCount).toBe(20);
+    await store.append({ ...cmd({ messages: [user("fork's own")] }), threadId: fork });
+    const read = await store.read("ns", fork);
+    expect(read?.messages.map((m) => m.content)).toEqual([
+      ...Array.from({ length: 20 }, (_, i) => `m${i + 1}`),
+      "fork's own",
+    ]);
+    expect((await store.read("ns", parent))?.messages).toHaveLength(5);
+    // Listed under its parent though it lives in another shard.
+    expect(await store.listThreads("ns", "", 10, undefined, parent)).toEqual([fork]);
+    const logged = await store.readEvents("ns", start, 100);
+    expect(logged.filter((e) => e.type === "thread_forked").map((e) => e.threadId)).toEqual([fork]);
+  });
+});
