@@ -1,6 +1,7 @@
 import { startRedisCluster } from "../test/support/redis-cluster.js";
 // The tests' own launchers (tsc compiles them into dist as well).
 import { startRedisServer } from "../test/support/redis-server.js";
+import { cpuCap } from "./cpu-cap.js";
 import { machineBusyMicros, processCpuMicros } from "./cpu-time.js";
 import { type Connections, openConnections, quantile, runLoad } from "./load.js";
 import type { ScenarioOutcome } from "./results.js";
@@ -111,20 +112,43 @@ async function startTarget(
   };
 }
 
+/**
+ * With --cluster-redis-cpu-percent P > 0, every redis-server of a target
+ * is capped at P % of one core (cpu-cap.ts), so the primaries, not the
+ * machine, limit the Adds; its cgroups go when the target stops.
+ */
+function capped(
+  ctx: ScenarioContext,
+  label: string,
+  pids: () => number[],
+  stop: () => Promise<void>,
+) {
+  const percent = ctx.options.size("cluster-redis-cpu-percent");
+  if (percent <= 0) return stop;
+  const cap = cpuCap(percent, label);
+  for (const pid of pids()) cap.add(pid);
+  return async () => {
+    await stop();
+    cap.release();
+  };
+}
+
 async function startTargets(ctx: ScenarioContext): Promise<Target[]> {
   const single = await startRedisServer();
+  const singlePids = () => (single.pid === undefined ? [] : [single.pid]);
   const targets = [
     await startTarget(
       ctx,
       "Redis, 1 primary",
       single.url,
-      () => (single.pid === undefined ? [] : [single.pid]),
-      () => single.stop(),
+      singlePids,
+      capped(ctx, "single", singlePids, () => single.stop()),
     ),
   ];
   try {
     for (const shards of [1, 3]) {
       const cluster = await startRedisCluster();
+      const clusterPids = () => cluster.nodes.flatMap((n) => (n.pid === undefined ? [] : [n.pid]));
       targets.push(
         await startTarget(
           ctx,
@@ -132,8 +156,8 @@ async function startTargets(ctx: ScenarioContext): Promise<Target[]> {
             ? "Redis Cluster, 3 primaries + 3 replicas, namespace in 1 slot"
             : "Redis Cluster, 3 primaries + 3 replicas, namespace in 3 shards",
           cluster.url,
-          () => cluster.nodes.flatMap((n) => (n.pid === undefined ? [] : [n.pid])),
-          () => cluster.stop(),
+          clusterPids,
+          capped(ctx, `cluster${shards}`, clusterPids, () => cluster.stop()),
           ["--redis-namespace-shards", String(shards)],
         ),
       );
@@ -226,7 +250,7 @@ function report(ctx: ScenarioContext, rows: readonly [Target, Measured][]): Scen
       "replicas replicate asynchronously (--redis-min-replicas 0, the default). CPU columns in % of one " +
       "core over the timed runs (driver: this process); the machine has " +
       `${ctx.options.quick ? "(quick run) " : ""}the cores nproc says, shared by the driver, the service ` +
-      `processes and redis-server. Goal: cluster Add >= ${GOAL} x one primary's, service processes not CPU-bound.`,
+      `processes and redis-server. ${capNote(ctx)}Goal: cluster Add >= ${GOAL} x one primary's, service processes not CPU-bound.`,
     "",
     "| target | Add calls/s | p50 ms | p99 ms | errors | service processes' CPU (each) | redis-server CPU (all) | driver CPU | machine busy |",
     "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
@@ -254,6 +278,13 @@ function report(ctx: ScenarioContext, rows: readonly [Target, Measured][]): Scen
   if (errors > 0)
     lines.push("", `First error: ${rows.find(([, m]) => m.firstError)?.[1].firstError}`);
   return { markdown: lines.join("\n"), valid: errors === 0 };
+}
+
+function capNote(ctx: ScenarioContext): string {
+  const percent = ctx.options.size("cluster-redis-cpu-percent");
+  return percent > 0
+    ? `Every redis-server capped at ${percent} % of one core (a cgroup each, --cluster-redis-cpu-percent), so the primaries, not the machine, are the limit. `
+    : "";
 }
 
 export const clusterAddScenario = {

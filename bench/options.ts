@@ -196,6 +196,13 @@ export const SIZE_FLAGS = {
     max: 20,
     help: "cluster-add: timed runs per target, one Redis and the cluster taking turns",
   },
+  "cluster-redis-cpu-percent": {
+    full: 0,
+    quick: 0,
+    min: 0,
+    max: 100,
+    help: "cluster-add: cap each redis-server at this % of one core (a cgroup each, root); 0: no cap",
+  },
   "peer-concurrency": {
     full: 8,
     quick: 8,
