@@ -229,3 +229,78 @@ describe("forks across shards", () => {
     expect(logged.filter((e) => e.type === "thread_forked").map((e) => e.threadId)).toEqual([fork]);
   });
 });
+
+describe("Watch cursors of a sharded namespace", () => {
+  let store: Store;
+  beforeAll(async () => {
+    store = await open({}, { namespaceShards: 4 });
+  });
+  afterAll(async () => {
+    await store.close();
+  });
+
+  it("resumes after any event's cursor, in pages or whole, each thread's events in order", async () => {
+    const start = await store.headCursor("ns");
+    const threads = Array.from({ length: 12 }, (_, i) => `w${i}`);
+    expect(new Set(threads.map((t) => shardIndex(t, 4))).size).toBe(4);
+    for (let round = 0; round < 5; round++) {
+      await Promise.all(
+        threads.map((threadId) =>
+          store.append({ ...cmd({ messages: [user(`${threadId}-${round}`)] }), threadId }),
+        ),
+      );
+    }
+    const all = await store.readEvents("ns", start, 1000);
+    expect(all).toHaveLength(60);
+    for (const threadId of threads) {
+      const seqs = all
+        .filter((e) => e.threadId === threadId)
+        .map((e) => (e.type === "messages_added" ? e.firstSeq : 0));
+      expect(seqs, threadId).toEqual([1, 2, 3, 4, 5]);
+    }
+    // In pages of 7, following each page's last cursor: the same events.
+    const paged: string[] = [];
+    for (let cursor = start; ; ) {
+      const page = await store.readEvents("ns", cursor, 7);
+      paged.push(...page.map((e) => e.cursor));
+      const last = page.at(-1);
+      if (last === undefined) break;
+      cursor = last.cursor;
+    }
+    expect(paged).toEqual(all.map((e) => e.cursor));
+    // From any event's cursor: exactly the events after it.
+    for (const i of [0, 13, 29, 58, 59]) {
+      const after = await store.readEvents("ns", all[i]?.cursor ?? "", 1000);
+      expect(
+        after.map((e) => e.cursor),
+        String(i),
+      ).toEqual(all.slice(i + 1).map((e) => e.cursor));
+    }
+    expect(await store.readEvents("ns", await store.headCursor("ns"), 10)).toEqual([]);
+  });
+
+  it("refuses an unsharded-looking, a short and a long cursor, and a huge one at once", async () => {
+    await store.append({ ...cmd({ messages: [user("x")] }), threadId: "a" });
+    const head = await store.headCursor("ns");
+    const [storeId, positions, mac] = head.split(".");
+    const parts = (positions ?? "").split("_");
+    expect(parts).toHaveLength(4);
+    const refused = [
+      `${storeId}.${parts[0]}.${mac}`,
+      `${storeId}.${parts.slice(0, 3).join("_")}.${mac}`,
+      `${storeId}.${[...parts, "0"].join("_")}.${mac}`,
+    ];
+    for (const token of refused) {
+      const err = await store.readEvents("ns", token, 10).catch((e: unknown) => e);
+      expect(err, token).toBeInstanceOf(MemoryError);
+      expect((err as MemoryError).code, token).toBe("invalid_argument");
+      expect((err as MemoryError).field, token).toBe("resume_token");
+    }
+    // A cursor of a million positions is refused by the pattern's bound, in linear time.
+    const huge = `${storeId}.${Array.from({ length: 1_000_000 }, () => "1").join("_")}.${mac}`;
+    const t0 = performance.now();
+    const err = await store.readEvents("ns", huge, 10).catch((e: unknown) => e);
+    expect((err as MemoryError).code).toBe("invalid_argument");
+    expect(performance.now() - t0).toBeLessThan(1000);
+  });
+});
