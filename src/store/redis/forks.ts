@@ -1,15 +1,10 @@
-import { randomUUID } from "node:crypto";
-import { requestIdReusedError } from "../../core/append.js";
-import { MemoryError } from "../../core/errors.js";
 import {
   checkImportShare,
   decideFork,
   type ForkPlan,
-  forkTargetExistsError,
   forkTrimCount,
   type ImportShare,
 } from "../../core/fork.js";
-import { requestsToKeep } from "../../core/idempotency.js";
 import {
   floorOf,
   type Lineage,
@@ -18,26 +13,23 @@ import {
   raiseFloor,
   rangesFor,
 } from "../../core/lineage.js";
-import { strategyKey } from "../../core/strategy.js";
-import type { Role, StoredMessage, ThreadState } from "../../core/types.js";
-import type { ForkCommand, ForkResult, ImportThreadCommand, ThreadSnapshot } from "../store.js";
+import type { Role, ThreadState } from "../../core/types.js";
+import type { ForkCommand, ForkResult, ImportThreadCommand } from "../store.js";
 import { asArray, asString, decodeMessage, decodeThread, lineageField } from "./codec.js";
 import type { RedisConnection } from "./connection.js";
+import { beginWrite, type RedisContext, refuseLate, sameShard } from "./context.js";
 import {
-  beginWrite,
-  quotaArgs,
-  quotaRefusal,
-  type RedisContext,
-  refuseLate,
-  sameShard,
-} from "./context.js";
-import { unexpectedReply } from "./errors.js";
+  decidedFields,
+  FORK_ATTEMPTS,
+  forkArgs,
+  forkOutcome,
+  parentChangedError,
+  threadArgs,
+} from "./fork-calls.js";
+import { forkAcrossShards } from "./forks-across-shards.js";
 import type { NamespaceKeys } from "./keys.js";
-import { EXPIRE_THREAD } from "./lua/clears.js";
-import { FORK, FORK_COPY } from "./lua/fork.js";
+import { FORK } from "./lua/fork.js";
 import { IMPORT_FORK } from "./lua/import.js";
-import { readThread } from "./reads.js";
-import type { AcknowledgedWrite } from "./replica-confirmation.js";
 import {
   beginImport,
   importArgs,
@@ -54,9 +46,6 @@ import {
  * or answers retry. With options.minReplicas, acknowledged after a WAIT,
  * like an Add.
  */
-
-/** Attempts before a Fork of a parent that changes under every one gives up. */
-const FORK_ATTEMPTS = 20;
 
 /** The parent as read: its hash, its head's length, its state and lineage. */
 interface ParentRead {
@@ -95,149 +84,6 @@ export async function fork(ctx: RedisContext, cmd: ForkCommand): Promise<ForkRes
     if (done !== undefined) return done;
   }
   throw parentChangedError("thread_id", "Fork");
-}
-
-/**
- * Store.fork across shards of a sharded namespace (keys.ts): the parent is
- * read whole in one READ (an atomic snapshot in its shard; an expired one
- * is not there), the core decides on that snapshot exactly as for a shared
- * fork (decideFork, forkTrimCount), and one FORK_COPY script (lua/fork.ts)
- * writes the fork with copies of the messages it keeps, in its own shard.
- * The Fork is linearized at the read: a parent that changes after it does
- * not change the fork. It costs what a read of the parent and an import of
- * its messages cost (no segment is shared across shards).
- */
-async function forkAcrossShards(ctx: RedisContext, cmd: ForkCommand): Promise<ForkResult> {
-  const k = ctx.keys.forThread(cmd.namespace, cmd.newThreadId);
-  const write = ctx.replicas === undefined ? ctx.unconfirmed : await beginWrite(ctx, k);
-  refuseLate(cmd.deadline, "Fork");
-  if ((cmd.ttlMs ?? 0) > 0) await noteTtlNamespace(ctx, cmd.namespace, write);
-  for (let attempt = 0; attempt < FORK_ATTEMPTS; attempt++) {
-    const snapshot = await readThread(ctx, cmd.namespace, cmd.threadId);
-    let plan: CopiedFork | undefined;
-    let refusal: unknown;
-    try {
-      plan = planCopiedFork(snapshot, cmd);
-    } catch (err) {
-      refusal = err;
-    }
-    const reply = asArray(await forkCopyOnce(ctx, k, cmd, plan, write.link));
-    const done = await forkOutcome(ctx, k, cmd, reply, plan, refusal, write);
-    if (done !== undefined) return done;
-  }
-  throw parentChangedError("new_thread_id", "Fork");
-}
-
-/** What FORK_COPY writes: the core's decision and the messages copied. */
-interface CopiedFork {
-  decided: ForkPlan;
-  copied: StoredMessage[];
-  shared: number;
-  inherited: boolean;
-}
-
-/** The core's decisions for a Fork of the parent snapshot; throws the core's refusals. */
-function planCopiedFork(snapshot: ThreadSnapshot | undefined, cmd: ForkCommand): CopiedFork {
-  const state = snapshot?.thread;
-  const messages = snapshot?.messages ?? [];
-  const lastSeq = state?.lastSeq ?? 0;
-  const floor = messages[0]?.seq ?? lastSeq + 1;
-  const decided = decideFork(state, floor > lastSeq ? undefined : floor, { ...cmd });
-  const at = decided.atSeq;
-  const t = decided.thread;
-  const roles = new Map(messages.map((m) => [m.seq, m.role]));
-  const dropped = forkTrimCount(t.strategy, floor, at, t.summarizedThroughSeq, (seq) =>
-    roles.get(seq),
-  );
-  return {
-    decided,
-    copied: messages.filter((m) => m.seq >= floor + dropped && m.seq <= at),
-    shared: Math.max(0, at - floor + 1),
-    inherited: decided.summaryInherited,
-  };
-}
-
-/** One FORK_COPY call (lua/fork.ts for its arguments and replies). */
-function forkCopyOnce(
-  ctx: RedisContext,
-  k: NamespaceKeys,
-  cmd: ForkCommand,
-  plan: CopiedFork | undefined,
-  via: RedisConnection,
-): Promise<unknown> {
-  const json =
-    plan === undefined
-      ? ""
-      : JSON.stringify(decidedFields(plan.decided, plan.shared, plan.inherited));
-  return ctx.io.run(
-    FORK_COPY,
-    [k.thread(cmd.newThreadId), k.threads, k.events, k.usage],
-    [
-      ...forkArgs(ctx, k, cmd),
-      json,
-      ...threadArgs(plan?.decided.thread),
-      ...importEntries(plan?.copied ?? []).entries,
-    ],
-    via,
-  );
-}
-
-/** What a FORK or FORK_COPY reply means; undefined: run it again (the new id had expired). */
-async function forkOutcome(
-  ctx: RedisContext,
-  k: NamespaceKeys,
-  cmd: ForkCommand,
-  reply: unknown[],
-  plan: { shared: number; inherited: boolean } | undefined,
-  refusal: unknown,
-  write: AcknowledgedWrite,
-): Promise<ForkResult | undefined> {
-  switch (reply[0]) {
-    case "ok":
-      await write.confirm();
-      return {
-        thread: decodeThread(reply[1]),
-        sharedCount: plan?.shared ?? 0,
-        summaryInherited: plan?.inherited ?? false,
-        replayed: false,
-      };
-    case "replayed": {
-      await write.confirm();
-      const [, shared, inherited] = asString(reply[1]).split("\n");
-      return {
-        thread: decodeThread(reply[2]),
-        sharedCount: Number(shared),
-        summaryInherited: inherited === "1",
-        replayed: true,
-      };
-    }
-    case "expired":
-      await ctx.io.run(
-        EXPIRE_THREAD,
-        [k.thread(cmd.newThreadId), k.threads, k.events, k.usage],
-        [cmd.newThreadId, String(cmd.now), String(ctx.lim.eventRetention)],
-        write.link,
-      );
-      return undefined;
-    case "refused":
-      throw refusal;
-    case "request_id_reused":
-      throw requestIdReusedError();
-    case "exists":
-      throw forkTargetExistsError();
-    case "quota":
-      throw quotaRefusal(ctx, reply[1], reply[2]);
-  }
-  throw unexpectedReply("fork", reply[0]);
-}
-
-/** The parent changed under every attempt (FORK_ATTEMPTS) of a Fork or an imported fork. */
-function parentChangedError(field: string, what: string): MemoryError {
-  return new MemoryError(
-    "aborted",
-    `${field}: the thread changed under every attempt of the ${what}; retry`,
-    { field },
-  );
 }
 
 async function readParent(
@@ -429,54 +275,6 @@ function forkOnce(
   );
 }
 
-/** ARGV 1 to 13 of FORK and FORK_COPY (lua/fork.ts). */
-function forkArgs(ctx: RedisContext, k: NamespaceKeys, cmd: ForkCommand): string[] {
-  const lim = ctx.lim;
-  const keep = requestsToKeep(cmd.now, lim);
-  return [
-    cmd.threadId,
-    cmd.newThreadId,
-    String(cmd.now),
-    cmd.requestId,
-    cmd.requestHash,
-    randomUUID(),
-    String(lim.eventRetention),
-    String(lim.idempotencyRetentionMs),
-    String(keep.keepNewest),
-    String(keep.dropThrough),
-    ...quotaArgs(ctx, k),
-  ];
-}
-
-/** The new thread's summary, labels' JSON, origin's JSON and strategy's JSON ("" each when refused). */
-function threadArgs(t: ForkPlan["thread"] | undefined): string[] {
-  return [
-    t?.summary ?? "",
-    t?.labels === undefined ? "" : JSON.stringify(t.labels),
-    t?.parent === undefined ? "" : JSON.stringify(t.parent),
-    t === undefined ? "" : JSON.stringify(t.strategy),
-  ];
-}
-
-/** The plan fields FORK and FORK_COPY share, from the core's decision. */
-function decidedFields(decided: ForkPlan, shared: number, inherited: boolean): object {
-  const t = decided.thread;
-  const s = t.strategy;
-  return {
-    key: strategyKey(s),
-    kind: s.kind,
-    max_stored: s.maxStored,
-    exclude: s.excludeSystem ? "1" : "0",
-    last_seq: t.lastSeq,
-    through: t.summarizedThroughSeq,
-    summary_time: t.summaryTime,
-    ttl: t.ttlMs ?? 0,
-    at_seq: decided.atSeq,
-    shared,
-    inherited,
-  };
-}
-
 /**
  * Store.importThread with shareFrom: decided as a Fork is, on the parent as
  * read (core/fork.ts checkImportShare, core/lineage.ts planForkLineage at
@@ -547,26 +345,4 @@ function planImportShare(parent: ParentRead, share: ImportShare, now: number): P
     parent_entries: lineage.parent.entries.map((e) => withFirst(parent, e)),
   });
   return { json, firstSeq: floor };
-}
-
-/**
- * Store.importThread with shareFrom when the parent is in another shard
- * (keys.ts): checked as importFork checks it (core/fork.ts
- * checkImportShare), on one READ of the parent (an atomic snapshot), and
- * written as a plain import holding copies of the parent's stored messages
- * through throughSeq before its own: no segment is shared across shards.
- */
-export async function importCopiedFork(
-  ctx: RedisContext,
-  cmd: ImportThreadCommand,
-  share: ImportShare,
-): Promise<ImportThreadCommand> {
-  const snapshot = await readThread(ctx, cmd.namespace, share.threadId);
-  const messages = snapshot?.messages ?? [];
-  checkImportShare(snapshot?.thread, messages[0]?.seq, share);
-  const { shareFrom: _, ...rest } = cmd;
-  return {
-    ...rest,
-    messages: [...messages.filter((m) => m.seq <= share.throughSeq), ...cmd.messages],
-  };
 }

@@ -91,7 +91,9 @@ export interface RedisStoreOptions {
  * EVAL, which loads it (commands.ts).
  *
  * Where things are: the key layout (one hash tag per namespace, for Redis
- * Cluster) in keys.ts; entry and reply formats in codec.ts; the event log
+ * Cluster, or one per shard of a namespace split by --redis-namespace-shards)
+ * in keys.ts; forks in forks.ts (within a shard) and forks-across-shards.ts,
+ * their scripts' shared arguments and replies in fork-calls.ts; entry and reply formats in codec.ts; the event log
  * and its cursors in events.ts, subscriptions in stream-readers.ts; what
  * happens when Redis loses its data in incarnation.ts. The client is a
  * single-node client (one primary, or a proxy in front of a cluster) or,

@@ -20,7 +20,8 @@ import {
   sameShard,
 } from "./context.js";
 import { unexpectedReply } from "./errors.js";
-import { importCopiedFork, importFork } from "./forks.js";
+import { importFork } from "./forks.js";
+import { importCopiedFork } from "./forks-across-shards.js";
 import type { NamespaceKeys } from "./keys.js";
 import { APPEND } from "./lua/append.js";
 import { EXPIRE_THREAD } from "./lua/clears.js";
