@@ -16,7 +16,9 @@ import { Follower } from "../support/watch-follower.js";
  *   no gap and no event twice; none ever stays open and silent;
  * - a lost history (restarted empty, or FLUSHALL): open streams end with
  *   OUT_OF_RANGE, tokens of the old history are refused with OUT_OF_RANGE on
- *   every replica, and a new Watch sees the new history from its first event.
+ *   every replica, and a new Watch sees the new history from its first event;
+ *   with each namespace in one slot and split into 4 shards
+ *   (--redis-namespace-shards 4: a resume token per shard's log).
  */
 
 const PROGRESS_MS = 200;
@@ -26,12 +28,14 @@ afterAll(async () => {
   for (const s of started.reverse()) await s.stop().catch(() => {});
 });
 
-async function serve(redis: RedisServer): Promise<Replica> {
+async function serve(redis: RedisServer, shards = 1): Promise<Replica> {
   const replica = await startReplica([
     "--store",
     redis.url,
     "--progress-interval-ms",
     String(PROGRESS_MS),
+    "--redis-namespace-shards",
+    String(shards),
   ]);
   started.push({ stop: () => replica.kill() });
   return replica;
@@ -128,18 +132,20 @@ describe("Watch across Redis outages (data kept)", () => {
   }, 240_000);
 });
 
-describe("Watch when Redis loses its history", () => {
+describe.each([1, 4])("Watch when Redis loses its history, %i namespace shard(s)", (shards) => {
   for (const loss of ["restart empty", "FLUSHALL"] as const) {
     it(`ends open streams with OUT_OF_RANGE and refuses old tokens on every replica (${loss})`, async () => {
       const redis = await startRedisServer();
       started.push(redis);
-      const [a, b] = await Promise.all([serve(redis), serve(redis)]);
+      const [a, b] = await Promise.all([serve(redis, shards), serve(redis, shards)]);
       const onA = transports(a);
       const onB = transports(b);
       const writer = onA[0] as Driver;
       const followers = onB.map((d) => new Follower(d));
       await Promise.all(followers.map((f) => f.start()));
       await writer.add({ threadId: "t", messages: [user("1"), user("2"), user("3")] });
+      // Another thread, in another shard when sharded: every shard's log has events.
+      await writer.add({ threadId: "u", messages: [user("u1")] });
       await until(
         "followers see the first history",
         () => followers.every((f) => f.seen.get("t")?.length === 3),
@@ -211,7 +217,7 @@ describe("Watch when Redis loses its history", () => {
       expect(got.messages.map((m) => m.content)).toEqual(["n1", "n2", "n3", "n4", "n5"]);
       await Promise.all(fresh.map((f) => f.stop()));
       console.info(
-        `redis-watch-outages: ${loss}: open streams ended OUT_OF_RANGE within ${endedIn} ms`,
+        `redis-watch-outages: ${loss}, ${shards} shard(s): open streams ended OUT_OF_RANGE within ${endedIn} ms`,
       );
     }, 60_000);
   }
