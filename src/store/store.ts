@@ -257,19 +257,6 @@ export interface StoreAdmin {
   close(graceMs?: number): Promise<void>;
 }
 
-export type {
-  AppendCommand,
-  AppendResult,
-  CommitSummaryCommand,
-  FoldFailureCommand,
-  ForkCommand,
-  ForkResult,
-  ImportThreadCommand,
-  ReadView,
-  RewindCommand,
-  RewindResult,
-  StoreHealth,
-  StoreLimits,
-  ThreadSnapshot,
-} from "./store-commands.js";
+// The methods' inputs, results and limits live in store-commands.ts; callers import them from here.
+export type * from "./store-commands.js";
 export { CLEAR_BATCH, DEFAULT_STORE_LIMITS, READ_SLACK } from "./store-commands.js";

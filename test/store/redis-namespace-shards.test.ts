@@ -154,24 +154,43 @@ describe("the recorded shard count", () => {
   });
 });
 
-/** What a Fork leaves as its parent's. */
-const unset = {
-  expectedLastSeq: undefined,
-  strategy: undefined,
-  labels: undefined,
-  ttlMs: undefined,
-};
-
-describe("forks across shards", () => {
-  let store: Store;
+/** A store of 4 namespace shards, open for the cases of the calling describe block. */
+function shardedStore(): () => Store {
+  let store: Store | undefined;
   beforeAll(async () => {
     store = await open({}, { namespaceShards: 4 });
   });
   afterAll(async () => {
-    await store.close();
+    await store?.close();
   });
+  return () => {
+    if (store === undefined) throw new Error("the sharded store is not open");
+    return store;
+  };
+}
+
+/** Fork `parent` at `atSeq` into `newThreadId`, with request "fork-1"; everything else the parent's. */
+function forkCommand(parent: string, newThreadId: string, atSeq: number, now: number) {
+  return {
+    namespace: "ns",
+    threadId: parent,
+    newThreadId,
+    atSeq,
+    requestId: "fork-1",
+    requestHash: "h",
+    now,
+    expectedLastSeq: undefined,
+    strategy: undefined,
+    labels: undefined,
+    ttlMs: undefined,
+  };
+}
+
+describe("forks across shards", () => {
+  const sharded = shardedStore();
 
   it("copies the parent's messages into the fork's shard, then both change on their own", async () => {
+    const store = sharded();
     const start = await store.headCursor("ns");
     const parent = "p";
     const fork = Array.from({ length: 50 }, (_, i) => `f${i}`).find(
@@ -181,16 +200,7 @@ describe("forks across shards", () => {
       ...cmd({ messages: Array.from({ length: 30 }, (_, i) => user(`m${i + 1}`)) }),
       threadId: parent,
     });
-    const forked = await store.fork({
-      namespace: "ns",
-      threadId: parent,
-      newThreadId: fork,
-      atSeq: 20,
-      requestId: "fork-1",
-      requestHash: "h",
-      now: 100,
-      ...unset,
-    });
+    const forked = await store.fork(forkCommand(parent, fork, 20, 100));
     expect(forked.thread.lastSeq).toBe(20);
     expect(forked.sharedCount).toBe(20);
     expect(forked.thread.parent?.threadId).toBe(parent);
@@ -204,16 +214,7 @@ describe("forks across shards", () => {
       requestHash: "",
       now: 101,
     });
-    const replayed = await store.fork({
-      namespace: "ns",
-      threadId: parent,
-      newThreadId: fork,
-      atSeq: 20,
-      requestId: "fork-1",
-      requestHash: "h",
-      now: 102,
-      ...unset,
-    });
+    const replayed = await store.fork(forkCommand(parent, fork, 20, 102));
     expect(replayed.replayed).toBe(true);
     expect(replayed.sharedCount).toBe(20);
     await store.append({ ...cmd({ messages: [user("fork's own")] }), threadId: fork });
@@ -231,15 +232,10 @@ describe("forks across shards", () => {
 });
 
 describe("Watch cursors of a sharded namespace", () => {
-  let store: Store;
-  beforeAll(async () => {
-    store = await open({}, { namespaceShards: 4 });
-  });
-  afterAll(async () => {
-    await store.close();
-  });
+  const sharded = shardedStore();
 
   it("resumes after any event's cursor, in pages or whole, each thread's events in order", async () => {
+    const store = sharded();
     const start = await store.headCursor("ns");
     const threads = Array.from({ length: 12 }, (_, i) => `w${i}`);
     expect(new Set(threads.map((t) => shardIndex(t, 4))).size).toBe(4);
@@ -280,6 +276,7 @@ describe("Watch cursors of a sharded namespace", () => {
   });
 
   it("refuses an unsharded-looking, a short and a long cursor, and a huge one at once", async () => {
+    const store = sharded();
     await store.append({ ...cmd({ messages: [user("x")] }), threadId: "a" });
     const head = await store.headCursor("ns");
     const [storeId, positions, mac] = head.split(".");

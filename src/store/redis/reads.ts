@@ -4,7 +4,7 @@ import { livePage } from "../live-page.js";
 import { READ_SLACK, type ReadView, type ThreadSnapshot } from "../store.js";
 import { asArray, asString, decodeThread } from "./codec.js";
 import type { RedisContext } from "./context.js";
-import type { NamespaceKeys } from "./keys.js";
+import { type NamespaceKeys, shardIndex } from "./keys.js";
 import { LIST_LABELED } from "./lua/list-labeled.js";
 import { READ } from "./lua/read.js";
 
@@ -78,17 +78,17 @@ export async function listThreads(
   return livePage(after, limit, fetch, async (ids) => {
     // Expire times of the page's threads (nil: no ttl), from the sorted
     // set the sweep reads: one more command per page (per shard it spans).
-    const byShard = new Map<NamespaceKeys, number[]>();
+    const byShard = new Map<number, number[]>();
     ids.forEach((id, i) => {
-      const k =
-        shards.length === 1 ? (shards[0] as NamespaceKeys) : ctx.keys.forThread(namespace, id);
-      const at = byShard.get(k);
-      if (at === undefined) byShard.set(k, [i]);
+      const shard = shardIndex(id, shards.length);
+      const at = byShard.get(shard);
+      if (at === undefined) byShard.set(shard, [i]);
       else at.push(i);
     });
     const gone = new Array<boolean>(ids.length).fill(false);
     await Promise.all(
-      [...byShard].map(async ([k, at]) => {
+      [...byShard].map(async ([shard, at]) => {
+        const k = shards[shard] as NamespaceKeys;
         const scores = asArray(
           await ctx.io.command(["ZMSCORE", k.expiry, ...at.map((i) => ids[i] ?? "")]),
         );
@@ -135,6 +135,8 @@ function shardPage(
 function mergedPage(pages: string[][], n: number): string[] {
   return pages
     .flat()
-    .sort((a, b) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8")))
-    .slice(0, n);
+    .map((id) => ({ id, bytes: Buffer.from(id, "utf8") }))
+    .sort((a, b) => Buffer.compare(a.bytes, b.bytes))
+    .slice(0, n)
+    .map((e) => e.id);
 }
