@@ -1,13 +1,13 @@
 import type { Store, ThreadSnapshot } from "../store/store.js";
 import { PrefixChain } from "./prefix-chain.js";
 import {
-  decodeThreadLine,
   encodeMessageJson,
   encodeThreadLine,
   type SharedPrefix,
   type ThreadLine,
   ThreadLineError,
 } from "./thread-line.js";
+import { decodeThreadLine } from "./thread-line-decode.js";
 
 /** What an import did. */
 export interface ImportOutcome {

@@ -2,11 +2,11 @@ import { describe, expect, it } from "vitest";
 import type { Strategy } from "../../src/core/types.js";
 import { importLines } from "../../src/portability/import.js";
 import {
-  decodeThreadLine,
   encodeThreadLine,
   type ThreadLine,
   ThreadLineError,
 } from "../../src/portability/thread-line.js";
+import { decodeThreadLine } from "../../src/portability/thread-line-decode.js";
 import { createMemoryStore } from "../../src/store/memory/index.js";
 import { addUsers, exported, forkOf, linesOf } from "./support.js";
 

@@ -16,7 +16,8 @@ import {
 import { runImport } from "../../src/portability/command.js";
 import { EXPORT_PAGE, exportNamespace } from "../../src/portability/export.js";
 import { importLines } from "../../src/portability/import.js";
-import { decodeThreadLine, ThreadLineError } from "../../src/portability/thread-line.js";
+import { ThreadLineError } from "../../src/portability/thread-line.js";
+import { decodeThreadLine } from "../../src/portability/thread-line-decode.js";
 import { createMemoryStore } from "../../src/store/memory/index.js";
 import { createRedisStore } from "../../src/store/redis/index.js";
 import type { Store } from "../../src/store/store.js";
