@@ -58,7 +58,7 @@ export function clusterClients(url: string): RedisClients {
     createCluster({
       rootNodes: parsed.nodes.map((n) => ({ socket: { host: n.host, port: n.port } })),
       defaults: nodeDefaults,
-      // node-redis's own per-command timeout off, as on one node (connection.ts COMMAND_OPTIONS).
+      // node-redis's own per-command timeout off, as for Sentinel (connection.ts COMMAND_OPTIONS).
       commandOptions: COMMAND_OPTIONS,
       RESP: 2,
       minimizeConnections,

@@ -41,6 +41,28 @@ export class Commands {
     }
   }
 
+  /** Whether the main connection can send atomic(). */
+  get atomicSupported(): boolean {
+    return this.main.sendAtomic !== undefined;
+  }
+
+  /**
+   * The commands as one MULTI … EXEC on the main connection (atomicSupported
+   * must be true): cheaper than a script for what needs no decision, as
+   * Redis copies no reply through Lua.
+   */
+  async atomic(commands: readonly (readonly string[])[]): Promise<unknown[]> {
+    if (this.#closed) throw storeClosed();
+    const sendAtomic = this.main.sendAtomic;
+    if (sendAtomic === undefined)
+      throw new Error("redis store: atomic() on a connection without MULTI");
+    try {
+      return await withTimeout(sendAtomic.call(this.main, commands), this.timeoutMs, this.target);
+    } catch (err) {
+      throw storeError(err, this.target);
+    }
+  }
+
   /** One script call: EVALSHA, or EVAL when Redis lost its script cache (restart, SCRIPT FLUSH). */
   async run(
     script: LuaScript,

@@ -1,15 +1,23 @@
 import { createClient, createSentinel } from "redis";
 import { parseRedisSentinelUrl, SENTINEL_SCHEME } from "../../config.js";
+import { parseRedisUrl, RespConnection, type RespConnectionOptions } from "./resp-connection.js";
 
 /**
- * The structural part of a node-redis client (or sentinel client) the Redis
- * store uses. Raw `sendCommand` with RESP2 replies (strings, integers, null,
- * arrays) keeps reply parsing in one place and independent of node-redis's
- * typed wrappers.
+ * What the Redis store uses of a connection: the single-node RespConnection
+ * (resp-connection.ts), node-redis's sentinel client, or its cluster client
+ * (cluster.ts). Raw `sendCommand` with RESP2 replies (strings, integers,
+ * null, arrays) keeps reply parsing in one place and independent of
+ * node-redis's typed wrappers.
  */
 export interface RedisConnection {
   readonly isOpen: boolean;
   sendCommand(args: readonly string[]): Promise<unknown>;
+  /**
+   * The commands as one MULTI … EXEC, sent back to back: their replies, or
+   * the first error among them. Only where one connection carries them
+   * (the single-node connection); the others leave it out.
+   */
+  sendAtomic?(commands: readonly (readonly string[])[]): Promise<unknown[]>;
   connect(): Promise<unknown>;
   close(): Promise<void>;
   destroy(): void;
@@ -57,6 +65,9 @@ const MAX_QUEUED_COMMANDS = 10_000;
  */
 export const COMMAND_OPTIONS = { timeout: 0 } as const;
 
+/** How long one connection attempt (with its handshake) may take. */
+const CONNECT_TIMEOUT_MS = 1000;
+
 function reconnectDelay(retries: number): number {
   return Math.min(2000, 50 * 2 ** Math.min(retries, 10)) + Math.floor(Math.random() * 100);
 }
@@ -79,26 +90,28 @@ function onePrimary(
   };
 }
 
+/**
+ * One node: the store's own pipelined RESP2 connection (resp-connection.ts),
+ * the hot path's client, with the same reconnect, queue bound and
+ * connect timeout as the node-redis clients below.
+ */
 function singleNodeClients(url: string): RedisClients {
-  const options = {
-    url,
-    RESP: 2,
-    disableOfflineQueue: true,
-    commandsQueueMaxLength: MAX_QUEUED_COMMANDS,
-    maintNotifications: "disabled",
-    commandOptions: COMMAND_OPTIONS,
-    socket: { connectTimeout: 1000, reconnectStrategy: reconnectDelay },
-  } as const;
-  const main = createClient(options);
+  const endpoint = parseRedisUrl(url);
+  const options: RespConnectionOptions = {
+    endpoint,
+    connectTimeoutMs: CONNECT_TIMEOUT_MS,
+    reconnect: reconnectDelay,
+    maxQueued: MAX_QUEUED_COMMANDS,
+  };
+  const main = new RespConnection(options);
   return {
-    target: describeUrl(url),
+    target: `${endpoint.host}:${endpoint.port}`,
     main,
     duplicate: () => main.duplicate(),
     onReady: (listener) => {
       main.on("ready", listener);
     },
-    openPrimarySession: () =>
-      createClient({ ...options, socket: { connectTimeout: 1000, reconnectStrategy: false } }),
+    openPrimarySession: () => new RespConnection({ ...options, reconnect: false }),
     ...onePrimary(main),
   };
 }
@@ -118,7 +131,7 @@ function sentinelClients(url: string): RedisClients {
     commandOptions: COMMAND_OPTIONS,
     ...(parsed.username === undefined ? {} : { username: parsed.username }),
     ...(parsed.password === undefined ? {} : { password: parsed.password }),
-    socket: { connectTimeout: 1000, reconnectStrategy: reconnectDelay },
+    socket: { connectTimeout: CONNECT_TIMEOUT_MS, reconnectStrategy: reconnectDelay },
   } as const;
   const open = (): SentinelClient =>
     createSentinel({
@@ -127,7 +140,7 @@ function sentinelClients(url: string): RedisClients {
       RESP: 2,
       commandOptions: COMMAND_OPTIONS,
       nodeClientOptions: nodeOptions,
-      sentinelClientOptions: { socket: { connectTimeout: 1000 } },
+      sentinelClientOptions: { socket: { connectTimeout: CONNECT_TIMEOUT_MS } },
       // Errors of the inner clients reach the store's "error" listener (start-up reports the last).
       passthroughClientErrorEvents: true,
     });
@@ -148,7 +161,7 @@ function sentinelClients(url: string): RedisClients {
         socket: {
           host: primary?.host ?? "primary-not-known-yet.invalid",
           port: primary?.port ?? 6379,
-          connectTimeout: 1000,
+          connectTimeout: CONNECT_TIMEOUT_MS,
           reconnectStrategy: false,
         },
       });
@@ -187,14 +200,4 @@ function sentinelLink(sentinel: SentinelClient) {
       ),
   };
   return { link, sentinel };
-}
-
-/** "host:port" of a redis URL, never its credentials. */
-function describeUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.hostname}:${u.port || "6379"}`;
-  } catch {
-    throw new Error("redis store: the URL is not a valid redis:// or rediss:// URL");
-  }
 }

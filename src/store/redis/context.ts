@@ -6,6 +6,7 @@ import type { Commands } from "./commands.js";
 import { storeError } from "./errors.js";
 import type { Incarnation } from "./incarnation.js";
 import type { KeyLayout, NamespaceKeys } from "./keys.js";
+import type { ReadTails } from "./reads.js";
 import type { AcknowledgedWrite, ReplicaConfirmation } from "./replica-confirmation.js";
 
 /** What the Redis store's reads, writes, leases and event log share (index.ts wires it). */
@@ -14,6 +15,8 @@ export interface RedisContext {
   readonly keys: KeyLayout;
   readonly lim: StoreLimits;
   readonly decoded: DecodedMessages;
+  /** The size of each thread's next tail read (reads.ts). */
+  readonly readTails: ReadTails;
   readonly incarnation: Incarnation;
   /** Set when replicas must confirm an Add, import, Rewind or Clear (options.minReplicas). */
   readonly replicas: ReplicaConfirmation | undefined;

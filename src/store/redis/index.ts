@@ -30,7 +30,7 @@ import { currentIncarnation, DEFAULT_INCARNATION_CHECK_MS, Incarnation } from ".
 import { DEFAULT_KEY_PREFIX, type KeyLayout, keyLayout } from "./keys.js";
 import { acquireFoldLease, commitSummary, recordFoldFailure, releaseFoldLease } from "./leases.js";
 import { ALL_SCRIPTS } from "./lua/index.js";
-import { getThread, listThreads, readThread } from "./reads.js";
+import { getThread, listThreads, READ_TAILS_KEPT, ReadTails, readThread } from "./reads.js";
 import { ReplicaConfirmation } from "./replica-confirmation.js";
 import { rewind } from "./rewind.js";
 import { StreamReaders } from "./stream-readers.js";
@@ -88,18 +88,23 @@ export interface RedisStoreOptions {
  * is one Lua script run by EVALSHA (lua/), so it is
  * atomic on the server and costs one round trip. Scripts are loaded at
  * start-up; after a Redis restart the first NOSCRIPT reply falls back to
- * EVAL, which loads it (commands.ts).
+ * EVAL, which loads it (commands.ts). A Get's read is the READ script the
+ * first time a replica reads a thread, then (on one node, where one
+ * connection carries a MULTI) the thread hash and the list's tail in one
+ * MULTI, no Lua: Redis copies a script's replies through Lua at several
+ * times the cost of the commands (reads.ts readTail).
  *
  * Where things are: the key layout (one hash tag per namespace, for Redis
  * Cluster, or one per shard of a namespace split by --redis-namespace-shards)
  * in keys.ts; forks in forks.ts (within a shard) and forks-across-shards.ts,
  * their scripts' shared arguments and replies in fork-calls.ts; entry and reply formats in codec.ts; the event log
  * and its cursors in events.ts, subscriptions in stream-readers.ts; what
- * happens when Redis loses its data in incarnation.ts. The client is a
- * single-node client (one primary, or a proxy in front of a cluster) or,
- * for redis+sentinel://, follows the primary the sentinels name through
- * failovers (connection.ts); for redis-cluster:// it is node-redis's cluster
- * client (cluster.ts). Writes are confirmed with WAIT on the primary that
+ * happens when Redis loses its data in incarnation.ts. The client is the
+ * store's own pipelined RESP2 connection for one node (one primary, or a
+ * proxy in front of a cluster; resp-connection.ts) or, for
+ * redis+sentinel://, node-redis's sentinel client, which follows the primary
+ * the sentinels name through failovers (connection.ts); for
+ * redis-cluster:// it is node-redis's cluster client (cluster.ts). Writes are confirmed with WAIT on the primary that
  * took them when options.minReplicas asks for it (replica-confirmation.ts).
  *
  * Failures: the client does not queue commands while disconnected, so with
@@ -122,7 +127,7 @@ export async function createRedisStore(
   // `redis.duplicate()` gives the readers theirs.
   const redis = clustered ? clusterClients(url) : redisClients(url);
   const client: RedisConnection = redis.main;
-  // node-redis emits every connection failure as an event; the calls report
+  // The clients emit every connection failure as an event; the calls report
   // them (as unavailable), so the events are only noted here, for start-up.
   let lastError: Error | undefined;
   client.on("error", (err) => {
@@ -201,6 +206,7 @@ class RedisStore implements Store {
       keys,
       lim,
       decoded,
+      readTails: new ReadTails(READ_TAILS_KEPT),
       incarnation: new Incarnation(
         io,
         keys.incarnation,
@@ -231,7 +237,7 @@ class RedisStore implements Store {
     };
     this.#streams = new StreamReaders(this.#ctx, () => redis.duplicate());
     const check = this.#ctx.incarnation;
-    // node-redis reconnects by itself; the store it reaches may not hold the data it left.
+    // The client reconnects by itself; the store it reaches may not hold the data it left.
     redis.onReady(() => {
       check.checked = false;
       check.check().catch(() => {});

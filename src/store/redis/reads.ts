@@ -1,5 +1,7 @@
+import { MemoryError } from "../../core/errors.js";
+import { recallSize } from "../../core/recall.js";
 import { isExpired } from "../../core/ttl.js";
-import type { Labels, ThreadState } from "../../core/types.js";
+import type { Labels, StoredMessage, ThreadState } from "../../core/types.js";
 import { livePage } from "../live-page.js";
 import { READ_SLACK, type ReadView, type ThreadSnapshot } from "../store.js";
 import { asArray, asString, decodeThread } from "./codec.js";
@@ -21,21 +23,165 @@ export async function readThread(
   view?: ReadView,
 ): Promise<ThreadSnapshot | undefined> {
   const k = ctx.keys.forThread(namespace, threadId);
+  const threadKey = k.thread(threadId);
+  const messagesKey = k.messages(threadId);
+  if (view !== undefined && ctx.io.atomicSupported && ctx.readTails.enabled) {
+    const tail = ctx.readTails.get(threadKey);
+    if (tail !== undefined) {
+      let read: ThreadSnapshot | undefined | "script";
+      try {
+        read = await readTail(ctx, threadKey, messagesKey, tail, view);
+      } catch (err) {
+        if (err instanceof MemoryError) throw err;
+        // Refused, not "not now" (a proxy in front of a cluster without
+        // MULTI, a Redis with MULTI renamed): reads go by script from now on.
+        ctx.readTails.disable();
+        read = "script";
+      }
+      if (read !== "script") return read;
+    }
+  }
   const args =
     view === undefined
       ? [""]
       : ["view", view.limit === undefined ? "" : String(view.limit), String(READ_SLACK)];
-  const reply = await ctx.io.run(READ, [k.thread(threadId), k.messages(threadId)], args);
+  const reply = await ctx.io.run(READ, [threadKey, messagesKey], args);
   if (reply === null) return undefined;
   const [thread, entries, complete] = asArray(reply);
   const state = decodeThread(thread);
+  const list = asArray(entries);
+  if (
+    view !== undefined &&
+    ctx.io.atomicSupported &&
+    ctx.readTails.enabled &&
+    !hasLineage(thread)
+  ) {
+    ctx.readTails.set(threadKey, list.length);
+  }
   if (isExpired(state, Date.now())) return undefined;
   return {
     thread: state,
-    messages: asArray(entries).map((e) => ctx.decoded.get(state.incarnation, asString(e))),
+    messages: list.map((e) => ctx.decoded.get(state.incarnation, asString(e))),
     complete: complete === 1,
   };
 }
+
+/**
+ * A Get's read without Lua: the thread hash, the list's length and its last
+ * `tail` entries in one MULTI (what this thread's last Get needed, plus
+ * TAIL_MARGIN for the Adds since), cut to the window the READ script would
+ * have returned (windowStart mirrors it). Redis copies a script's replies
+ * through Lua, which costs it several times the commands themselves (a
+ * window of 36 entries: ~55 us of redis-server CPU by script, ~15 us by
+ * MULTI). "script" when the tail fell short of the window (a summary
+ * thread's unfolded turns grew past it) or the thread has frozen segments
+ * (forks.ts): the READ script answers those.
+ */
+async function readTail(
+  ctx: RedisContext,
+  threadKey: string,
+  messagesKey: string,
+  tail: number,
+  view: ReadView,
+): Promise<ThreadSnapshot | undefined | "script"> {
+  const count = tail + TAIL_MARGIN;
+  const [thread, length, entries] = await ctx.io.atomic([
+    ["HGETALL", threadKey],
+    ["LLEN", messagesKey],
+    ["LRANGE", messagesKey, String(-count), "-1"],
+  ]);
+  const fields = asArray(thread);
+  if (fields.length === 0) {
+    ctx.readTails.delete(threadKey);
+    return undefined;
+  }
+  if (hasLineage(fields)) {
+    ctx.readTails.delete(threadKey);
+    return "script";
+  }
+  const state = decodeThread(fields);
+  const len = Number(length);
+  const start = windowStart(state, len, view.limit);
+  const fetchedFrom = Math.max(0, len - count);
+  if (fetchedFrom > start) return "script";
+  ctx.readTails.set(threadKey, len - start);
+  if (isExpired(state, Date.now())) return undefined;
+  const list = asArray(entries);
+  const messages = new Array<StoredMessage>(list.length - (start - fetchedFrom));
+  for (let i = start - fetchedFrom, j = 0; i < list.length; i++, j++) {
+    messages[j] = ctx.decoded.get(state.incarnation, asString(list[i]));
+  }
+  return { thread: state, messages, complete: start === 0 };
+}
+
+/** Entries a tail read asks for beyond what the thread's last Get needed. */
+const TAIL_MARGIN = 8;
+
+/**
+ * The list index a windowed read starts at, as the READ script (lua/read.ts)
+ * works it out for a thread without frozen segments: the recall size plus
+ * READ_SLACK from the end, and for a summary thread no later than its first
+ * unfolded message.
+ */
+export function windowStart(state: ThreadState, len: number, limit: number | undefined): number {
+  const size = recallSize(state.strategy, limit);
+  let start = size > 0 ? Math.max(0, len - size - READ_SLACK) : 0;
+  if (state.strategy.kind === "summary") {
+    const firstSeq = state.lastSeq - len + 1;
+    start = Math.min(start, Math.max(0, state.summarizedThroughSeq + 1 - firstSeq));
+  }
+  return start;
+}
+
+/** Whether a thread hash (HGETALL's flat array) has frozen segments (a `lineage` field). */
+function hasLineage(flat: unknown): boolean {
+  const fields = asArray(flat);
+  for (let i = 0; i < fields.length; i += 2) if (fields[i] === "lineage") return true;
+  return false;
+}
+
+/**
+ * How many entries from the end each thread's last windowed read needed,
+ * by thread key: the size of its next tail read. Bounded; the oldest entry
+ * goes first. A hint only: every tail read checks it against the thread.
+ */
+export class ReadTails {
+  readonly #sizes = new Map<string, number>();
+  #enabled = true;
+
+  constructor(readonly max: number) {}
+
+  /** False once Redis refused a tail read: every read is the script's then. */
+  get enabled(): boolean {
+    return this.#enabled;
+  }
+
+  disable(): void {
+    this.#enabled = false;
+    this.#sizes.clear();
+  }
+
+  get(threadKey: string): number | undefined {
+    return this.#sizes.get(threadKey);
+  }
+
+  set(threadKey: string, size: number): void {
+    if (this.#sizes.get(threadKey) === size) return;
+    this.#sizes.delete(threadKey);
+    this.#sizes.set(threadKey, size);
+    if (this.#sizes.size > this.max) {
+      const oldest = this.#sizes.keys().next();
+      if (oldest.done !== true) this.#sizes.delete(oldest.value);
+    }
+  }
+
+  delete(threadKey: string): void {
+    this.#sizes.delete(threadKey);
+  }
+}
+
+/** Threads whose read size is remembered (a Map entry each: ~100 bytes). */
+export const READ_TAILS_KEPT = 10_000;
 
 export async function getThread(
   ctx: RedisContext,

@@ -1,0 +1,426 @@
+import { EventEmitter } from "node:events";
+import * as net from "node:net";
+import * as tls from "node:tls";
+import type { RedisConnection } from "./connection.js";
+import { encodeCommand, RespReader } from "./resp.js";
+
+/**
+ * The single-node Redis connection: one socket, commands pipelined, RESP2
+ * (resp.ts). It stands in for node-redis's client on redis:// and rediss://
+ * because the store's hot path is one EVALSHA per Add and per Get, and
+ * node-redis spends more CPU per command than the rest of the store's own
+ * code does: a socket write (a syscall) per command, a generic reply
+ * decoder, a command queue built for every option it offers. Here every
+ * command sent in one turn of the event loop leaves in one write, and a
+ * reply costs a parse and a resolve. Sentinel and Cluster deployments keep
+ * node-redis's clients (connection.ts, cluster.ts), which follow failovers
+ * and slot moves.
+ *
+ * What it keeps of node-redis's behaviour, which the store relies on:
+ * - No offline queue: while not connected, a command fails at once (the
+ *   store answers unavailable) and the connection reconnects in the
+ *   background with the given backoff, emitting "error" for each failure
+ *   and "ready" each time it is connected and authenticated again.
+ * - A bound on the commands awaiting replies: past it a command fails at
+ *   once, so a hung Redis (SIGSTOP, a black-holed network) fills no memory.
+ * - connect() resolves at the first "ready" (retrying meanwhile, unless
+ *   reconnecting is off: then the first failure rejects it), close() lets
+ *   the replies awaited arrive, destroy() fails them at once.
+ * - Replies: strings, numbers, null, arrays; an error reply rejects with
+ *   node-redis's ErrorReply.
+ * Unlike node-redis, the handshake (AUTH, SELECT) must also finish within
+ * the connect timeout, so a Redis that accepts and then hangs is retried.
+ */
+
+export interface RedisEndpoint {
+  readonly host: string;
+  readonly port: number;
+  readonly tls: boolean;
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+  readonly database: number;
+}
+
+export interface RespConnectionOptions {
+  readonly endpoint: RedisEndpoint;
+  /** Longest a connection, with its AUTH and SELECT, may take before it is retried. */
+  readonly connectTimeoutMs: number;
+  /** Delay before reconnect number `retries` (from 0); false: never reconnect. */
+  readonly reconnect: ((retries: number) => number) | false;
+  /** Commands awaiting replies at most; past it a command fails at once. */
+  readonly maxQueued: number;
+}
+
+/** A command refused because the connection is not connected (or was closed). */
+export class ConnectionNotReady extends Error {
+  override readonly name = "ConnectionNotReady";
+}
+
+/** A command refused because too many await replies. */
+export class CommandQueueFull extends Error {
+  override readonly name = "CommandQueueFull";
+}
+
+/** A command whose connection closed before its reply came. */
+export class ConnectionLost extends Error {
+  override readonly name = "ConnectionLost";
+}
+
+/** The parts of a redis:// or rediss:// URL, as node-redis reads them. */
+export function parseRedisUrl(url: string): RedisEndpoint {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new TypeError("redis store: the URL is not a valid redis:// or rediss:// URL");
+  }
+  if (u.protocol !== "redis:" && u.protocol !== "rediss:") {
+    throw new TypeError("redis store: the URL's scheme is not redis:// or rediss://");
+  }
+  const database = u.pathname.length > 1 ? Number(u.pathname.slice(1)) : 0;
+  if (!Number.isInteger(database) || database < 0) {
+    throw new TypeError("redis store: the URL's path is not a database number");
+  }
+  return {
+    // An IPv6 literal comes in brackets.
+    host: u.hostname.replace(/^\[([0-9a-fA-F:.]+)\]$/, "$1") || "localhost",
+    port: u.port === "" ? 6379 : Number(u.port),
+    tls: u.protocol === "rediss:",
+    username: u.username === "" ? undefined : decodeURIComponent(u.username),
+    password: u.password === "" ? undefined : decodeURIComponent(u.password),
+    database,
+  };
+}
+
+/** A command awaiting its reply. */
+interface Awaiting {
+  resolve(reply: unknown): void;
+  reject(err: Error): void;
+}
+
+/** A first-in first-out queue with O(1) push and shift. */
+class AwaitingQueue {
+  #items: (Awaiting | undefined)[] = [];
+  #head = 0;
+
+  get length(): number {
+    return this.#items.length - this.#head;
+  }
+
+  push(item: Awaiting): void {
+    this.#items.push(item);
+  }
+
+  shift(): Awaiting | undefined {
+    if (this.#head >= this.#items.length) return undefined;
+    const item = this.#items[this.#head];
+    this.#items[this.#head++] = undefined;
+    // Drop the used front once it is most of the array.
+    if (this.#head >= 1024 && this.#head * 2 >= this.#items.length) {
+      this.#items = this.#items.slice(this.#head);
+      this.#head = 0;
+    }
+    return item;
+  }
+
+  /** Empties the queue, returning what it held. */
+  drain(): Awaiting[] {
+    const items = this.#items.slice(this.#head) as Awaiting[];
+    this.#items = [];
+    this.#head = 0;
+    return items;
+  }
+}
+
+/** Where the replies of MULTI and QUEUED go. */
+const IGNORED: Awaiting = { resolve: () => {}, reject: () => {} };
+
+/** EXEC's reply: the commands' replies, or the first error among them. */
+function execReplies(reply: unknown): unknown[] {
+  // null: the transaction was aborted (a WATCH, never set here).
+  if (!Array.isArray(reply)) throw new Error("redis connection: the transaction was aborted");
+  for (const item of reply) if (item instanceof Error) throw item;
+  return reply;
+}
+
+/** The socket of one connection attempt and what belongs to it alone. */
+interface Link {
+  readonly socket: net.Socket;
+  readonly awaiting: AwaitingQueue;
+  /** Commands encoded since the last write. */
+  out: string;
+  ready: boolean;
+  /** Set by close(): end the socket once every reply has come. */
+  endWhenDone: boolean;
+  /** Why it failed, for the commands it fails. */
+  failure: Error | undefined;
+}
+
+export class RespConnection extends EventEmitter implements RedisConnection {
+  readonly #options: RespConnectionOptions;
+  #open = false;
+  #link: Link | undefined;
+  #retries = 0;
+  #retryTimer: NodeJS.Timeout | undefined;
+  /** connect()'s promise, until the first "ready" (or a failure that ends it). */
+  #connecting: { resolve(): void; reject(err: Error): void } | undefined;
+  /** Links with commands encoded and not yet written. */
+  readonly #toFlush: Link[] = [];
+  #flushScheduled = false;
+
+  constructor(options: RespConnectionOptions) {
+    super();
+    this.#options = options;
+  }
+
+  /** From connect() until close() or destroy(), reconnecting included (as node-redis's isOpen). */
+  get isOpen(): boolean {
+    return this.#open;
+  }
+
+  /** Connected and authenticated: commands are sent. */
+  get isReady(): boolean {
+    return this.#link?.ready === true;
+  }
+
+  /** Commands sent and awaiting replies. */
+  get awaitingReplies(): number {
+    return this.#link?.awaiting.length ?? 0;
+  }
+
+  /** Another connection to the same endpoint with the same options, not yet connected. */
+  duplicate(): RespConnection {
+    return new RespConnection(this.#options);
+  }
+
+  connect(): Promise<void> {
+    if (this.#open) return Promise.reject(new Error("redis connection: already open"));
+    this.#open = true;
+    this.#retries = 0;
+    const connected = new Promise<void>((resolve, reject) => {
+      this.#connecting = { resolve, reject };
+    });
+    this.#dial();
+    return connected;
+  }
+
+  sendCommand(args: readonly string[]): Promise<unknown> {
+    const link = this.#linkFor(1);
+    return link instanceof Error ? Promise.reject(link) : this.#send(link, args);
+  }
+
+  sendAtomic(commands: readonly (readonly string[])[]): Promise<unknown[]> {
+    const link = this.#linkFor(commands.length + 2);
+    if (link instanceof Error) return Promise.reject(link);
+    // MULTI's +OK and each +QUEUED say nothing EXEC does not: an error
+    // queueing a command makes EXEC fail (EXECABORT), and a command that
+    // fails when run is an error in EXEC's reply.
+    this.#queueIgnored(link, ["MULTI"]);
+    for (const command of commands) this.#queueIgnored(link, command);
+    return this.#send(link, ["EXEC"]).then(execReplies);
+  }
+
+  /** The ready link that can take `count` more commands, or why there is none. */
+  #linkFor(count: number): Link | Error {
+    const link = this.#link;
+    if (link === undefined || !link.ready) {
+      return new ConnectionNotReady(
+        this.#open ? "redis connection: not connected (reconnecting)" : "redis connection: closed",
+      );
+    }
+    if (link.awaiting.length + count > this.#options.maxQueued) {
+      return new CommandQueueFull(
+        `redis connection: ${this.#options.maxQueued} commands already await replies`,
+      );
+    }
+    return link;
+  }
+
+  /** Lets the replies awaited arrive, then closes; no reconnect. */
+  close(): Promise<void> {
+    this.#stopReconnecting(new ConnectionNotReady("redis connection: closed before it was ready"));
+    const link = this.#link;
+    if (link === undefined) return Promise.resolve();
+    const closed = new Promise<void>((resolve) => link.socket.once("close", () => resolve()));
+    if (!link.ready) {
+      this.#fail(link, new ConnectionNotReady("redis connection: closed"), false);
+    } else {
+      link.ready = false;
+      link.endWhenDone = true;
+      this.#write(link);
+      if (link.awaiting.length === 0) link.socket.end();
+    }
+    return closed;
+  }
+
+  /** Closes now: every command awaiting a reply fails. */
+  destroy(): void {
+    this.#stopReconnecting(new ConnectionNotReady("redis connection: destroyed"));
+    const link = this.#link;
+    if (link !== undefined) {
+      this.#fail(link, new ConnectionLost("redis connection: destroyed"), false);
+    }
+  }
+
+  #stopReconnecting(why: Error): void {
+    this.#open = false;
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = undefined;
+    const connecting = this.#connecting;
+    this.#connecting = undefined;
+    connecting?.reject(why);
+  }
+
+  #send(link: Link, args: readonly string[]): Promise<unknown> {
+    if (link.out === "") this.#toFlush.push(link);
+    link.out += encodeCommand(args);
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true;
+      setImmediate(this.#flush);
+    }
+    return new Promise<unknown>((resolve, reject) => {
+      link.awaiting.push({ resolve, reject });
+    });
+  }
+
+  /** Sends a command whose reply is not wanted (it still takes its place in the queue). */
+  #queueIgnored(link: Link, args: readonly string[]): void {
+    if (link.out === "") this.#toFlush.push(link);
+    link.out += encodeCommand(args);
+    link.awaiting.push(IGNORED);
+  }
+
+  /** Writes what each link encoded in this turn of the event loop, in one write per link. */
+  readonly #flush = (): void => {
+    this.#flushScheduled = false;
+    const links = this.#toFlush.splice(0);
+    for (const link of links) this.#write(link);
+  };
+
+  #write(link: Link): void {
+    if (link.out === "" || link.failure !== undefined) return;
+    const out = link.out;
+    link.out = "";
+    link.socket.write(out);
+  }
+
+  #dial(): void {
+    const { endpoint, connectTimeoutMs } = this.#options;
+    const socket = endpoint.tls
+      ? tls.connect({
+          host: endpoint.host,
+          port: endpoint.port,
+          ...(net.isIP(endpoint.host) === 0 ? { servername: endpoint.host } : {}),
+        })
+      : net.connect({ host: endpoint.host, port: endpoint.port });
+    socket.setNoDelay(true);
+    socket.setKeepAlive(true, 5000);
+    const link: Link = {
+      socket,
+      awaiting: new AwaitingQueue(),
+      out: "",
+      ready: false,
+      endWhenDone: false,
+      failure: undefined,
+    };
+    this.#link = link;
+    const timer = setTimeout(() => {
+      this.#fail(link, new Error(`redis connection: not ready within ${connectTimeoutMs} ms`));
+    }, connectTimeoutMs);
+    const reader = new RespReader((reply) => this.#reply(link, reply));
+    socket.on("data", (chunk: Buffer) => {
+      try {
+        reader.push(chunk);
+      } catch (err) {
+        this.#fail(link, err instanceof Error ? err : new Error(String(err)));
+      }
+    });
+    socket.once(endpoint.tls ? "secureConnect" : "connect", () => {
+      this.#handshake(link).then(
+        () => {
+          clearTimeout(timer);
+          if (this.#link !== link || link.failure !== undefined) return;
+          link.ready = true;
+          this.#retries = 0;
+          const connecting = this.#connecting;
+          this.#connecting = undefined;
+          connecting?.resolve();
+          this.emit("ready");
+        },
+        (err: unknown) => this.#fail(link, err instanceof Error ? err : new Error(String(err))),
+      );
+    });
+    socket.on("error", (err) => {
+      if (link.failure === undefined) link.failure = err;
+      this.#emitError(err);
+    });
+    socket.once("close", () => {
+      clearTimeout(timer);
+      this.#closed(link);
+    });
+  }
+
+  /** AUTH and SELECT, pipelined, before any other command. */
+  async #handshake(link: Link): Promise<void> {
+    const { username, password, database } = this.#options.endpoint;
+    const steps: Promise<unknown>[] = [];
+    if (password !== undefined) {
+      steps.push(
+        this.#send(
+          link,
+          username === undefined ? ["AUTH", password] : ["AUTH", username, password],
+        ),
+      );
+    }
+    if (database !== 0) steps.push(this.#send(link, ["SELECT", String(database)]));
+    await Promise.all(steps);
+  }
+
+  #reply(link: Link, reply: unknown): void {
+    const awaiting = link.awaiting.shift();
+    if (awaiting === undefined) {
+      throw new Error("redis connection: a reply came for no command");
+    }
+    if (reply instanceof Error) awaiting.reject(reply);
+    else awaiting.resolve(reply);
+    if (link.endWhenDone && link.awaiting.length === 0) link.socket.end();
+  }
+
+  /** Ends the link now: its commands fail with `err` (reported as "error" unless asked not to). */
+  #fail(link: Link, err: Error, report = true): void {
+    if (link.failure === undefined) {
+      link.failure = err;
+      if (report) this.#emitError(err);
+    }
+    link.socket.destroy();
+    this.#closed(link);
+  }
+
+  /** The link's socket closed (or was failed): its commands fail, and the connection reconnects. */
+  #closed(link: Link): void {
+    if (this.#link !== link) return;
+    this.#link = undefined;
+    link.ready = false;
+    link.out = "";
+    const why = new ConnectionLost(
+      `redis connection closed${link.failure === undefined ? "" : ` (${link.failure.message})`}`,
+      { cause: link.failure },
+    );
+    for (const awaiting of link.awaiting.drain()) awaiting.reject(why);
+    if (!this.#open) return;
+    if (this.#options.reconnect === false) {
+      this.#stopReconnecting(link.failure ?? why);
+      return;
+    }
+    const delay = this.#options.reconnect(this.#retries++);
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = undefined;
+      if (this.#open && this.#link === undefined) this.#dial();
+    }, delay);
+  }
+
+  #emitError(err: Error): void {
+    // An "error" with no listener would throw; the store always listens.
+    if (this.listenerCount("error") > 0) this.emit("error", err);
+  }
+}

@@ -1,0 +1,168 @@
+import { ErrorReply } from "redis";
+
+/**
+ * RESP2, the Redis wire protocol, for the single-node connection
+ * (resp-connection.ts): commands out as arrays of bulk strings, replies in
+ * as the values node-redis gives for RESP2 (strings, numbers, null, arrays;
+ * an error reply is an ErrorReply, as node-redis's, so errors.ts tells
+ * them apart the same way for every client).
+ *
+ * Linear in the bytes: the reader keeps the arrays it is filling and only
+ * the bytes of the one element not yet complete, and tries again only once
+ * enough bytes for that element have come, so a reply of many megabytes
+ * read in thousands of chunks is parsed once, not once per chunk.
+ */
+
+const CR = 13;
+const LF = 10;
+const PLUS = 43;
+const MINUS = 45;
+const COLON = 58;
+const DOLLAR = 36;
+const STAR = 42;
+
+/** The longest header or simple line accepted (an error reply's text, a length). */
+export const MAX_LINE_BYTES = 64 * 1024;
+
+/** Bytes Redis sent that are not RESP2: the connection cannot go on. */
+export class RespProtocolError extends Error {
+  override readonly name = "RespProtocolError";
+}
+
+/** One command as RESP2: an array of bulk strings (lengths in UTF-8 bytes). */
+export function encodeCommand(args: readonly string[]): string {
+  let out = `*${args.length}\r\n`;
+  for (const arg of args) out += `$${Buffer.byteLength(arg, "utf8")}\r\n${arg}\r\n`;
+  return out;
+}
+
+interface ArrayFrame {
+  readonly items: unknown[];
+  readonly size: number;
+}
+
+/** Turns the bytes of a connection into whole replies, in order. */
+export class RespReader {
+  readonly #onReply: (reply: unknown) => void;
+  /** Bytes received and not yet parsed (the start of an element not yet complete). */
+  #chunks: Buffer[] = [];
+  #buffered = 0;
+  /** Bytes the pending element needs before another try is worth it. */
+  #need = 0;
+  /** The arrays being filled, outermost first. */
+  readonly #open: ArrayFrame[] = [];
+
+  constructor(onReply: (reply: unknown) => void) {
+    this.#onReply = onReply;
+  }
+
+  /** Bytes held for an element not yet complete. */
+  get buffered(): number {
+    return this.#buffered;
+  }
+
+  /** Feeds received bytes; calls onReply for each reply they complete. Throws RespProtocolError. */
+  push(chunk: Buffer): void {
+    this.#chunks.push(chunk);
+    this.#buffered += chunk.length;
+    if (this.#buffered < this.#need) return;
+    const bytes =
+      this.#chunks.length === 1
+        ? (this.#chunks[0] as Buffer)
+        : Buffer.concat(this.#chunks, this.#buffered);
+    const used = this.#parse(bytes);
+    if (used === bytes.length) {
+      this.#chunks = [];
+      this.#buffered = 0;
+    } else {
+      const rest = bytes.subarray(used);
+      this.#chunks = [rest];
+      this.#buffered = rest.length;
+    }
+  }
+
+  /** Parses whole elements from the start of `buf`; returns the bytes it used. */
+  #parse(buf: Buffer): number {
+    let pos = 0;
+    const end = buf.length;
+    while (pos < end) {
+      const lineEnd = buf.indexOf(CR, pos + 1);
+      if (lineEnd === -1 || lineEnd + 1 >= end) {
+        if (end - pos > MAX_LINE_BYTES) throw new RespProtocolError("a reply line is too long");
+        this.#need = end - pos + 1;
+        return pos;
+      }
+      const type = buf[pos];
+      let value: unknown;
+      let next = lineEnd + 2;
+      if (type === DOLLAR) {
+        const length = readInteger(buf, pos + 1, lineEnd);
+        if (length < 0) {
+          value = null;
+        } else {
+          const stop = next + length;
+          if (stop + 2 > end) {
+            this.#need = stop + 2 - pos;
+            return pos;
+          }
+          if (buf[stop] !== CR || buf[stop + 1] !== LF) {
+            throw new RespProtocolError("a bulk string does not end where its length says");
+          }
+          value = buf.toString("utf8", next, stop);
+          next = stop + 2;
+        }
+      } else if (type === STAR) {
+        const size = readInteger(buf, pos + 1, lineEnd);
+        if (size > 0) {
+          this.#open.push({ items: [], size });
+          pos = next;
+          continue;
+        }
+        value = size < 0 ? null : [];
+      } else if (type === COLON) {
+        value = readInteger(buf, pos + 1, lineEnd);
+      } else if (type === PLUS) {
+        value = buf.toString("utf8", pos + 1, lineEnd);
+      } else if (type === MINUS) {
+        value = new ErrorReply(buf.toString("utf8", pos + 1, lineEnd));
+      } else {
+        throw new RespProtocolError(`unexpected reply type byte ${String(type)}`);
+      }
+      pos = next;
+      this.#place(value);
+    }
+    this.#need = 0;
+    return pos;
+  }
+
+  /** Puts a complete element into the array being filled, or hands out a complete reply. */
+  #place(element: unknown): void {
+    let value = element;
+    for (;;) {
+      const frame = this.#open[this.#open.length - 1];
+      if (frame === undefined) {
+        this.#onReply(value);
+        return;
+      }
+      frame.items.push(value);
+      if (frame.items.length < frame.size) return;
+      this.#open.pop();
+      value = frame.items;
+    }
+  }
+}
+
+/** A RESP integer between `from` and `to` (a length, a count, an integer reply). */
+function readInteger(buf: Buffer, from: number, to: number): number {
+  let i = from;
+  const negative = buf[i] === MINUS;
+  if (negative) i++;
+  if (i >= to) throw new RespProtocolError("an empty integer");
+  let n = 0;
+  for (; i < to; i++) {
+    const digit = (buf[i] as number) - 48;
+    if (digit < 0 || digit > 9) throw new RespProtocolError("a malformed integer");
+    n = n * 10 + digit;
+  }
+  return negative ? -n : n;
+}
