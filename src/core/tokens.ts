@@ -93,6 +93,8 @@ function isHighSurrogateAt(text: string, i: number): boolean {
 export function countTextTokens(text: string, encoding: TokenEncoding): number {
   if (text === "") return 0;
   const count = COUNTERS[encoding];
+  // tokenPieces yields a text of at most MAX_RUN characters whole: skip its generator.
+  if (text.length <= MAX_RUN) return count(text);
   let n = 0;
   for (const piece of tokenPieces(text)) n += count(piece);
   return n;
@@ -136,6 +138,11 @@ export async function countMessageTokensSliced(
   const { fixed, texts } = chargedParts(m);
   const count = COUNTERS[encoding];
   let n = fixed;
+  // A message of short texts (most chat turns) is counted at once: no slice can be due.
+  if (texts.every((t) => t.length <= MAX_RUN)) {
+    for (const t of texts) if (t !== "") n += count(t);
+    return n;
+  }
   let sliceStart = performance.now();
   for (const t of texts) {
     for (const piece of tokenPieces(t)) {

@@ -120,6 +120,28 @@ describe("token counting", () => {
     expect(pauses).toBeGreaterThanOrEqual([...tokenPieces(m.content)].length);
   });
 
+  it("counts a message the same at once, in slices, and piece by piece, short or long (property)", async () => {
+    const text = fc.oneof(
+      prose,
+      fc.string({ maxLength: 300 }),
+      fc.string({ minLength: 120, maxLength: 140 }),
+    );
+    await fc.assert(
+      fc.asyncProperty(text, fc.option(text, { nil: undefined }), async (content, name) => {
+        const m: ChatMessage = { role: "user", content, ...(name === undefined ? {} : { name }) };
+        const pieces = (t: string) => [...tokenPieces(t)].reduce((n, p) => n + o200k(p), 0);
+        const expected =
+          TOKENS_PER_MESSAGE +
+          pieces(content) +
+          (name === undefined || name === "" ? 0 : TOKENS_PER_NAME + pieces(name));
+        expect(countMessageTokens(m, "o200k_base")).toBe(expected);
+        expect(await countMessageTokensSliced(m, "o200k_base", async () => {})).toBe(expected);
+        expect(countTextTokens(content, "o200k_base")).toBe(pieces(content));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it("uses a stored count of the same encoding and counts others once per message", () => {
     const stored = { role: "user" as const, content: "hello world", tokens: 999 };
     expect(tokensOf(stored, "o200k_base")).toBe(999);

@@ -99,4 +99,21 @@ describe("MemoryService: token counts", () => {
     await expect(adding).rejects.toThrow("cancelled by the client");
     expect(await h.store.read(h.ctx().namespace, "cancelled")).toBeUndefined();
   });
+
+  it("makes no call signal for an Add of short messages (it costs a timer per call)", async () => {
+    const base = h.ctx();
+    // The transports make a call's signal when it is first read; reading it here would throw.
+    const ctx = {
+      namespace: base.namespace,
+      deadline: undefined,
+      get signal(): AbortSignal {
+        throw new Error("the signal was read");
+      },
+    };
+    const done = await h.service.add(
+      addReq({ threadId: "short", messages: [msg("user", "hello there"), msg("assistant", "hi")] }),
+      ctx,
+    );
+    expect(done.lastSeq).toBe(2n);
+  });
 });

@@ -3,6 +3,7 @@
  * list entries, thread hashes, append results and stream events (the layout
  * is in keys.ts), with the cache of decoded entries. Pure: no connection.
  */
+import { randomUUID } from "node:crypto";
 import { strategyKey } from "../../core/strategy.js";
 import type {
   ChatMessage,
@@ -22,15 +23,43 @@ const STREAM_ID = /^0-(0|[1-9]\d{0,14})$/;
 
 // --- Encoding ----------------------------------------------------------------
 
-export function strategyArgs(s: Strategy | undefined): string[] {
-  if (s === undefined) return ["", "", "", "", ""];
-  return [
-    JSON.stringify(s),
-    strategyKey(s),
-    s.kind,
-    String(s.maxStored),
-    s.excludeSystem ? "1" : "0",
-  ];
+const NO_STRATEGY_ARGS: readonly string[] = ["", "", "", "", ""];
+
+/**
+ * A strategy's script arguments, kept per strategy object: every Add that
+ * names none passes the server's default, the same object each time (a
+ * strategy is a value: nothing changes one once made).
+ */
+const strategyArgsOf = new WeakMap<Strategy, readonly string[]>();
+
+export function strategyArgs(s: Strategy | undefined): readonly string[] {
+  if (s === undefined) return NO_STRATEGY_ARGS;
+  let args = strategyArgsOf.get(s);
+  if (args === undefined) {
+    args = [
+      JSON.stringify(s),
+      strategyKey(s),
+      s.kind,
+      String(s.maxStored),
+      s.excludeSystem ? "1" : "0",
+    ];
+    strategyArgsOf.set(s, args);
+  }
+  return args;
+}
+
+/** This process's part of the incarnations it gives new threads. */
+const INCARNATION_PREFIX = randomUUID();
+let incarnationsGiven = 0;
+
+/**
+ * The incarnation of a thread a script may create: unique across processes
+ * (a random prefix per process) and within one (a counter), as a fresh UUID
+ * per call would be, for less.
+ */
+export function newThreadIncarnation(): string {
+  incarnationsGiven += 1;
+  return `${INCARNATION_PREFIX}.${incarnationsGiven.toString(36)}`;
 }
 
 /** The message's JSON, `role` first: the scripts recognise a tool result by its first bytes. */

@@ -1,11 +1,10 @@
-import { randomUUID } from "node:crypto";
 import { requestIdReusedError } from "../../core/append.js";
 import { MemoryError } from "../../core/errors.js";
 import { type ForkPlan, forkTargetExistsError } from "../../core/fork.js";
 import { requestsToKeep } from "../../core/idempotency.js";
 import { strategyKey } from "../../core/strategy.js";
 import type { ForkCommand, ForkResult } from "../store.js";
-import { asString, decodeThread } from "./codec.js";
+import { asString, decodeThread, newThreadIncarnation } from "./codec.js";
 import { quotaArgs, quotaRefusal, type RedisContext } from "./context.js";
 import { unexpectedReply } from "./errors.js";
 import type { NamespaceKeys } from "./keys.js";
@@ -90,7 +89,7 @@ export function forkArgs(ctx: RedisContext, k: NamespaceKeys, cmd: ForkCommand):
     String(cmd.now),
     cmd.requestId,
     cmd.requestHash,
-    randomUUID(),
+    newThreadIncarnation(),
     String(lim.eventRetention),
     String(lim.idempotencyRetentionMs),
     String(keep.keepNewest),

@@ -1,4 +1,3 @@
-import { randomUUID } from "node:crypto";
 import {
   lastSeqMismatchError,
   requestIdReusedError,
@@ -9,7 +8,14 @@ import { messageBytes } from "../../core/quota.js";
 import { strategyKey } from "../../core/strategy.js";
 import type { StoredMessage } from "../../core/types.js";
 import type { AppendCommand, AppendResult, ImportThreadCommand } from "../store.js";
-import { asArray, asString, decodeResult, encodeMessage, strategyArgs } from "./codec.js";
+import {
+  asArray,
+  asString,
+  decodeResult,
+  encodeMessage,
+  newThreadIncarnation,
+  strategyArgs,
+} from "./codec.js";
 import type { RedisConnection } from "./connection.js";
 import {
   beginWrite,
@@ -139,7 +145,7 @@ function appendOnce(
       cmd.requestHash,
       cmd.expectedLastSeq === undefined ? "" : String(cmd.expectedLastSeq),
       cmd.replaceStrategy ? "1" : "0",
-      randomUUID(),
+      newThreadIncarnation(),
       String(lim.eventRetention),
       String(lim.idempotencyRetentionMs),
       String(keep.keepNewest),
@@ -220,7 +226,7 @@ export function importArgs(
   const ttl = importTtl(cmd);
   return [
     cmd.threadId,
-    randomUUID(),
+    newThreadIncarnation(),
     ...strategyArgs(cmd.strategy),
     String(cmd.lastSeq),
     String(cmd.summarizedThroughSeq),
