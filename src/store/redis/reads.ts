@@ -56,7 +56,7 @@ export async function readThread(
     ctx.readTails.enabled &&
     !hasLineage(thread)
   ) {
-    ctx.readTails.set(threadKey, list.length);
+    ctx.readTails.set(threadKey, tailSize(state, view.limit, list.length));
   }
   if (isExpired(state, Date.now())) return undefined;
   return {
@@ -68,8 +68,8 @@ export async function readThread(
 
 /**
  * A Get's read without Lua: the thread hash, the list's length and its last
- * `tail` entries in one MULTI (what this thread's last Get needed, plus
- * TAIL_MARGIN for the Adds since), cut to the window the READ script would
+ * `tail` entries in one MULTI (what this thread's last Get needed; see
+ * tailSize), cut to the window the READ script would
  * have returned (windowStart mirrors it). Redis copies a script's replies
  * through Lua, which costs it several times the commands themselves (a
  * window of 36 entries: ~55 us of redis-server CPU by script, ~15 us by
@@ -84,7 +84,7 @@ async function readTail(
   tail: number,
   view: ReadView,
 ): Promise<ThreadSnapshot | undefined | "script"> {
-  const count = tail + TAIL_MARGIN;
+  const count = tail;
   const [thread, length, entries] = await ctx.io.atomic([
     ["HGETALL", threadKey],
     ["LLEN", messagesKey],
@@ -104,7 +104,7 @@ async function readTail(
   const start = windowStart(state, len, view.limit);
   const fetchedFrom = Math.max(0, len - count);
   if (fetchedFrom > start) return "script";
-  ctx.readTails.set(threadKey, len - start);
+  ctx.readTails.set(threadKey, tailSize(state, view.limit, len - start));
   if (isExpired(state, Date.now())) return undefined;
   const list = asArray(entries);
   const messages = new Array<StoredMessage>(list.length - (start - fetchedFrom));
@@ -114,8 +114,25 @@ async function readTail(
   return { thread: state, messages, complete: start === 0 };
 }
 
-/** Entries a tail read asks for beyond what the thread's last Get needed. */
+/**
+ * Entries a tail read asks for beyond what the thread's last Get needed,
+ * where that grows with every Add: a summary thread's reach goes back to
+ * its first unfolded message (until a fold), and a read of every message
+ * (recall size 0) reaches the whole thread.
+ */
 const TAIL_MARGIN = 8;
+
+/**
+ * The size of a thread's next tail read, after a read that needed `needed`
+ * entries: a window's or buffer's reach (recall size plus READ_SLACK, the
+ * same however long the thread grows), else what was needed plus
+ * TAIL_MARGIN.
+ */
+function tailSize(state: ThreadState, limit: number | undefined, needed: number): number {
+  const size = recallSize(state.strategy, limit);
+  if (state.strategy.kind === "summary" || size === 0) return needed + TAIL_MARGIN;
+  return size + READ_SLACK;
+}
 
 /**
  * The list index a windowed read starts at, as the READ script (lua/read.ts)

@@ -86,45 +86,44 @@ export class RespReader {
     let pos = 0;
     const end = buf.length;
     while (pos < end) {
-      const lineEnd = buf.indexOf(CR, pos + 1);
-      if (lineEnd === -1 || lineEnd + 1 >= end) {
-        if (end - pos > MAX_LINE_BYTES) throw new RespProtocolError("a reply line is too long");
-        this.#need = end - pos + 1;
-        return pos;
-      }
       const type = buf[pos];
       let value: unknown;
-      let next = lineEnd + 2;
-      if (type === DOLLAR) {
-        const length = readInteger(buf, pos + 1, lineEnd);
-        if (length < 0) {
-          value = null;
+      let next: number;
+      if (type === DOLLAR || type === STAR || type === COLON) {
+        const n = readHeaderInteger(buf, pos + 1, end);
+        if (headerEnd < 0) return this.#wait(pos, end - pos + 1);
+        next = headerEnd + 2;
+        if (type === DOLLAR) {
+          if (n < 0) {
+            value = null;
+          } else {
+            const stop = next + n;
+            if (stop + 2 > end) return this.#wait(pos, stop + 2 - pos);
+            if (buf[stop] !== CR || buf[stop + 1] !== LF) {
+              throw new RespProtocolError("a bulk string does not end where its length says");
+            }
+            value = buf.toString("utf8", next, stop);
+            next = stop + 2;
+          }
+        } else if (type === STAR) {
+          if (n > 0) {
+            this.#open.push({ items: [], size: n });
+            pos = next;
+            continue;
+          }
+          value = n < 0 ? null : [];
         } else {
-          const stop = next + length;
-          if (stop + 2 > end) {
-            this.#need = stop + 2 - pos;
-            return pos;
-          }
-          if (buf[stop] !== CR || buf[stop + 1] !== LF) {
-            throw new RespProtocolError("a bulk string does not end where its length says");
-          }
-          value = buf.toString("utf8", next, stop);
-          next = stop + 2;
+          value = n;
         }
-      } else if (type === STAR) {
-        const size = readInteger(buf, pos + 1, lineEnd);
-        if (size > 0) {
-          this.#open.push({ items: [], size });
-          pos = next;
-          continue;
+      } else if (type === PLUS || type === MINUS) {
+        const lineEnd = buf.indexOf(CR, pos + 1);
+        if (lineEnd === -1 || lineEnd + 1 >= end) {
+          if (end - pos > MAX_LINE_BYTES) throw new RespProtocolError("a reply line is too long");
+          return this.#wait(pos, end - pos + 1);
         }
-        value = size < 0 ? null : [];
-      } else if (type === COLON) {
-        value = readInteger(buf, pos + 1, lineEnd);
-      } else if (type === PLUS) {
-        value = buf.toString("utf8", pos + 1, lineEnd);
-      } else if (type === MINUS) {
-        value = new ErrorReply(buf.toString("utf8", pos + 1, lineEnd));
+        const text = buf.toString("utf8", pos + 1, lineEnd);
+        value = type === PLUS ? text : new ErrorReply(text);
+        next = lineEnd + 2;
       } else {
         throw new RespProtocolError(`unexpected reply type byte ${String(type)}`);
       }
@@ -132,6 +131,12 @@ export class RespReader {
       this.#place(value);
     }
     this.#need = 0;
+    return pos;
+  }
+
+  /** The element at `pos` is not all here: wait for `need` bytes from it. */
+  #wait(pos: number, need: number): number {
+    this.#need = need;
     return pos;
   }
 
@@ -152,17 +157,36 @@ export class RespReader {
   }
 }
 
-/** A RESP integer between `from` and `to` (a length, a count, an integer reply). */
-function readInteger(buf: Buffer, from: number, to: number): number {
+/** Where readHeaderInteger found its line's CR; -1 when the line is not all there yet. */
+let headerEnd = 0;
+
+/** Longest integer line accepted: a sign and 20 digits. */
+const MAX_INTEGER_DIGITS = 21;
+
+/**
+ * The integer of a header line (a length, a count, an integer reply) from
+ * `from`, read up to its CR (set in headerEnd, which is -1 when the line
+ * and its LF have not all arrived).
+ */
+function readHeaderInteger(buf: Buffer, from: number, end: number): number {
   let i = from;
-  const negative = buf[i] === MINUS;
+  const negative = i < end && buf[i] === MINUS;
   if (negative) i++;
-  if (i >= to) throw new RespProtocolError("an empty integer");
+  const digits = i;
   let n = 0;
-  for (; i < to; i++) {
-    const digit = (buf[i] as number) - 48;
+  for (; i < end; i++) {
+    const c = buf[i] as number;
+    if (c === CR) break;
+    const digit = c - 48;
     if (digit < 0 || digit > 9) throw new RespProtocolError("a malformed integer");
+    if (i - from >= MAX_INTEGER_DIGITS) throw new RespProtocolError("an integer is too long");
     n = n * 10 + digit;
   }
+  if (i + 1 >= end) {
+    headerEnd = -1;
+    return 0;
+  }
+  if (i === digits) throw new RespProtocolError("an empty integer");
+  headerEnd = i;
   return negative ? -n : n;
 }
