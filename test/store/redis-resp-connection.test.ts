@@ -1,3 +1,6 @@
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { ErrorReply } from "redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -8,7 +11,8 @@ import {
   RespConnection,
   type RespConnectionOptions,
 } from "../../src/store/redis/resp-connection.js";
-import { type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { freePort, type RedisServer, startRedisServer } from "../support/redis-server.js";
+import { writeSelfSignedCert } from "../support/self-signed.js";
 
 /**
  * The single-node connection (resp-connection.ts) against a real
@@ -236,5 +240,49 @@ describe("RespConnection", () => {
     expect(await blocked).toBeInstanceOf(ConnectionLost);
     // destroy() is not reported as an error.
     expect(other.errors).toEqual([]);
+  });
+
+  it("speaks TLS for rediss://, checking Redis's certificate", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "windlass-redis-tls-"));
+    const { cert, key } = await writeSelfSignedCert(dir);
+    const tlsPort = await freePort();
+    const own = await startRedisServer({
+      args: [
+        "--tls-port",
+        String(tlsPort),
+        "--tls-cert-file",
+        cert,
+        "--tls-key-file",
+        key,
+        "--tls-ca-cert-file",
+        cert,
+        "--tls-auth-clients",
+        "no",
+      ],
+    });
+    try {
+      const url = `rediss://127.0.0.1:${tlsPort}/0`;
+      const ca = readFileSync(cert);
+      const { c } = await opened(url, { tlsOptions: { ca } });
+      const big = "t".repeat(200_000);
+      await c.sendCommand(["SET", "over-tls", big]);
+      expect(await c.sendCommand(["GET", "over-tls"])).toBe(big);
+      expect(await c.sendAtomic([["STRLEN", "over-tls"], ["PING"]])).toEqual([200_000, "PONG"]);
+      c.destroy();
+
+      // Without the CA the certificate is refused: an error event, never ready.
+      const untrusted = new RespConnection(options(url));
+      const errors: Error[] = [];
+      untrusted.on("error", (err: Error) => errors.push(err));
+      const connecting = rejection(untrusted.connect());
+      await waitFor(() => errors.length > 0);
+      expect(errors[0]?.message).toMatch(/self.signed|certificate/i);
+      expect(untrusted.isReady).toBe(false);
+      untrusted.destroy();
+      expect(await connecting).toBeInstanceOf(ConnectionNotReady);
+    } finally {
+      await own.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -49,6 +49,12 @@ export interface RespConnectionOptions {
   readonly reconnect: ((retries: number) => number) | false;
   /** Commands awaiting replies at most; past it a command fails at once. */
   readonly maxQueued: number;
+  /**
+   * More options of a rediss:// connection's TLS (a test's CA). The server
+   * passes none: a certificate is checked against Node's CAs and any in
+   * NODE_EXTRA_CA_CERTS, as node-redis's client did.
+   */
+  readonly tlsOptions?: tls.ConnectionOptions;
 }
 
 /** A command refused because the connection is not connected (or was closed). */
@@ -308,6 +314,7 @@ export class RespConnection extends EventEmitter implements RedisConnection {
     const { endpoint, connectTimeoutMs } = this.#options;
     const socket = endpoint.tls
       ? tls.connect({
+          ...this.#options.tlsOptions,
           host: endpoint.host,
           port: endpoint.port,
           ...(net.isIP(endpoint.host) === 0 ? { servername: endpoint.host } : {}),
