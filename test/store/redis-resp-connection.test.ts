@@ -1,4 +1,5 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorReply } from "redis";
@@ -285,4 +286,87 @@ describe("RespConnection", () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it("reports a connection Redis closes (CLIENT KILL) as an error, and reconnects", async () => {
+    const { c, errors } = await opened(redis.url);
+    let readies = 0;
+    c.on("ready", () => {
+      readies += 1;
+    });
+    const killer = await opened(redis.url);
+    await killer.c.sendCommand(["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    await waitFor(() => errors.length > 0);
+    expect(errors[0]).toBeInstanceOf(ConnectionLost);
+    await waitFor(() => readies === 1);
+    expect(await c.sendCommand(["PING"])).toBe("PONG");
+    c.destroy();
+    killer.c.destroy();
+  });
+
+  it("is ready only once Redis has answered: a server that accepts and says nothing is retried", async () => {
+    const silent = await listening((socket) => {
+      socket.on("error", () => {});
+    });
+    try {
+      const port = (silent.address() as { port: number }).port;
+      const c = new RespConnection(
+        options(`redis://127.0.0.1:${port}`, { reconnect: false, connectTimeoutMs: 300 }),
+      );
+      c.on("error", () => {});
+      const started = Date.now();
+      const err = await rejection(c.connect());
+      expect((err as Error).message).toMatch(/not ready within 300 ms/);
+      expect(Date.now() - started).toBeLessThan(3000);
+      expect(c.isOpen).toBe(false);
+    } finally {
+      silent.close();
+    }
+  });
+
+  it("reports what Redis says when it drops a connection it just accepted", async () => {
+    const full = await listening((socket) => {
+      socket.on("error", () => {});
+      socket.end("-ERR max number of clients reached\r\n");
+    });
+    try {
+      const port = (full.address() as { port: number }).port;
+      const c = new RespConnection(options(`redis://127.0.0.1:${port}`, { reconnect: false }));
+      const errors: Error[] = [];
+      c.on("error", (e: Error) => errors.push(e));
+      await rejection(c.connect());
+      expect(errors.map((e) => e.message).join(" | ")).toMatch(/max number of clients reached/);
+    } finally {
+      full.close();
+    }
+  });
+
+  it("authenticates a user named without a password, as node-redis does", async () => {
+    const admin = await opened(redis.url);
+    await admin.c.sendCommand(["ACL", "SETUSER", "alice", "on", "nopass", "~*", "+@all"]);
+    try {
+      const { c } = await opened(redis.url.replace("redis://", "redis://alice@"));
+      expect(await c.sendCommand(["ACL", "WHOAMI"])).toBe("alice");
+      c.destroy();
+    } finally {
+      await admin.c.sendCommand(["ACL", "DELUSER", "alice"]);
+      admin.c.destroy();
+    }
+  });
+
+  it("closes once however often close() is called, still answering what was sent", async () => {
+    const { c } = await opened(redis.url);
+    const pending = c.sendCommand(["BLPOP", `twice-${Date.now()}`, "1"]);
+    const first = c.close();
+    const second = c.close();
+    expect(await pending).toBeNull();
+    await Promise.all([first, second]);
+    expect(c.isOpen).toBe(false);
+  });
 });
+
+function listening(onSocket: (socket: Socket) => void): Promise<Server> {
+  return new Promise((resolve) => {
+    const server = createServer(onSocket);
+    server.listen(0, "127.0.0.1", () => resolve(server));
+  });
+}

@@ -4,6 +4,7 @@ import { createClient } from "redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Strategy } from "../../src/core/types.js";
 import { createRedisStore } from "../../src/store/redis/index.js";
+import { refusesMulti } from "../../src/store/redis/reads.js";
 import type { ReadView, Store, ThreadSnapshot } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
 import { appendCommands, buffer, summary, user, window20 } from "./fixtures.js";
@@ -223,5 +224,23 @@ describe("Redis tail reads", () => {
     } finally {
       await noMulti.stop();
     }
+  });
+
+  it("stop only for a refusal of MULTI itself, not for a transaction Redis could not run now", () => {
+    const reply = (text: string) => new Error(`redis store: ${text}`, { cause: new Error(text) });
+    expect(refusesMulti(reply("ERR unknown command 'MULTI', with args beginning with: "))).toBe(
+      true,
+    );
+    expect(refusesMulti(reply("ERR EXEC without MULTI"))).toBe(true);
+    expect(refusesMulti(reply("NOPERM User u has no permissions to run the 'multi' command"))).toBe(
+      true,
+    );
+    expect(refusesMulti(reply("EXECABORT Transaction discarded because of previous errors."))).toBe(
+      false,
+    );
+    expect(
+      refusesMulti(reply("WRONGTYPE Operation against a key holding the wrong kind of value")),
+    ).toBe(false);
+    expect(refusesMulti(new Error("redis store: a record has no field strategy"))).toBe(false);
   });
 });

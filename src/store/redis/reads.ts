@@ -33,9 +33,11 @@ export async function readThread(
         read = await readTail(ctx, threadKey, messagesKey, tail, view);
       } catch (err) {
         if (err instanceof MemoryError) throw err;
-        // Refused, not "not now" (a proxy in front of a cluster without
-        // MULTI, a Redis with MULTI renamed): reads go by script from now on.
-        ctx.readTails.disable();
+        // MULTI refused for good (a proxy in front of a cluster without it,
+        // a Redis with it renamed or denied by ACL): reads go by script from
+        // now on. Any other failure (an EXECABORT because Redis was loading)
+        // sends this read to the script only.
+        if (refusesMulti(err)) ctx.readTails.disable();
         read = "script";
       }
       if (read !== "script") return read;
@@ -148,6 +150,17 @@ export function windowStart(state: ThreadState, len: number, limit: number | und
     start = Math.min(start, Math.max(0, state.summarizedThroughSeq + 1 - firstSeq));
   }
   return start;
+}
+
+/** Whether Redis (or a proxy) refuses transactions outright, rather than this one. */
+export function refusesMulti(err: unknown): boolean {
+  const cause = err instanceof Error && err.cause instanceof Error ? err.cause : err;
+  return (
+    cause instanceof Error &&
+    /^(ERR unknown command|ERR EXEC without MULTI|NOPERM|ERR .*not (supported|allowed))/i.test(
+      cause.message,
+    )
+  );
 }
 
 /** Whether a thread hash (HGETALL's flat array) has frozen segments (a `lineage` field). */

@@ -28,8 +28,9 @@ import { encodeCommand, RespReader } from "./resp.js";
  *   the replies awaited arrive, destroy() fails them at once.
  * - Replies: strings, numbers, null, arrays; an error reply rejects with
  *   node-redis's ErrorReply.
- * Unlike node-redis, the handshake (AUTH, SELECT) must also finish within
- * the connect timeout, so a Redis that accepts and then hangs is retried.
+ * Unlike node-redis, the handshake (AUTH and SELECT, or a PING) must also
+ * finish within the connect timeout, so a Redis that accepts and then hangs
+ * is retried.
  */
 
 export interface RedisEndpoint {
@@ -158,6 +159,10 @@ interface Link {
   ready: boolean;
   /** Set by close(): end the socket once every reply has come. */
   endWhenDone: boolean;
+  /** Resolves when the socket has closed (what close() returns). */
+  readonly socketClosed: Promise<void>;
+  /** Its commands have been failed and the connection told: nothing more to do for it. */
+  done: boolean;
   /** Why it failed, for the commands it fails. */
   failure: Error | undefined;
 }
@@ -201,6 +206,9 @@ export class RespConnection extends EventEmitter implements RedisConnection {
 
   connect(): Promise<void> {
     if (this.#open) return Promise.reject(new Error("redis connection: already open"));
+    if (this.#link !== undefined) {
+      return Promise.reject(new Error("redis connection: still closing"));
+    }
     this.#open = true;
     this.#retries = 0;
     const connected = new Promise<void>((resolve, reject) => {
@@ -247,7 +255,7 @@ export class RespConnection extends EventEmitter implements RedisConnection {
     this.#stopReconnecting(new ConnectionNotReady("redis connection: closed before it was ready"));
     const link = this.#link;
     if (link === undefined) return Promise.resolve();
-    const closed = new Promise<void>((resolve) => link.socket.once("close", () => resolve()));
+    if (link.endWhenDone) return link.socketClosed; // a second close(): the first goes on
     if (!link.ready) {
       this.#fail(link, new ConnectionNotReady("redis connection: closed"), false);
     } else {
@@ -256,7 +264,7 @@ export class RespConnection extends EventEmitter implements RedisConnection {
       this.#write(link);
       if (link.awaiting.length === 0) link.socket.end();
     }
-    return closed;
+    return link.socketClosed;
   }
 
   /** Closes now: every command awaiting a reply fails. */
@@ -328,6 +336,8 @@ export class RespConnection extends EventEmitter implements RedisConnection {
       out: "",
       ready: false,
       endWhenDone: false,
+      socketClosed: new Promise<void>((resolve) => socket.once("close", () => resolve())),
+      done: false,
       failure: undefined,
     };
     this.#link = link;
@@ -363,30 +373,40 @@ export class RespConnection extends EventEmitter implements RedisConnection {
     });
     socket.once("close", () => {
       clearTimeout(timer);
+      // Closed by Redis or on the way (its timeout, CLIENT KILL, a restart,
+      // a proxy): a failure like any other, reported so that whoever holds
+      // this connection (a WAIT session) stops using it.
+      if (link.failure === undefined && !link.endWhenDone) {
+        link.failure = new ConnectionLost("redis connection: closed by the server");
+        this.#emitError(link.failure);
+      }
       this.#closed(link);
     });
   }
 
-  /** AUTH and SELECT, pipelined, before any other command. */
+  /**
+   * AUTH (as node-redis: a user without a password sends an empty one) and
+   * SELECT, pipelined, before any other command; else a PING, so that a
+   * connection is ready only once Redis has answered (a frozen Redis, or a
+   * proxy whose Redis is down, accepts connections and says nothing).
+   */
   async #handshake(link: Link): Promise<void> {
     const { username, password, database } = this.#options.endpoint;
     const steps: Promise<unknown>[] = [];
-    if (password !== undefined) {
-      steps.push(
-        this.#send(
-          link,
-          username === undefined ? ["AUTH", password] : ["AUTH", username, password],
-        ),
-      );
-    }
+    if (username !== undefined) steps.push(this.#send(link, ["AUTH", username, password ?? ""]));
+    else if (password !== undefined) steps.push(this.#send(link, ["AUTH", password]));
     if (database !== 0) steps.push(this.#send(link, ["SELECT", String(database)]));
+    if (steps.length === 0) steps.push(this.#send(link, ["PING"]));
     await Promise.all(steps);
   }
 
   #reply(link: Link, reply: unknown): void {
     const awaiting = link.awaiting.shift();
     if (awaiting === undefined) {
-      throw new Error("redis connection: a reply came for no command");
+      // Redis says why it drops a connection it just accepted (max clients, protected mode).
+      throw reply instanceof Error
+        ? reply
+        : new Error("redis connection: a reply came for no command");
     }
     if (reply instanceof Error) awaiting.reject(reply);
     else awaiting.resolve(reply);
@@ -405,8 +425,8 @@ export class RespConnection extends EventEmitter implements RedisConnection {
 
   /** The link's socket closed (or was failed): its commands fail, and the connection reconnects. */
   #closed(link: Link): void {
-    if (this.#link !== link) return;
-    this.#link = undefined;
+    if (link.done) return;
+    link.done = true;
     link.ready = false;
     link.out = "";
     const why = new ConnectionLost(
@@ -414,6 +434,8 @@ export class RespConnection extends EventEmitter implements RedisConnection {
       { cause: link.failure },
     );
     for (const awaiting of link.awaiting.drain()) awaiting.reject(why);
+    if (this.#link !== link) return;
+    this.#link = undefined;
     if (!this.#open) return;
     if (this.#options.reconnect === false) {
       this.#stopReconnecting(link.failure ?? why);
