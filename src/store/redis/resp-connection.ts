@@ -7,12 +7,11 @@ import { encodeCommand, RespReader } from "./resp.js";
 /**
  * The single-node Redis connection: one socket, commands pipelined, RESP2
  * (resp.ts). It stands in for node-redis's client on redis:// and rediss://
- * because the store's hot path is one EVALSHA per Add and per Get, and
- * node-redis spends more CPU per command than the rest of the store's own
- * code does: a socket write (a syscall) per command, a generic reply
- * decoder, a command queue built for every option it offers. Here every
- * command sent in one turn of the event loop leaves in one write, and a
- * reply costs a parse and a resolve. Sentinel and Cluster deployments keep
+ * because the store's hot path is one EVALSHA per Add and one read per
+ * Get, and node-redis spent more CPU per command than the rest of the
+ * store's own code did: a generic reply decoder and a command queue built
+ * for every option it offers. Here every command sent in one turn of the
+ * event loop leaves in one write, and a reply costs a parse and a resolve. Sentinel and Cluster deployments keep
  * node-redis's clients (connection.ts, cluster.ts), which follow failovers
  * and slot moves.
  *
