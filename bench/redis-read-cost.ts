@@ -2,7 +2,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { READ } from "../src/store/redis/lua/read.js";
-import { parseRedisUrl, RespConnection } from "../src/store/redis/resp-connection.js";
+import { parseRedisUrl } from "../src/store/redis/redis-url.js";
+import { RespConnection } from "../src/store/redis/resp-connection.js";
 import { READ_SLACK } from "../src/store/store.js";
 import { startBenchRedis } from "./redis-server.js";
 import { text } from "./scenarios.js";
@@ -97,6 +98,13 @@ async function main(): Promise<void> {
     }
     await c.sendCommand(["SCRIPT", "LOAD", READ.source]);
     const trivial = String(await c.sendCommand(["SCRIPT", "LOAD", "return 1"]));
+    const lrangeInLua = String(
+      await c.sendCommand([
+        "SCRIPT",
+        "LOAD",
+        "return redis.call('LRANGE', KEYS[1], ARGV[1], '-1')",
+      ]),
+    );
     const tail = String(WINDOW + READ_SLACK);
     const variants: Variant[] = [
       {
@@ -117,6 +125,10 @@ async function main(): Promise<void> {
       {
         name: `LRANGE of ${tail} entries`,
         call: () => c.sendCommand(["LRANGE", list, `-${tail}`, "-1"]),
+      },
+      {
+        name: `LRANGE of ${tail} entries inside a script`,
+        call: () => c.sendCommand(["EVALSHA", lrangeInLua, "1", list, `-${tail}`]),
       },
       { name: "PING", call: () => c.sendCommand(["PING"]) },
     ];

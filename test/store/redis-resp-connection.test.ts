@@ -4,11 +4,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ErrorReply } from "redis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseRedisUrl } from "../../src/store/redis/redis-url.js";
 import {
   CommandQueueFull,
   ConnectionLost,
   ConnectionNotReady,
-  parseRedisUrl,
   RespConnection,
   type RespConnectionOptions,
 } from "../../src/store/redis/resp-connection.js";

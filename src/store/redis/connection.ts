@@ -1,6 +1,7 @@
 import { createClient, createSentinel } from "redis";
 import { parseRedisSentinelUrl, SENTINEL_SCHEME } from "../../config.js";
-import { parseRedisUrl, RespConnection, type RespConnectionOptions } from "./resp-connection.js";
+import { parseRedisUrl } from "./redis-url.js";
+import { RespConnection, type RespConnectionOptions } from "./resp-connection.js";
 
 /**
  * What the Redis store uses of a connection: the single-node RespConnection

@@ -206,7 +206,7 @@ class RedisStore implements Store {
       keys,
       lim,
       decoded,
-      readTails: new ReadTails(READ_TAILS_KEPT),
+      readTails: new ReadTails(READ_TAILS_KEPT, io.atomicSupported),
       incarnation: new Incarnation(
         io,
         keys.incarnation,

@@ -25,7 +25,7 @@ export async function readThread(
   const k = ctx.keys.forThread(namespace, threadId);
   const threadKey = k.thread(threadId);
   const messagesKey = k.messages(threadId);
-  if (view !== undefined && ctx.io.atomicSupported && ctx.readTails.enabled) {
+  if (view !== undefined && ctx.readTails.enabled) {
     const tail = ctx.readTails.get(threadKey);
     if (tail !== undefined) {
       let read: ThreadSnapshot | undefined | "script";
@@ -52,12 +52,7 @@ export async function readThread(
   const [thread, entries, complete] = asArray(reply);
   const state = decodeThread(thread);
   const list = asArray(entries);
-  if (
-    view !== undefined &&
-    ctx.io.atomicSupported &&
-    ctx.readTails.enabled &&
-    !hasLineage(thread)
-  ) {
+  if (view !== undefined && ctx.readTails.enabled && !hasLineage(thread)) {
     ctx.readTails.set(threadKey, tailSize(state, view.limit, list.length));
   }
   if (isExpired(state, Date.now())) return undefined;
@@ -73,9 +68,8 @@ export async function readThread(
  * `tail` entries in one MULTI (what this thread's last Get needed; see
  * tailSize), cut to the window the READ script would
  * have returned (windowStart mirrors it). Redis copies a script's replies
- * through Lua, which costs it several times the commands themselves (a
- * window of 36 entries: ~55 us of redis-server CPU by script, ~15 us by
- * MULTI). "script" when the tail fell short of the window (a summary
+ * through Lua, which costs it several times the commands themselves
+ * (bench/redis-read-cost.ts). "script" when the tail fell short of the window (a summary
  * thread's unfolded turns grew past it) or the thread has frozen segments
  * (forks.ts): the READ script answers those.
  */
@@ -86,11 +80,10 @@ async function readTail(
   tail: number,
   view: ReadView,
 ): Promise<ThreadSnapshot | undefined | "script"> {
-  const count = tail;
   const [thread, length, entries] = await ctx.io.atomic([
     ["HGETALL", threadKey],
     ["LLEN", messagesKey],
-    ["LRANGE", messagesKey, String(-count), "-1"],
+    ["LRANGE", messagesKey, String(-tail), "-1"],
   ]);
   const fields = asArray(thread);
   if (fields.length === 0) {
@@ -104,7 +97,7 @@ async function readTail(
   const state = decodeThread(fields);
   const len = Number(length);
   const start = windowStart(state, len, view.limit);
-  const fetchedFrom = Math.max(0, len - count);
+  const fetchedFrom = Math.max(0, len - tail);
   if (fetchedFrom > start) return "script";
   ctx.readTails.set(threadKey, tailSize(state, view.limit, len - start));
   if (isExpired(state, Date.now())) return undefined;
@@ -177,11 +170,17 @@ function hasLineage(flat: unknown): boolean {
  */
 export class ReadTails {
   readonly #sizes = new Map<string, number>();
-  #enabled = true;
+  #enabled: boolean;
 
-  constructor(readonly max: number) {}
+  /** `enabled`: whether the connection can send a MULTI (Commands.atomicSupported). */
+  constructor(
+    readonly max: number,
+    enabled: boolean,
+  ) {
+    this.#enabled = enabled;
+  }
 
-  /** False once Redis refused a tail read: every read is the script's then. */
+  /** False where MULTI cannot go (Sentinel, Cluster) or was refused: every read is the script's then. */
   get enabled(): boolean {
     return this.#enabled;
   }

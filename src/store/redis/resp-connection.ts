@@ -1,7 +1,9 @@
 import { EventEmitter } from "node:events";
 import * as net from "node:net";
 import * as tls from "node:tls";
+import { AwaitingQueue, execReplies, IGNORED } from "./awaiting-replies.js";
 import type { RedisConnection } from "./connection.js";
+import type { RedisEndpoint } from "./redis-url.js";
 import { encodeCommand, RespReader } from "./resp.js";
 
 /**
@@ -32,15 +34,6 @@ import { encodeCommand, RespReader } from "./resp.js";
  * is retried.
  */
 
-export interface RedisEndpoint {
-  readonly host: string;
-  readonly port: number;
-  readonly tls: boolean;
-  readonly username: string | undefined;
-  readonly password: string | undefined;
-  readonly database: number;
-}
-
 export interface RespConnectionOptions {
   readonly endpoint: RedisEndpoint;
   /** Longest a connection, with its AUTH and SELECT, may take before it is retried. */
@@ -70,83 +63,6 @@ export class CommandQueueFull extends Error {
 /** A command whose connection closed before its reply came. */
 export class ConnectionLost extends Error {
   override readonly name = "ConnectionLost";
-}
-
-/** The parts of a redis:// or rediss:// URL, as node-redis reads them. */
-export function parseRedisUrl(url: string): RedisEndpoint {
-  let u: URL;
-  try {
-    u = new URL(url);
-  } catch {
-    throw new TypeError("redis store: the URL is not a valid redis:// or rediss:// URL");
-  }
-  if (u.protocol !== "redis:" && u.protocol !== "rediss:") {
-    throw new TypeError("redis store: the URL's scheme is not redis:// or rediss://");
-  }
-  const database = u.pathname.length > 1 ? Number(u.pathname.slice(1)) : 0;
-  if (!Number.isInteger(database) || database < 0) {
-    throw new TypeError("redis store: the URL's path is not a database number");
-  }
-  return {
-    // An IPv6 literal comes in brackets.
-    host: u.hostname.replace(/^\[([0-9a-fA-F:.]+)\]$/, "$1") || "localhost",
-    port: u.port === "" ? 6379 : Number(u.port),
-    tls: u.protocol === "rediss:",
-    username: u.username === "" ? undefined : decodeURIComponent(u.username),
-    password: u.password === "" ? undefined : decodeURIComponent(u.password),
-    database,
-  };
-}
-
-/** A command awaiting its reply. */
-interface Awaiting {
-  resolve(reply: unknown): void;
-  reject(err: Error): void;
-}
-
-/** A first-in first-out queue with O(1) push and shift. */
-class AwaitingQueue {
-  #items: (Awaiting | undefined)[] = [];
-  #head = 0;
-
-  get length(): number {
-    return this.#items.length - this.#head;
-  }
-
-  push(item: Awaiting): void {
-    this.#items.push(item);
-  }
-
-  shift(): Awaiting | undefined {
-    if (this.#head >= this.#items.length) return undefined;
-    const item = this.#items[this.#head];
-    this.#items[this.#head++] = undefined;
-    // Drop the used front once it is most of the array.
-    if (this.#head >= 1024 && this.#head * 2 >= this.#items.length) {
-      this.#items = this.#items.slice(this.#head);
-      this.#head = 0;
-    }
-    return item;
-  }
-
-  /** Empties the queue, returning what it held. */
-  drain(): Awaiting[] {
-    const items = this.#items.slice(this.#head) as Awaiting[];
-    this.#items = [];
-    this.#head = 0;
-    return items;
-  }
-}
-
-/** Where the replies of MULTI and QUEUED go. */
-const IGNORED: Awaiting = { resolve: () => {}, reject: () => {} };
-
-/** EXEC's reply: the commands' replies, or the first error among them. */
-function execReplies(reply: unknown): unknown[] {
-  // null: the transaction was aborted (a WATCH, never set here).
-  if (!Array.isArray(reply)) throw new Error("redis connection: the transaction was aborted");
-  for (const item of reply) if (item instanceof Error) throw item;
-  return reply;
 }
 
 /** The socket of one connection attempt and what belongs to it alone. */
