@@ -465,6 +465,32 @@ describe("redis store on a cluster", () => {
     expect(outcomes.unavailable).toBeGreaterThan(0);
   }, 60_000);
 
+  it("sends an Add to the slot's new primary when its first command meets MOVED, without an error (min replicas 1)", async () => {
+    const prefix = `test-${randomUUID()}`;
+    const store = await track(open({}, { minReplicas: 1 }, prefix));
+    const k = keyLayout(prefix, true).namespace("moved");
+    const slot = keySlot(k.base);
+    const add = (content: string) =>
+      store.append({ ...cmd({ messages: [user(content)] }), namespace: "moved", threadId: "t" });
+    // The first Add opens the write session to the slot's primary; the move
+    // then happens behind the store's back, so its slot map is stale.
+    await add("before");
+    const from = await cluster.primaryOfSlot(slot);
+    const to = (await cluster.primaries()).find((p) => p.port !== from.port);
+    if (to === undefined) throw new Error("no other primary");
+    await cluster.migrateSlot(slot, from, to);
+    for (const content of ["after 1", "after 2"]) {
+      const result = await add(content);
+      expect(result.replayed).toBe(false);
+    }
+    const snap = await store.read("moved", "t");
+    expect((snap?.messages ?? []).map((m) => String(m.content))).toEqual([
+      "before",
+      "after 1",
+      "after 2",
+    ]);
+  });
+
   it("keeps every acknowledged Add over a failover of the namespace's primary (min replicas 1)", async () => {
     const prefix = `test-${randomUUID()}`;
     const store = await track(open({}, { minReplicas: 1, replicaWaitMs: 500 }, prefix));

@@ -143,6 +143,18 @@ export function parseNodes(
   return states;
 }
 
+/**
+ * Each node's role and, for a replica, its primary, in one string to compare
+ * the nodes' views (a restarted primary turns replica some gossip rounds
+ * after it is back: until then the nodes disagree).
+ */
+export function roleView(states: readonly NodeState[]): string {
+  return states
+    .map((s) => `${s.node.id}:${s.role === "primary" ? "primary" : `replica-of-${s.primaryId}`}`)
+    .sort()
+    .join(" ");
+}
+
 /** Which primary serves which slots, in one string to compare the nodes' views. */
 export function slotView(states: readonly NodeState[]): string {
   return states

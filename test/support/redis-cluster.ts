@@ -26,6 +26,7 @@ import {
   type NodeState,
   nodeConnections,
   parseNodes,
+  roleView,
   type Send,
   slotOfKey,
   slotView,
@@ -180,7 +181,7 @@ class LocalCluster implements RedisCluster {
     throw new Error(`no live cluster node answered CLUSTER NODES: ${String(lastError)}`);
   }
 
-  /** Whether every live node says ok, sees no live node failing, and all agree on the slots. */
+  /** Whether every live node says ok, sees no live node failing, and all agree on the slots and roles. */
   async #agreed(): Promise<boolean> {
     let agreed: string | undefined;
     for (const n of this.#live()) {
@@ -192,7 +193,8 @@ class LocalCluster implements RedisCluster {
       // (cluster_state stays ok while it is only suspected, PFAIL).
       const stale = (s: NodeState) => this.#killed.has(s.node) && s.role === "primary";
       if (states.some((s) => stale(s) && s.slots.length > 0)) return false;
-      const view = slotView(states);
+      const live = states.filter((s) => !this.#killed.has(s.node));
+      const view = `${slotView(states)} | ${roleView(live)}`;
       if (agreed !== undefined && view !== agreed) return false;
       agreed = view;
     }
@@ -282,6 +284,15 @@ class LocalCluster implements RedisCluster {
   async restart(node: ClusterNode): Promise<void> {
     await node.server.restart();
     this.#killed.delete(node);
+    // A primary killed and failed over comes back with its old slots in
+    // nodes.conf and claims them until it hears of the newer epoch, then
+    // turns replica of the node that took them over: wait for that, in its
+    // own view (INFO) and in every node's (the role view in #agreed).
+    await waitUntil(SETTLE_TIMEOUT_MS, `node ${node.port} to rejoin as a replica`, async () => {
+      if ((await this.#roleOf(node)) !== "replica") return false;
+      const states = await this.topology();
+      return states.some((s) => s.node === node && s.role === "replica");
+    });
     await this.waitUntilSettled();
   }
 

@@ -98,9 +98,11 @@ export function clusterClients(url: string): RedisClients {
       const primary = main.getSlotMaster(keySlot(key));
       return primary === undefined ? "unknown" : `${primary.host}:${primary.port}`;
     },
-    // A command on the cluster client that meets MOVED makes it reload the slot map.
-    moved: (key) => {
-      main.sendCommand(key, false, ["EXISTS", key]).catch(() => {});
+    // A command on the cluster client that meets MOVED makes it reload the
+    // slot map before it follows the redirection: once it is answered, the
+    // map is new.
+    moved: async (key) => {
+      await main.sendCommand(key, false, ["EXISTS", key]).catch(() => {});
     },
     eachPrimary: async (args) => {
       for (const primary of main.masters) {

@@ -43,8 +43,8 @@ export interface RedisClients {
   openPrimarySession(key: string): RedisConnection;
   /** Which primary holds `key` now ("host:port"; one name for a single primary). */
   primaryOf(key: string): string;
-  /** A session found `key`'s slot moved (MOVED/ASK): refresh where it is. */
-  moved(key: string): void;
+  /** A session found `key`'s slot moved (MOVED/ASK): refresh where it is; resolves once asked. */
+  moved(key: string): Promise<void>;
   /** Sends `args` to every primary (SCRIPT LOAD). */
   eachPrimary(args: readonly string[]): Promise<void>;
 }
@@ -84,7 +84,7 @@ function onePrimary(
 ): Pick<RedisClients, "primaryOf" | "moved" | "eachPrimary"> {
   return {
     primaryOf: () => "primary",
-    moved: () => {},
+    moved: async () => {},
     eachPrimary: async (args) => {
       await main.sendCommand(args);
     },

@@ -11,7 +11,8 @@ import { MemoryError } from "../../core/errors.js";
 /**
  * Server replies that mean "not now" rather than "wrong": the call may be
  * retried. MOVED and ASK reach here only from a WAIT session, which is
- * bound to one primary (the cluster client follows them everywhere else).
+ * bound to one primary (the cluster client follows them everywhere else),
+ * and one that could not move the write (replica-confirmation.ts begin).
  */
 const TRANSIENT_REPLY =
   /^(LOADING|BUSY|MASTERDOWN|READONLY|CLUSTERDOWN|TRYAGAIN|NOREPLICAS|MISCONF|OOM|MOVED|ASK)\b/;

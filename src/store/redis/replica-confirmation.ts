@@ -30,9 +30,19 @@ export interface PrimarySessions {
   open(key: string): RedisConnection;
   /** That primary's name, the same for every key it holds. */
   primaryOf(key: string): string;
-  /** A session was told `key`'s slot has moved: learn where it is now. */
-  moved(key: string): void;
+  /**
+   * A session was told `key`'s slot has moved: learn where it is now.
+   * Resolves once the slot map has been asked again (or that failed).
+   */
+  moved(key: string): Promise<void>;
 }
+
+/**
+ * How long a write whose first command was answered MOVED waits for the
+ * slot map to be asked again before it gives up (unavailable): the new
+ * map comes from any live node in one round trip.
+ */
+const RELOCATE_WAIT_MS = 1000;
 
 /**
  * Acknowledged writes when replicas must confirm them. WAIT blocks the
@@ -76,8 +86,57 @@ export class ReplicaConfirmation {
    * and its confirmation; `fenceKey` must hash to the slot of `key`.
    */
   async begin(key: string, fenceKey: string): Promise<AcknowledgedWrite> {
-    const session = await this.#current(key, fenceKey);
-    return { link: session.link, confirm: () => this.#confirm(session) };
+    let session = await this.#current(key, fenceKey);
+    // MOVED refuses a command before it runs. When the write's first
+    // command meets it (the service's slot map was stale: a failover or a
+    // slot move since), nothing of the write ran anywhere, so it goes once
+    // to the slot's primary as the map says after asking again; the caller
+    // sees no error. Once a command has run on a session, the write stays
+    // there: its WAIT must cover what ran, and a MOVED then is unavailable.
+    let relocated = false;
+    let ran = false;
+    const sendCommand = async (args: readonly string[]): Promise<unknown> => {
+      try {
+        const reply = await session.link.sendCommand(args);
+        ran = true;
+        return reply;
+      } catch (err) {
+        if (ran || relocated || !isMoved(err)) {
+          ran = true;
+          throw err;
+        }
+        relocated = true;
+        if (!(await this.#relocated(session))) throw err;
+        session = await this.#current(key, fenceKey);
+        return sendCommand(args);
+      }
+    };
+    // The sessions own their connections: a write's link only sends.
+    const link: RedisConnection = {
+      get isOpen() {
+        return session.link.isOpen;
+      },
+      sendCommand,
+      connect: async () => {},
+      close: async () => {},
+      destroy: () => {},
+      on: () => undefined,
+    };
+    return { link, confirm: () => this.#confirm(session) };
+  }
+
+  /** Whether the slot map was asked again after `session` met MOVED, within RELOCATE_WAIT_MS. */
+  async #relocated(session: Session): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), RELOCATE_WAIT_MS);
+    });
+    try {
+      const asked = (session.relocating ?? Promise.resolve()).then(() => true);
+      return !this.#closed && (await Promise.race([asked, late]));
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async close(): Promise<void> {
@@ -104,8 +163,8 @@ export class ReplicaConfirmation {
         opened.sendCommand(args).catch((err: unknown) => {
           if (!(err instanceof Error && err.message.startsWith("NOSCRIPT"))) this.#end(session);
           // The slot has another primary now: the next session must find it.
-          if (err instanceof Error && /^(MOVED|ASK) /.test(err.message)) {
-            this.#primaries.moved(fenceKey);
+          if (isMoved(err) || (err instanceof Error && err.message.startsWith("ASK "))) {
+            session.relocating ??= this.#primaries.moved(fenceKey).catch(() => {});
           }
           throw err;
         }),
@@ -119,6 +178,7 @@ export class ReplicaConfirmation {
       fenceKey,
       link,
       ended: false,
+      relocating: undefined,
       inFlight: undefined,
       next: undefined,
     };
@@ -209,6 +269,8 @@ interface Session {
   fenceKey: string;
   link: RedisConnection;
   ended: boolean;
+  /** The slot map being asked again after a MOVED or ASK on this session. */
+  relocating: Promise<void> | undefined;
   inFlight: Promise<number> | undefined;
   next: Promise<number> | undefined;
 }
@@ -219,4 +281,8 @@ function notConfirmed(cause?: unknown): MemoryError {
     "the connection to the Redis primary ended before its replicas confirmed the write; it may have been stored: a retry with the same request_id answers the stored result",
     cause === undefined ? undefined : { cause },
   );
+}
+
+function isMoved(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith("MOVED ");
 }
