@@ -286,13 +286,14 @@ class LocalCluster implements RedisCluster {
     this.#killed.delete(node);
     // A primary killed and failed over comes back with its old slots in
     // nodes.conf and claims them until it hears of the newer epoch, then
-    // turns replica of the node that took them over: wait for that, in its
-    // own view (INFO) and in every node's (the role view in #agreed).
-    await waitUntil(SETTLE_TIMEOUT_MS, `node ${node.port} to rejoin as a replica`, async () => {
-      if ((await this.#roleOf(node)) !== "replica") return false;
-      const states = await this.topology();
-      return states.some((s) => s.node === node && s.role === "replica");
-    });
+    // turns replica of the node that took them over: wait for that in its
+    // own view (INFO); waitUntilSettled then has every node agree (#agreed
+    // compares the roles too).
+    await waitUntil(
+      SETTLE_TIMEOUT_MS,
+      `node ${node.port} to rejoin as a replica`,
+      async () => (await this.#roleOf(node)) === "replica",
+    );
     await this.waitUntilSettled();
   }
 

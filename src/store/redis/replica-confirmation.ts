@@ -93,7 +93,7 @@ export class ReplicaConfirmation {
     // to the slot's primary as the map says after asking again; the caller
     // sees no error. Once a command has run on a session, the write stays
     // there: its WAIT must cover what ran, and a MOVED then is unavailable.
-    let relocated = false;
+    let movedOnce = false;
     let ran = false;
     const sendCommand = async (args: readonly string[]): Promise<unknown> => {
       try {
@@ -101,11 +101,11 @@ export class ReplicaConfirmation {
         ran = true;
         return reply;
       } catch (err) {
-        if (ran || relocated || !isMoved(err)) {
+        if (ran || movedOnce || !isMoved(err)) {
           ran = true;
           throw err;
         }
-        relocated = true;
+        movedOnce = true;
         if (!(await this.#relocated(session))) throw err;
         session = await this.#current(key, fenceKey);
         return sendCommand(args);
