@@ -41,9 +41,18 @@ export const MAX_RUN = 128;
 /** Target size of a piece handed to the tokenizer at once. */
 const PIECE = 2048;
 
+/**
+ * A special token's text in a message ("<|endoftext|>", "<|im_start|>") is
+ * ordinary text there: a chat API never reads control tokens from content,
+ * and charges for those characters as any others. gpt-tokenizer's default
+ * refuses such text (it throws), which failed the whole Add; with no token
+ * disallowed and none allowed, it counts the text as plain characters.
+ */
+const SPECIAL_AS_TEXT = { disallowedSpecial: new Set<string>() };
+
 const COUNTERS: Record<TokenEncoding, (text: string) => number> = {
-  o200k_base: (t) => countO200k(t),
-  cl100k_base: (t) => countCl100k(t),
+  o200k_base: (t) => countO200k(t, SPECIAL_AS_TEXT),
+  cl100k_base: (t) => countCl100k(t, SPECIAL_AS_TEXT),
 };
 
 function isSpace(code: number): boolean {

@@ -1,6 +1,6 @@
 import fc from "fast-check";
-import { countTokens as cl100k } from "gpt-tokenizer/encoding/cl100k_base";
-import { countTokens as o200k } from "gpt-tokenizer/encoding/o200k_base";
+import { countTokens as cl100k, encode as encodeCl100k } from "gpt-tokenizer/encoding/cl100k_base";
+import { encode as encodeO200k, countTokens as o200k } from "gpt-tokenizer/encoding/o200k_base";
 import { describe, expect, it } from "vitest";
 import {
   countMessageTokens,
@@ -140,6 +140,32 @@ describe("token counting", () => {
       }),
       { numRuns: 300 },
     );
+  });
+
+  it("counts the text of special tokens as plain characters, at once and in slices", async () => {
+    // gpt-tokenizer's default throws on such text, which failed the Add.
+    const special = "<|endoftext|> then <|im_start|>user<|im_end|> and <|endofprompt|>";
+    const long = `${special} ${"x".repeat(2 * MAX_RUN)}<|endoftext|>`;
+    const m: ChatMessage = {
+      role: "assistant",
+      content: long,
+      name: "<|fim_prefix|>",
+      toolCalls: [{ id: "c1", name: "f", arguments: '{"q":"<|endoftext|>"}' }],
+    };
+    const asText = { disallowedSpecial: new Set<string>() };
+    for (const [encoding, encode] of [
+      ["o200k_base", encodeO200k],
+      ["cl100k_base", encodeCl100k],
+    ] as const) {
+      // Encoded as text, "<|endoftext|>" is several tokens, none of them the special one.
+      expect(encode("<|endoftext|>", asText).length).toBeGreaterThan(1);
+      expect(countTextTokens(special, encoding)).toBe(encode(special, asText).length);
+      const once = countMessageTokens(m, encoding);
+      expect(once).toBeGreaterThan(encode(special, asText).length);
+      await expect(countMessageTokensSliced(m, encoding, () => Promise.resolve(), 0)).resolves.toBe(
+        once,
+      );
+    }
   });
 
   it("uses a stored count of the same encoding and counts others once per message", () => {

@@ -42,6 +42,15 @@ describe("MemoryService: token counts", () => {
     expect(got.messages[0]?.tokens).toBe(3 + cl100k(text));
   });
 
+  it("stores a message whose text names a special token, counted as plain text", async () => {
+    // Before: gpt-tokenizer refused the text and the Add failed as internal.
+    const text = "what does <|endoftext|> do?";
+    await h.service.add(addReq({ threadId: "special", messages: users(text) }), h.ctx());
+    const got = await h.service.get(getReq({ threadId: "special" }), h.ctx());
+    expect(got.messages[0]?.content).toBe(text);
+    expect(got.tokens).toBe(3 + o200k(text, { disallowedSpecial: new Set() }));
+  });
+
   it("counts a message stored without a count when a Get needs it", async () => {
     // As a message stored before counting existed: straight into the store.
     await h.store.append({
