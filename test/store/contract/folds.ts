@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import type { Strategy } from "../../../src/core/types.js";
-import { summary, user } from "../fixtures.js";
+import { summary, user, window20 } from "../fixtures.js";
 import { type ContractBackend, cmd, storeOfEachCase } from "./support.js";
 
 export function foldsContract(backend: ContractBackend): void {
@@ -32,6 +32,40 @@ export function foldsContract(backend: ContractBackend): void {
       });
       expect(after?.summarizedThroughSeq).toBe(2);
       expect((await store.read("ns", "t"))?.messages.map((m) => m.seq)).toEqual([2, 3]);
+    });
+
+    it("keeps the summary over Adds that keep the strategy and drops it when the strategy changes", async () => {
+      await store.append(cmd({ strategy: summary, messages: [user("1"), user("2"), user("3")] }));
+      const thread = await store.getThread("ns", "t");
+      const token = (await store.acquireFoldLease("ns", "t", 10_000)) ?? 0;
+      await store.commitSummary({
+        namespace: "ns",
+        threadId: "t",
+        incarnation: thread?.incarnation ?? "",
+        leaseToken: token,
+        fromSeq: 0,
+        throughSeq: 2,
+        summary: "s",
+        foldedCount: 2,
+        now: 5,
+      });
+      await store.releaseFoldLease("ns", "t", token);
+      // No strategy named, and the same one named: the summary stays.
+      await store.append(cmd({ strategy: undefined, messages: [user("4")] }));
+      const kept = await store.append(cmd({ strategy: summary, messages: [user("5")] }));
+      expect(kept.thread).toMatchObject({ summary: "s", summarizedThroughSeq: 2, summaryTime: 5 });
+      const moved = await store.append(
+        cmd({
+          strategy: window20,
+          replaceStrategy: true,
+          messages: [user("6")],
+        }),
+      );
+      expect(moved.thread).toMatchObject({ summary: "", summarizedThroughSeq: 0, summaryTime: 0 });
+      // Further Adds to the window thread leave it without a summary.
+      const next = await store.append(cmd({ strategy: undefined, messages: [user("7")] }));
+      expect(next.thread).toMatchObject({ summary: "", summarizedThroughSeq: 0, summaryTime: 0 });
+      expect((await store.getThread("ns", "t"))?.summary).toBe("");
     });
 
     it("never commits a summary into another incarnation, a moved thread or without the lease", async () => {

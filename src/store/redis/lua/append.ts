@@ -74,21 +74,22 @@ local now = tonumber(ARGV[2])
 local request_id = ARGV[3]
 -- The first ARGV of each strategy (json, key, kind, max_stored, exclude_system), of the messages.
 local REQUEST, DEFAULT, FIRST_MESSAGE = 12, 17, 28
-local exists = redis.call('EXISTS', KEYS[1]) == 1
-if exists and expired(KEYS[1], now) then return {'expired'} end
-local ttl_before = exists and redis.call('HGET', KEYS[1], 'ttl_ms')
+-- The thread in one read: every thread hash has last_seq, so a false one
+-- means there is no thread (one HMGET where EXISTS and two HGETs were: each
+-- call a script makes costs Redis a few microseconds on every Add).
+local current = redis.call('HMGET', KEYS[1], 'last_seq', 'strategy_key', 'kind', 'exclude_system',
+  'max_stored', 'summarized_through_seq', 'counted', 'lineage', 'expire_at', 'ttl_ms',
+  'summary', 'summary_time')
+local exists = current[1] ~= false
+if exists and is_expired(current[9], now) then return {'expired'} end
+local ttl_before = exists and current[10]
 if exists then
   local replay = replay_reply(KEYS[3], request_id, ARGV[4], now, tonumber(ARGV[9]), 'add')
   if replay then return replay end
 end
 
 local last_seq = 0
-local current = {}
-if exists then
-  current = redis.call('HMGET', KEYS[1], 'last_seq', 'strategy_key', 'kind', 'exclude_system',
-    'max_stored', 'summarized_through_seq', 'counted', 'lineage')
-  last_seq = tonumber(current[1])
-end
+if exists then last_seq = tonumber(current[1]) end
 local expected = false
 if ARGV[5] ~= '' then expected = tonumber(ARGV[5]) end
 local decision = decide_append(exists, current[2], last_seq, ARGV[REQUEST + 1], ARGV[6] == '1', expected)
@@ -157,7 +158,11 @@ if not exists then
     'create_time', ARGV[2], 'update_time', ARGV[2], 'counted', '1', 'bytes', '0')
   redis.call('ZADD', KEYS[5], 0, ARGV[1])
 end
-if exists and not keeps then
+-- Only when there is a summary to drop: a window or buffer thread's Add
+-- would otherwise write (and replicate, and append to the AOF) this HSET
+-- every time.
+local has_summary = current[11] ~= '' or current[12] ~= '0' or current[6] ~= '0'
+if exists and not keeps and has_summary then
   redis.call('HSET', KEYS[1], 'summary', '', 'summary_time', '0', 'summarized_through_seq', '0')
 end
 if target then

@@ -12,13 +12,16 @@ export const LOG_EVENT = fragment(
 -- events were dropped is told from a current one: XSETID records the newest
 -- dropped id there.
 local function log_event(stream, retention, thread_id, time, type, ...)
-  if redis.call('EXISTS', stream) == 0 then
+  -- One XLEN both finds a new log and sizes the trim. An emptied log looks
+  -- new too: unlinking the earlier versions' key again changes nothing.
+  local len = redis.call('XLEN', stream)
+  if len == 0 then
     -- Same key base and hash tag: "<B>log" -> "<B>events".
     redis.call('UNLINK', string.sub(stream, 1, -4) .. 'events')
   end
   local id = redis.call('XADD', stream, '0-*', 'type', type, 'thread_id', thread_id, 'time', time, ...)
   local keep = tonumber(retention)
-  local excess = redis.call('XLEN', stream) - keep
+  local excess = len + 1 - keep
   if excess > 0 and excess >= math.max(64, math.floor(keep / 8)) then
     local dropped = redis.call('XRANGE', stream, '-', '+', 'COUNT', excess)
     redis.call('XTRIM', stream, 'MAXLEN', keep)
