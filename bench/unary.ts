@@ -52,9 +52,13 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
  * (fsync on) are the bench's own, fresh for each run, removed and stopped
  * at the end.
  *
- * Settings (environment; the defaults take about 2.5 minutes on 2 cores):
+ * Settings (environment; the defaults take about 5 minutes on 2 cores):
  *   BENCH_SECONDS=3            length of one measurement
- *   BENCH_WARMUP_SECONDS=2     warm-up per server, scenario and driver
+ *   BENCH_FIRST_WARMUP_SECONDS=15
+ *                              a server's first warm-up in each scenario (see
+ *                              FIRST_WARMUP below)
+ *   BENCH_WARMUP_SECONDS=2     every later warm-up (another driver, another
+ *                              level in flight)
  *   BENCH_ROUNDS=2             measurements per server, scenario and driver
  *   BENCH_CONCURRENCY=64       unary calls in flight; a comma list (1,8,64)
  *                              measures every level on every server in turn
@@ -95,13 +99,27 @@ const SETTINGS = {
     integer: false,
     help: "length of one measurement",
   },
+  firstWarmupSeconds: {
+    env: "BENCH_FIRST_WARMUP_SECONDS",
+    // FIRST_WARMUP: V8 was still compiling the real server's Add path with
+    // TurboFan 5-9 s into a 64-in-flight load (its compiler threads used 16 %
+    // of the server's CPU then, about 1 % from 15 s on; perf record, Redis
+    // store). A 2 s warm-up measured that compilation: 262 against 167-197 us
+    // of server CPU per Add once it settled. The bare server has far less code
+    // to compile; both get the same warm-up.
+    fallback: 15,
+    min: 0,
+    max: 600,
+    integer: false,
+    help: "a server's first warm-up in each scenario (its JIT settles)",
+  },
   warmupSeconds: {
     env: "BENCH_WARMUP_SECONDS",
     fallback: 2,
     min: 0,
     max: 600,
     integer: false,
-    help: "warm-up per server, scenario and driver",
+    help: "every later warm-up per server, scenario, level in flight and driver",
   },
   rounds: {
     env: "BENCH_ROUNDS",
@@ -182,6 +200,7 @@ const REDIS_TARGET_PER_ADD = 1;
 // --quick: one short round per server, scenario and driver, to see that it works.
 const QUICK_FALLBACKS: Partial<Record<keyof typeof SETTINGS, number>> = {
   seconds: 1,
+  firstWarmupSeconds: 0.5,
   warmupSeconds: 0.5,
   rounds: 1,
 };
@@ -417,7 +436,8 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
       `load:     ${settings.concurrency.join(", ")} unary calls in flight (each level in turn) over ${settings.connections} connection(s) ` +
         `per server; drivers ${settings.drivers.join(", ")}; servers ${targets.join(", ")}; ` +
         `${settings.rounds} x ${settings.seconds} s per server, scenario and driver, in turn, ` +
-        `after ${settings.warmupSeconds} s warm-up each`,
+        `after a warm-up of ${settings.firstWarmupSeconds} s the first time in each scenario, ` +
+        `${settings.warmupSeconds} s later`,
       `workload: Add = 1 user message (100 B) per call to ${settings.threads} threads round-robin; ` +
         `Get = window ${GET_WINDOW} of a thread holding ${GET_SEED_MESSAGES} messages (100-200 B)`,
       "",
@@ -529,10 +549,15 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
     const measurements: Measurement[] = [];
     const redisSent: RedisSentCount[] = [];
     for (const scenario of scenarios) {
+      let firstInScenario = true;
       for (const concurrency of settings.concurrency) {
         for (const driver of settings.drivers) {
           const at = `${scenario.name} ${driver} ${concurrency} in flight`;
-          if (settings.warmupSeconds > 0) {
+          const warmupSeconds = firstInScenario
+            ? settings.firstWarmupSeconds
+            : settings.warmupSeconds;
+          firstInScenario = false;
+          if (warmupSeconds > 0) {
             for (const target of targets) {
               process.stdout.write(`warm-up   ${at} ${target}\n`);
               const w = await measure(
@@ -540,7 +565,7 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
                 connectionsOf(driver, target),
                 scenario,
                 concurrency,
-                settings.warmupSeconds * 1000,
+                warmupSeconds * 1000,
                 undefined,
               );
               if (w.load.errors > 0) throw new Error(`warm-up failed: ${w.load.firstError}`);
@@ -692,6 +717,7 @@ export function unaryBudgetMs(settings: Settings): number {
         settings.concurrency.length *
         settings.drivers.length *
         perDriverMs) +
+    2 * settings.scenarios.length * servers * settings.firstWarmupSeconds * 1000 +
     settings.scenarios.length * (COUNT_MAX_MS + 10_000) +
     2 * (servers + 1) * SERVER_START_TIMEOUT_MS +
     60_000
