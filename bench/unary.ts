@@ -76,7 +76,8 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
  *   BENCH_CPU_PROF_DIR, BENCH_SERVER_NODE_ARGS: profiling and node flags of
  *                              the servers (see below)
  * Time: scenarios x levels in flight x drivers x (stores + 1) x (warm-up + rounds x seconds),
- * plus about 2 s per server for start-up and seeding.
+ * plus scenarios x (stores + 1) x (first warm-up - warm-up) and about 2 s per
+ * server for start-up and seeding.
  */
 
 interface NumberSetting {
