@@ -104,7 +104,7 @@ const SETTINGS = {
     env: "BENCH_FIRST_WARMUP_SECONDS",
     // FIRST_WARMUP: V8 was still compiling the real server's Add path with
     // TurboFan 5-9 s into a 64-in-flight load (its compiler threads used 16 %
-    // of the server's CPU then, about 1 % from 15 s on; perf record, Redis
+    // of the server's CPU then, 0.5 % from 15 s on; perf record, Redis
     // store). A 2 s warm-up measured that compilation: 262 against 167-197 us
     // of server CPU per Add once it settled. The bare server has far less code
     // to compile; both get the same warm-up.

@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import type { Strategy } from "../../../src/core/types.js";
 import { summary, user, window20 } from "../fixtures.js";
-import { type ContractBackend, cmd, storeOfEachCase } from "./support.js";
+import { type ContractBackend, cmd, fold, storeOfEachCase } from "./support.js";
 
 export function foldsContract(backend: ContractBackend): void {
   describe("fold leases and summaries", () => {
@@ -36,24 +36,15 @@ export function foldsContract(backend: ContractBackend): void {
 
     it("keeps the summary over Adds that keep the strategy and drops it when the strategy changes", async () => {
       await store.append(cmd({ strategy: summary, messages: [user("1"), user("2"), user("3")] }));
-      const thread = await store.getThread("ns", "t");
-      const token = (await store.acquireFoldLease("ns", "t", 10_000)) ?? 0;
-      await store.commitSummary({
-        namespace: "ns",
-        threadId: "t",
-        incarnation: thread?.incarnation ?? "",
-        leaseToken: token,
-        fromSeq: 0,
-        throughSeq: 2,
-        summary: "s",
-        foldedCount: 2,
-        now: 5,
-      });
-      await store.releaseFoldLease("ns", "t", token);
+      await fold(store, "t", 2);
       // No strategy named, and the same one named: the summary stays.
       await store.append(cmd({ strategy: undefined, messages: [user("4")] }));
       const kept = await store.append(cmd({ strategy: summary, messages: [user("5")] }));
-      expect(kept.thread).toMatchObject({ summary: "s", summarizedThroughSeq: 2, summaryTime: 5 });
+      expect(kept.thread).toMatchObject({
+        summary: "through 2",
+        summarizedThroughSeq: 2,
+        summaryTime: 1500,
+      });
       const moved = await store.append(
         cmd({
           strategy: window20,
