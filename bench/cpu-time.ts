@@ -8,7 +8,8 @@ import { readFileSync } from "node:fs";
 
 let clockTicks: number | undefined;
 
-function ticksPerSecond(): number {
+/** Clock ticks per second of /proc's CPU times (getconf CLK_TCK). */
+export function ticksPerSecond(): number {
   if (clockTicks === undefined) {
     try {
       clockTicks = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim());

@@ -12,11 +12,15 @@ import { Client, credentials, Metadata, type ServiceError } from "@grpc/grpc-js"
  * Two clients drive the load:
  * - "grpc-js": @grpc/grpc-js channels, what a Node client of the service uses.
  * - "h2": gRPC framing written by hand on node:http2 sessions. It costs the
- *   driver about a quarter of the CPU per call of grpc-js, so on a small
- *   machine the server, not the driver, is what runs out of CPU first.
+ *   driver about a quarter of the CPU per call of grpc-js, but still 75-100
+ *   µs per call: on a 2-core machine it held the bare server back (h2load.ts
+ *   has the figures), which is why the unary bench also drives with h2load.
  */
 
-export type DriverKind = "grpc-js" | "h2";
+/** The drivers that run inside the bench's own process (openConnections). */
+export type InProcessDriver = "grpc-js" | "h2";
+/** Every load driver of the unary bench; "h2load" is a child process (h2load.ts). */
+export type DriverKind = InProcessDriver | "h2load";
 
 /** One connection (HTTP/2 session) able to make unary calls. */
 interface Connection {
@@ -25,7 +29,7 @@ interface Connection {
 }
 
 export interface Connections {
-  readonly driver: DriverKind;
+  readonly driver: InProcessDriver;
   readonly connections: readonly Connection[];
   close(): void;
 }
@@ -33,7 +37,11 @@ export interface Connections {
 const identity = (bytes: Buffer): Buffer => bytes;
 
 /** Opens `count` connections of `driver` to `address` ("127.0.0.1:port"). */
-export function openConnections(driver: DriverKind, address: string, count: number): Connections {
+export function openConnections(
+  driver: InProcessDriver,
+  address: string,
+  count: number,
+): Connections {
   return driver === "grpc-js" ? openGrpcJs(address, count) : openH2(address, count);
 }
 

@@ -2,10 +2,13 @@ import { fileURLToPath } from "node:url";
 import { fromBinary } from "@bufbuild/protobuf";
 import { AddResponseSchema, GetResponseSchema } from "../gen/ts/windlass/memory/v1/memory_pb.js";
 import { machineBusyMicros } from "./cpu-time.js";
+import { H2LOAD_MISSING, h2loadAvailable, rpcFailures, runH2load } from "./h2load.js";
 import {
   type Connections,
   callOnce,
   type DriverKind,
+  type InProcessDriver,
+  type LoadResult,
   openConnections,
   quantile,
   runLoad,
@@ -64,7 +67,9 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
  *                              measures every level on every server in turn
  *   BENCH_CONNECTIONS=4        HTTP/2 connections per server and driver
  *   BENCH_THREADS=300          threads the Add scenario writes to, round-robin
- *   BENCH_DRIVERS=grpc-js,h2   load clients (see load.ts)
+ *   BENCH_DRIVERS=grpc-js,h2,h2load
+ *                              load clients (load.ts; h2load.ts, which needs
+ *                              Debian's nghttp2-client)
  *   BENCH_SCENARIOS=Add,Get
  *   BENCH_STORES=memory,sqlite,redis,postgres
  *                              stores of the real server, one process each;
@@ -164,7 +169,7 @@ const CONCURRENCY_ENV = "BENCH_CONCURRENCY";
 const DEFAULT_CONCURRENCY: readonly number[] = [64];
 const MAX_CONCURRENCY = 10_000;
 const DRIVERS_ENV = "BENCH_DRIVERS";
-const ALL_DRIVERS: readonly DriverKind[] = ["grpc-js", "h2"];
+const ALL_DRIVERS: readonly DriverKind[] = ["grpc-js", "h2", "h2load"];
 const SCENARIOS_ENV = "BENCH_SCENARIOS";
 const ALL_SCENARIOS: readonly UnaryCall[] = ["Add", "Get"];
 /** The stores the real server runs on, one server each, beside the bare server. */
@@ -298,6 +303,66 @@ interface Scenario {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** One driver's load on one server: its calls, and the driver's own CPU time meanwhile. */
+type Drive = (
+  scenario: Scenario,
+  concurrency: number,
+  durationMs: number,
+) => Promise<{ load: LoadResult; driverCpuMicros: number }>;
+
+/** A driver in this process: its CPU is this process's. */
+function inProcessDrive(target: Connections): Drive {
+  return async (scenario, concurrency, durationMs) => {
+    const before = process.cpuUsage();
+    const load = await runLoad(target, scenario.path, scenario.requests, {
+      concurrency,
+      durationMs,
+      callTimeoutMs: CALL_TIMEOUT_MS,
+    });
+    const used = process.cpuUsage(before);
+    return { load, driverCpuMicros: used.user + used.system };
+  };
+}
+
+/**
+ * h2load (h2load.ts) on one server, with the scenario's first request. A
+ * real server's failed calls are read from its /metrics, since h2load sees
+ * only HTTP statuses; the bare server answers every call alike.
+ */
+function h2loadDrive(server: ServerProcess, connections: number, real: boolean): Drive {
+  return async (scenario, concurrency, durationMs) => {
+    const failures = async (): Promise<number> => {
+      if (!real) return 0;
+      if (server.httpPort === undefined)
+        throw new Error(`${server.label}: no HTTP port for /metrics`);
+      return rpcFailures(server.httpPort, scenario.name);
+    };
+    const request = scenario.requests[0];
+    if (request === undefined) throw new Error(`${scenario.name}: no request to send`);
+    const before = await failures();
+    const run = await runH2load(`127.0.0.1:${server.grpcPort}`, scenario.path, request, {
+      concurrency,
+      connections,
+      durationMs,
+      callTimeoutMs: CALL_TIMEOUT_MS,
+    });
+    const failed = (await failures()) - before;
+    if (run.driverCpuMicros === undefined) throw new Error("h2load: its CPU time was not read");
+    const load: LoadResult =
+      failed === 0
+        ? run.load
+        : {
+            ...run.load,
+            calls: run.load.calls - failed,
+            errors: run.load.errors + failed,
+            firstError:
+              run.load.firstError ??
+              `${failed} calls failed (the server's windlass_rpc_requests_total)`,
+          };
+    return { load, driverCpuMicros: run.driverCpuMicros };
+  };
+}
+
 /**
  * What a measurement reads of the database behind a store, when the redis
  * or postgres store is measured: its processes' CPU, and Redis's command
@@ -310,7 +375,7 @@ interface StoreWatch {
 
 async function measure(
   server: ServerProcess,
-  target: Connections,
+  drive: Drive,
   scenario: Scenario,
   concurrency: number,
   durationMs: number,
@@ -320,13 +385,7 @@ async function measure(
   const storeBefore = store?.cpuMicros();
   const machineBefore = machineBusyMicros();
   const serverBefore = server.cpuMicros();
-  const driverBefore = process.cpuUsage();
-  const load = await runLoad(target, scenario.path, scenario.requests, {
-    concurrency,
-    durationMs,
-    callTimeoutMs: CALL_TIMEOUT_MS,
-  });
-  const driverUsage = process.cpuUsage(driverBefore);
+  const { load, driverCpuMicros } = await drive(scenario, concurrency, durationMs);
   const serverAfter = server.cpuMicros();
   const machineAfter = machineBusyMicros();
   const storeAfter = store?.cpuMicros();
@@ -335,7 +394,6 @@ async function measure(
     serverBefore === undefined || serverAfter === undefined
       ? undefined
       : serverAfter - serverBefore;
-  const driverCpuMicros = driverUsage.user + driverUsage.system;
   const storeCpuMicros =
     storeBefore === undefined || storeAfter === undefined ? undefined : storeAfter - storeBefore;
   return {
@@ -394,6 +452,9 @@ async function checkBare(address: string, expected: { add: Buffer; get: Buffer }
 
 /** Runs the unary scenario; `command` is the command line that reproduces it. */
 export async function runUnary(settings: Settings, command: string): Promise<ScenarioOutcome> {
+  if (settings.drivers.includes("h2load") && !h2loadAvailable()) {
+    throw new UsageError(H2LOAD_MISSING);
+  }
   const root = fileURLToPath(new URL("../../", import.meta.url));
   const realScript = `${root}bin/windlass-memory.js`;
   const bareScript = fileURLToPath(new URL("./bare-server.js", import.meta.url));
@@ -421,9 +482,10 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
     "--port 0 --http-port 0 --store STORE, otherwise default settings, one process per store: " +
     `${settings.stores.map((store) => storeDescriptions[store]).join(", ")}; ` +
     "bare: dist/bench/bare-server.js), " +
-    "this process drives the load (pre-encoded requests, responses not decoded) with two clients: " +
-    "grpc-js channels (what a Node client costs) and a minimal gRPC client on node:http2 " +
-    "(about a third of grpc-js's CPU per call, so the server rather than the driver runs out of CPU)" +
+    "load drivers (pre-encoded requests, responses not decoded): in this process grpc-js channels " +
+    "(what a Node client costs) and a minimal gRPC client on node:http2 (h2: about a third of " +
+    "grpc-js's CPU per call), and h2load (nghttp2's C load generator, a child process: about a " +
+    "tenth of h2's CPU per call, so the machine's CPU goes to the server measured)" +
     (settings.serverNodeArgs.length === 0
       ? ""
       : `; all servers run with node ${settings.serverNodeArgs.join(" ")}`);
@@ -440,7 +502,11 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
         `after a warm-up of ${settings.firstWarmupSeconds} s the first time in each scenario, ` +
         `${settings.warmupSeconds} s later`,
       `workload: Add = 1 user message (100 B) per call to ${settings.threads} threads round-robin; ` +
-        `Get = window ${GET_WINDOW} of a thread holding ${GET_SEED_MESSAGES} messages (100-200 B)`,
+        `Get = window ${GET_WINDOW} of a thread holding ${GET_SEED_MESSAGES} messages (100-200 B)` +
+        (settings.drivers.includes("h2load")
+          ? "; h2load sends one request body, so its Add writes to the first thread only " +
+            "(at its max_stored from the first second on: each Add also trims one message)"
+          : ""),
       "",
     ].join("\n"),
   );
@@ -523,23 +589,26 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
       if (p === undefined) throw new Error(`no server for ${target}`);
       return p;
     };
+    // Opened on first use and kept for the run (so each server's connections warm up once).
     const connectionsByKey = new Map<string, Connections>();
-    for (const driver of settings.drivers) {
-      for (const target of targets) {
-        const connections = openConnections(
+    const connectionsOf = (driver: InProcessDriver, target: Target): Connections => {
+      const key = `${driver}/${target}`;
+      let c = connectionsByKey.get(key);
+      if (c === undefined) {
+        c = openConnections(
           driver,
           `127.0.0.1:${processOf(target).grpcPort}`,
           settings.connections,
         );
-        open.push(connections);
-        connectionsByKey.set(`${driver}/${target}`, connections);
+        open.push(c);
+        connectionsByKey.set(key, c);
       }
-    }
-    const connectionsOf = (driver: DriverKind, target: Target): Connections => {
-      const c = connectionsByKey.get(`${driver}/${target}`);
-      if (c === undefined) throw new Error(`no connections for ${driver}/${target}`);
       return c;
     };
+    const driveOf = (driver: DriverKind, target: Target): Drive =>
+      driver === "h2load"
+        ? h2loadDrive(processOf(target), settings.connections, target !== "bare")
+        : inProcessDrive(connectionsOf(driver, target));
     const storeWatchOf = (target: Target): StoreWatch | undefined =>
       target === "redis" ? redisWatch : target === "postgres" ? postgresWatch : undefined;
 
@@ -563,7 +632,7 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
               process.stdout.write(`warm-up   ${at} ${target}\n`);
               const w = await measure(
                 processOf(target),
-                connectionsOf(driver, target),
+                driveOf(driver, target),
                 scenario,
                 concurrency,
                 warmupSeconds * 1000,
@@ -580,7 +649,7 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
             for (const target of order) {
               const m = await measure(
                 processOf(target),
-                connectionsOf(driver, target),
+                driveOf(driver, target),
                 scenario,
                 concurrency,
                 settings.seconds * 1000,
@@ -607,9 +676,12 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
         }
       }
       if (probe !== undefined && processes.has("redis")) {
-        // Out of the timed runs: MONITOR slows Redis. The h2 driver when it
-        // runs, the one whose own cost is least.
-        const driver = settings.drivers.includes("h2") ? "h2" : (settings.drivers[0] ?? "h2");
+        // Out of the timed runs: MONITOR slows Redis. Always an in-process
+        // driver (h2, else grpc-js when only it runs): h2load sends one request.
+        const driver: InProcessDriver =
+          settings.drivers.includes("grpc-js") && !settings.drivers.includes("h2")
+            ? "grpc-js"
+            : "h2";
         const count = await countRedisCommands(
           probe,
           connectionsOf(driver, "redis"),
