@@ -2,7 +2,7 @@ import { fileURLToPath } from "node:url";
 import { fromBinary } from "@bufbuild/protobuf";
 import { AddResponseSchema, GetResponseSchema } from "../gen/ts/windlass/memory/v1/memory_pb.js";
 import { machineBusyMicros } from "./cpu-time.js";
-import { H2LOAD_MISSING, h2loadAvailable, rpcFailures, runH2load } from "./h2load.js";
+import { H2LOAD_MISSING, h2loadAvailable, h2loadSpread, rpcFailures, runH2load } from "./h2load.js";
 import {
   type Connections,
   callOnce,
@@ -231,10 +231,25 @@ export function readSettings(env: NodeJS.ProcessEnv, quick = false): Settings {
     numbers[key] = value;
   }
   const cpuProfDir = env[CPU_PROF_ENV];
+  const concurrency = concurrencySetting(env);
+  const drivers = listSetting(env, DRIVERS_ENV, ALL_DRIVERS);
+  if (drivers.includes("h2load")) {
+    if (!h2loadAvailable()) throw new UsageError(H2LOAD_MISSING);
+    // h2load spreads its calls evenly over its connections.
+    for (const level of concurrency) {
+      try {
+        h2loadSpread(level, numbers.connections ?? 1);
+      } catch (err) {
+        throw new UsageError(
+          `${CONCURRENCY_ENV} and ${SETTINGS.connections.env}: ${(err as Error).message}`,
+        );
+      }
+    }
+  }
   return {
     ...(numbers as { [K in keyof typeof SETTINGS]: number }),
-    concurrency: concurrencySetting(env),
-    drivers: listSetting(env, DRIVERS_ENV, ALL_DRIVERS),
+    concurrency,
+    drivers,
     scenarios: listSetting(env, SCENARIOS_ENV, ALL_SCENARIOS),
     stores: listSetting(env, STORES_ENV, ALL_STORES),
     redisServer: env[REDIS_SERVER_ENV] || "redis-server",
@@ -452,9 +467,6 @@ async function checkBare(address: string, expected: { add: Buffer; get: Buffer }
 
 /** Runs the unary scenario; `command` is the command line that reproduces it. */
 export async function runUnary(settings: Settings, command: string): Promise<ScenarioOutcome> {
-  if (settings.drivers.includes("h2load") && !h2loadAvailable()) {
-    throw new UsageError(H2LOAD_MISSING);
-  }
   const root = fileURLToPath(new URL("../../", import.meta.url));
   const realScript = `${root}bin/windlass-memory.js`;
   const bareScript = fileURLToPath(new URL("./bare-server.js", import.meta.url));
