@@ -6,11 +6,12 @@ import type { LoadResult } from "./load.js";
 
 /**
  * The "h2load" driver: nghttp2's load generator (Debian's nghttp2-client), a
- * C program. It cost about 9-11 µs of CPU per call here, against 75-100 µs
- * for the node:http2 driver ("h2", load.ts), so on this 2-core machine the
- * driver takes little CPU from the server it measures: with the h2 driver the
- * bare grpc-js server reached 9,500-11,800 Adds/s at 85-90 % of a core, with
- * h2load 16,900 at 105-111 %.
+ * C program. It cost 9-16 µs of CPU per call here, against 75-100 µs for
+ * the node:http2 driver ("h2", load.ts), so on this 2-core machine the driver
+ * takes little CPU from the server it measures. In one bench run
+ * (bench/RESULTS.md, "with the h2load driver beside h2") the bare grpc-js
+ * server answered 13,644 Adds/s at 104 % of a core with h2load, against
+ * 9,533 at 91 % with h2.
  *
  * What it cannot do, and what the bench does instead:
  * - It sends one request body on every call: its Add writes every message to

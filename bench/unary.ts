@@ -497,7 +497,7 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
     "load drivers (pre-encoded requests, responses not decoded): in this process grpc-js channels " +
     "(what a Node client costs) and a minimal gRPC client on node:http2 (h2: about a third of " +
     "grpc-js's CPU per call), and h2load (nghttp2's C load generator, a child process: about a " +
-    "tenth of h2's CPU per call, so the machine's CPU goes to the server measured)" +
+    "sixth of h2's CPU per call, so the machine's CPU goes to the server measured)" +
     (settings.serverNodeArgs.length === 0
       ? ""
       : `; all servers run with node ${settings.serverNodeArgs.join(" ")}`);
