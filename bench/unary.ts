@@ -689,7 +689,8 @@ export async function runUnary(settings: Settings, command: string): Promise<Sce
       }
       if (probe !== undefined && processes.has("redis")) {
         // Out of the timed runs: MONITOR slows Redis. Always an in-process
-        // driver (h2, else grpc-js when only it runs): h2load sends one request.
+        // driver, h2 unless the drivers name grpc-js without h2: h2load sends
+        // one request.
         const driver: InProcessDriver =
           settings.drivers.includes("grpc-js") && !settings.drivers.includes("h2")
             ? "grpc-js"
