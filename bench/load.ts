@@ -12,9 +12,10 @@ import { Client, credentials, Metadata, type ServiceError } from "@grpc/grpc-js"
  * Two clients drive the load:
  * - "grpc-js": @grpc/grpc-js channels, what a Node client of the service uses.
  * - "h2": gRPC framing written by hand on node:http2 sessions. It costs the
- *   driver about a quarter of the CPU per call of grpc-js, but still 75-100
- *   µs per call: on a 2-core machine it held the bare server back (h2load.ts
- *   has the figures), which is why the unary bench also drives with h2load.
+ *   driver about a quarter of the CPU per call of grpc-js, but still 87-101
+ *   µs per call in the recorded run: on a 2-core machine it held the bare
+ *   server back (h2load.ts has the figures), which is why the unary bench
+ *   also drives with h2load.
  */
 
 /** The drivers that run inside the bench's own process (openConnections). */
