@@ -20,10 +20,10 @@ import type { LoadResult } from "./load.js";
  *   one thread (the first of the Add scenario's threads), not round-robin.
  *   That thread reaches its max_stored (1,000 by default) within the first
  *   second and from then on every Add also trims one message, as on a long
- *   conversation; the in-process drivers' 300 threads never reach it. So an
- *   h2load Add costs the real server more than theirs: in the recorded run
- *   the memory store's server CPU per Add was 198 µs under h2load against
- *   164 under h2 (the Redis store's 207 against 206).
+ *   conversation; the in-process drivers' 300 threads never reach it. In
+ *   the two recorded runs the real server's CPU per Add was higher under
+ *   h2load than under h2: memory store +20 % and +7 %, Redis store +0.4 %
+ *   and +21 %; so h2load's Add ratios are not the other drivers' workload.
  * - It reads HTTP statuses only, and a gRPC failure is an HTTP 200 whose
  *   trailer says grpc-status; the bench counts failures from the real
  *   server's windlass_rpc_requests_total by code (rpcFailures below). The
