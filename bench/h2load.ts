@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ticksPerSecond } from "./cpu-time.js";
-import type { LoadResult } from "./load.js";
+import { grpcFrame, type LoadResult } from "./load.js";
 
 /**
  * The "h2load" driver: nghttp2's load generator (Debian's nghttp2-client), a
@@ -42,9 +42,12 @@ export const H2LOAD_MISSING =
   `the h2load driver needs ${H2LOAD} (Debian: apt-get install nghttp2-client), ` +
   "or leave it out: BENCH_DRIVERS=grpc-js,h2";
 
+let available: boolean | undefined;
+
+/** Whether h2load runs (asked once: the bench reads its settings more than once). */
 export function h2loadAvailable(): boolean {
-  const probe = spawnSync(H2LOAD, ["--version"], { stdio: "ignore" });
-  return probe.status === 0;
+  available ??= spawnSync(H2LOAD, ["--version"], { stdio: "ignore" }).status === 0;
+  return available;
 }
 
 export interface H2loadOptions {
@@ -87,11 +90,7 @@ export async function runH2load(
   try {
     const body = join(dir, "request");
     const log = join(dir, "log");
-    // The gRPC frame: no compression flag, then the message's length.
-    const frame = Buffer.alloc(5 + request.length);
-    frame.writeUInt32BE(request.length, 1);
-    request.copy(frame, 5);
-    writeFileSync(body, frame);
+    writeFileSync(body, grpcFrame(request));
     const { clients, streams } = h2loadSpread(options.concurrency, options.connections);
     const args = [
       "-c",

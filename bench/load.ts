@@ -150,7 +150,7 @@ function percentDecoded(text: string): string {
 const frames = new WeakMap<Buffer, Buffer>();
 
 /** The request as one gRPC length-prefixed message (uncompressed), built once per request. */
-function grpcFrame(message: Buffer): Buffer {
+export function grpcFrame(message: Buffer): Buffer {
   let frame = frames.get(message);
   if (frame === undefined) {
     frame = Buffer.alloc(5 + message.length);

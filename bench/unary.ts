@@ -55,7 +55,8 @@ import { ALL_STORES, openStoreBackends, type StoreBackends, type StoreKind } fro
  * (fsync on) are the bench's own, fresh for each run, removed and stopped
  * at the end.
  *
- * Settings (environment; the defaults take about 5 minutes on 2 cores):
+ * Settings (environment; the defaults take about 6.5 minutes on 2 cores, by
+ * the arithmetic below with five servers and three drivers):
  *   BENCH_SECONDS=3            length of one measurement
  *   BENCH_FIRST_WARMUP_SECONDS=15
  *                              a server's first warm-up in each scenario (see

@@ -1,8 +1,7 @@
-import { spawnSync } from "node:child_process";
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { H2LOAD, runH2load } from "../../bench/h2load.js";
+import { H2LOAD_MISSING, h2loadAvailable, runH2load } from "../../bench/h2load.js";
 
 /**
  * The h2load driver end to end: the real h2load (Debian's nghttp2-client;
@@ -12,13 +11,7 @@ import { H2LOAD, runH2load } from "../../bench/h2load.js";
 
 /** h2load must be there: a missing tool fails the run, never skips it. */
 function requireH2load(): void {
-  const probe = spawnSync(H2LOAD, ["--version"], { encoding: "utf8" });
-  if (probe.error !== undefined || probe.status !== 0) {
-    throw new Error(
-      `${H2LOAD} is needed to test the bench's h2load driver (Debian: apt-get install nghttp2-client); ` +
-        `running it failed: ${probe.error?.message ?? probe.stderr}`,
-    );
-  }
+  if (!h2loadAvailable()) throw new Error(H2LOAD_MISSING);
 }
 
 let server: http2.Http2Server;
