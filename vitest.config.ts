@@ -1,4 +1,5 @@
 import { defineConfig } from "vitest/config";
+import LongestFirstSequencer from "./test/support/longest-first-sequencer.js";
 
 export default defineConfig({
   test: {
@@ -9,6 +10,8 @@ export default defineConfig({
     hookTimeout: 30_000,
     // Integration tests start servers on free ports; two workers fit 2 cores.
     maxWorkers: 2,
+    // The longest files first, so no worker is left running one alone at the end.
+    sequence: { sequencer: LongestFirstSequencer },
     reporters: ["default", "./test/support/closing-line-reporter.ts"],
   },
 });
