@@ -6,6 +6,7 @@ import {
   DEFAULT_SUMMARY_WINDOW,
   DEFAULT_WINDOW,
 } from "./core/strategy.js";
+import { prepareTokenCounting } from "./core/tokens.js";
 import type { Strategy } from "./core/types.js";
 import type { Logger } from "./logger.js";
 import { ServerMetrics } from "./metrics.js";
@@ -39,6 +40,8 @@ export interface App {
  * wiring only; `main.ts` adds the process concerns (argv, env, signals).
  */
 export async function startApp(config: Config, logger: Logger): Promise<App> {
+  // Before the ports open, so that no call waits for it.
+  prepareTokenCounting();
   const metrics = new ServerMetrics();
   const createdStore = await createStore(config.store, {
     eventRetention: config.eventRetention,

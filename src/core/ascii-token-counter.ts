@@ -1,10 +1,11 @@
 /**
  * o200k_base token counts of ASCII text, without a regular expression and
  * without a string per pre-token. Most chat text is ASCII, and counting it
- * with gpt-tokenizer cost more CPU than anything else an Add does on a
- * Redis store (bench/RESULTS.md): its pre-token regular expression has
- * Unicode property classes, and each pre-token becomes a string looked up in
- * a map of 200,000 strings.
+ * with gpt-tokenizer was the largest part of an Add's CPU spent in the
+ * service's own path (about 7 % of the server's CPU per Add on Redis in a
+ * profile; bench/RESULTS.md): its pre-token regular expression has Unicode
+ * property classes, and each pre-token becomes a string looked up in a map
+ * of 200,000 strings.
  *
  * The count is exactly gpt-tokenizer's, which is the definition of it
  * (test/core/ascii-token-counter.test.ts compares the two on random ASCII):
@@ -17,7 +18,8 @@
  *   result its backtracking gives.
  * - A pre-token that is one token of the vocabulary counts 1. The
  *   vocabulary's ASCII strings are kept in an open-addressing table of typed
- *   arrays (FNV-1a hashes, checked against the bytes), built on first use.
+ *   arrays (FNV-1a hashes, checked against the bytes), built by prepare()
+ *   or else on first use (about 50 ms and 3 MB).
  * - Any other pre-token is counted by the given `countPiece` (gpt-tokenizer:
  *   a pre-token counted alone is cut as in its text, so the count is the
  *   same), remembered in a bounded map, as the same words recur.
@@ -205,22 +207,33 @@ function preTokenEnd(text: string, i: number, n: number): number {
  * encoding's ranks (gpt-tokenizer's bpeRanks/o200k_base); `countPiece`
  * counts one pre-token that is not a single token.
  */
+export interface AsciiTokenCounter {
+  /** The text's tokens, or undefined when it has a character above U+007F. */
+  count(text: string): number | undefined;
+  /** Builds the vocabulary table now rather than in the first count (a server's start-up). */
+  prepare(): void;
+}
+
 export function asciiTokenCounter(
   vocabulary: readonly (string | readonly number[])[],
   countPiece: (piece: string) => number,
-): (text: string) => number | undefined {
+): AsciiTokenCounter {
   let singles: SingleTokens | undefined;
   const pieceCounts = new Map<string, number>();
-  return (text) => {
-    if (!isAscii(text)) return undefined;
+  const prepare = (): SingleTokens => {
     singles ??= buildSingleTokens(vocabulary);
+    return singles;
+  };
+  const count = (text: string): number | undefined => {
+    if (!isAscii(text)) return undefined;
+    const table = prepare();
     const n = text.length;
-    let count = 0;
+    let tokens = 0;
     for (let i = 0; i < n; ) {
       const end = preTokenEnd(text, i, n);
-      if (end - i === 1 || isSingleToken(singles, text, i, end)) {
+      if (end - i === 1 || isSingleToken(table, text, i, end)) {
         // Every ASCII character is a token of its own.
-        count += 1;
+        tokens += 1;
       } else {
         const piece = text.slice(i, end);
         let pieceCount = pieceCounts.get(piece);
@@ -229,10 +242,16 @@ export function asciiTokenCounter(
           if (pieceCounts.size >= PIECE_COUNTS_KEPT) pieceCounts.clear();
           pieceCounts.set(piece, pieceCount);
         }
-        count += pieceCount;
+        tokens += pieceCount;
       }
       i = end;
     }
-    return count;
+    return tokens;
+  };
+  return {
+    count,
+    prepare: () => {
+      prepare();
+    },
   };
 }
