@@ -2,7 +2,7 @@
  * o200k_base token counts of ASCII text, without a regular expression and
  * without a string per pre-token. Most chat text is ASCII, and counting it
  * with gpt-tokenizer was the largest part of an Add's CPU spent in the
- * service's own path (about 7 % of the server's CPU per Add on Redis in a
+ * service's own path (about 8 % of the server's CPU per Add on Redis in a
  * profile; bench/RESULTS.md): its pre-token regular expression has Unicode
  * property classes, and each pre-token becomes a string looked up in a map
  * of 200,000 strings.
