@@ -93,18 +93,22 @@ export interface BuildTotals {
 export interface Comparison {
   readonly base: BuildTotals;
   readonly head: BuildTotals;
-  /** Bursts in which head cost less CPU per call than the base's burst just before it. */
+  /** Pairs of bursts (one each, in turn) in which head cost less CPU per call than base. */
   readonly headCheaper: number;
 }
 
 export function summarize(c: Comparison): string {
+  if (c.base.calls === 0 || c.head.calls === 0) {
+    return `no call succeeded (base ${c.base.failed} failed, head ${c.head.failed} failed): nothing to compare`;
+  }
   const perCall = (t: BuildTotals): number => t.cpuMicros / t.calls;
   const base = perCall(c.base);
   const head = perCall(c.head);
   const lines = [
     `base: ${c.base.calls} calls, ${base.toFixed(1)} µs server CPU per call, ${c.base.failed} failed`,
     `head: ${c.head.calls} calls, ${head.toFixed(1)} µs server CPU per call, ${c.head.failed} failed`,
-    `head/base: ${(head / base).toFixed(3)}; head cheaper in ${c.headCheaper} of ${c.head.perBurst.length} paired bursts`,
+    `head/base: ${(head / base).toFixed(3)}; head cheaper in ${c.headCheaper} of ${c.head.perBurst.length} paired bursts` +
+      (c.base.failed + c.head.failed > 0 ? " (calls failed: CPU per call is not comparable)" : ""),
     `bursts (µs per call, base/head): ${c.base.perBurst
       .map((b, i) => `${b.toFixed(0)}/${(c.head.perBurst[i] ?? Number.NaN).toFixed(0)}`)
       .join(" ")}`,
@@ -114,25 +118,30 @@ export function summarize(c: Comparison): string {
 
 /** A git worktree of `ref` with this checkout's node_modules, built; removed by the returned function. */
 function buildWorktree(checkout: string, ref: string): { dir: string; remove(): void } {
-  const dir = join(mkdtempSync(join(tmpdir(), "windlass-base-")), "checkout");
-  execFileSync("git", ["-C", checkout, "worktree", "add", "--detach", dir, ref], {
-    stdio: "ignore",
-  });
+  const parent = mkdtempSync(join(tmpdir(), "windlass-base-"));
+  const dir = join(parent, "checkout");
+  let added = false;
   const remove = (): void => {
-    execFileSync("git", ["-C", checkout, "worktree", "remove", "--force", dir], {
-      stdio: "ignore",
-    });
-    rmSync(resolve(dir, ".."), { recursive: true, force: true });
+    try {
+      if (added) git(checkout, ["worktree", "remove", "--force", dir]);
+    } catch {
+      // Left registered if git could not remove it: prune forgets it once the directory is gone.
+    }
+    rmSync(parent, { recursive: true, force: true });
+    if (added) {
+      try {
+        git(checkout, ["worktree", "prune"]);
+      } catch {}
+    }
   };
   try {
+    git(checkout, ["worktree", "add", "--detach", dir, ref]);
+    added = true;
     symlinkSync(join(checkout, "node_modules"), join(dir, "node_modules"), "dir");
     execFileSync(
       process.execPath,
       [join(checkout, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.json"],
-      {
-        cwd: dir,
-        stdio: "inherit",
-      },
+      { cwd: dir, stdio: "inherit" },
     );
   } catch (err) {
     remove();
@@ -141,20 +150,46 @@ function buildWorktree(checkout: string, ref: string): { dir: string; remove(): 
   return { dir, remove };
 }
 
+/** Runs git; its error output is in the message when it fails. */
+function git(cwd: string, args: readonly string[]): string {
+  try {
+    return execFileSync("git", ["-C", cwd, ...args], { encoding: "utf8", stdio: "pipe" });
+  } catch (err) {
+    const stderr = (err as { stderr?: string }).stderr?.trim() ?? "";
+    throw new Error(`git ${args.join(" ")} failed${stderr === "" ? "" : `: ${stderr}`}`);
+  }
+}
+
+/** Whether the base's package-lock.json differs from this checkout's: then it runs on head's packages. */
+function lockfileDiffers(checkout: string, ref: string): boolean {
+  try {
+    git(checkout, ["diff", "--quiet", ref, "--", "package-lock.json"]);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
 interface Side {
   readonly server: ServerProcess;
   readonly redis: BenchRedis | undefined;
+  readonly redisDir: string | undefined;
   readonly totals: BuildTotals;
 }
 
 async function startSide(checkout: string, label: string, o: CompareOptions): Promise<Side> {
-  const redis =
-    o.store === "redis"
-      ? await startBenchRedis(
-          process.env.REDIS_SERVER || "redis-server",
-          mkdtempSync(join(tmpdir(), "windlass-compare-redis-")),
-        )
-      : undefined;
+  const redisDir =
+    o.store === "redis" ? mkdtempSync(join(tmpdir(), "windlass-compare-redis-")) : undefined;
+  let redis: BenchRedis | undefined;
+  try {
+    redis =
+      redisDir === undefined
+        ? undefined
+        : await startBenchRedis(process.env.REDIS_SERVER || "redis-server", redisDir);
+  } catch (err) {
+    if (redisDir !== undefined) rmSync(redisDir, { recursive: true, force: true });
+    throw err;
+  }
   try {
     const server = await startServerProcess({
       label,
@@ -162,11 +197,23 @@ async function startSide(checkout: string, label: string, o: CompareOptions): Pr
       args: serveArgs(redis?.url ?? "memory"),
       startTimeoutMs: START_TIMEOUT_MS,
     });
-    return { server, redis, totals: { cpuMicros: 0, calls: 0, failed: 0, perBurst: [] } };
+    return {
+      server,
+      redis,
+      redisDir,
+      totals: { cpuMicros: 0, calls: 0, failed: 0, perBurst: [] },
+    };
   } catch (err) {
     await redis?.stop();
+    if (redisDir !== undefined) rmSync(redisDir, { recursive: true, force: true });
     throw err;
   }
+}
+
+async function stopSide(side: Side): Promise<void> {
+  await side.server.stop();
+  await side.redis?.stop();
+  if (side.redisDir !== undefined) rmSync(side.redisDir, { recursive: true, force: true });
 }
 
 async function burst(side: Side, o: CompareOptions, durationMs: number): Promise<void> {
@@ -190,10 +237,13 @@ async function burst(side: Side, o: CompareOptions, durationMs: number): Promise
   if (before === undefined || after === undefined) {
     throw new Error("compare-builds: no CPU times (it needs Linux's /proc)");
   }
+  // h2load's "succeeded" holds the calls that failed with a gRPC status (HTTP 200).
+  const grpcFailed = (await rpcFailures(httpPort, method)) - failedBefore;
+  const calls = Math.max(0, run.load.calls - grpcFailed);
   side.totals.cpuMicros += after - before;
-  side.totals.calls += run.load.calls;
-  side.totals.failed += run.load.errors + (await rpcFailures(httpPort, method)) - failedBefore;
-  side.totals.perBurst.push((after - before) / Math.max(1, run.load.calls));
+  side.totals.calls += calls;
+  side.totals.failed += run.load.errors + grpcFailed;
+  side.totals.perBurst.push(calls === 0 ? Number.NaN : (after - before) / calls);
 }
 
 export async function compareBuilds(o: CompareOptions, checkout: string): Promise<Comparison> {
@@ -203,6 +253,15 @@ export async function compareBuilds(o: CompareOptions, checkout: string): Promis
   }
   const worktree = buildWorktree(checkout, o.baseRef);
   const sides: Side[] = [];
+  // A signal would end the process without the finally below: clean up, then exit.
+  const onSignal = (signal: NodeJS.Signals): void => {
+    void Promise.allSettled(sides.map(stopSide)).then(() => {
+      worktree.remove();
+      process.exit(signal === "SIGINT" ? 130 : 143);
+    });
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
   try {
     sides.push(await startSide(worktree.dir, "base", o));
     sides.push(await startSide(checkout, "head", o));
@@ -222,16 +281,17 @@ export async function compareBuilds(o: CompareOptions, checkout: string): Promis
     }
     let headCheaper = 0;
     for (let i = 0; i < o.bursts; i++) {
-      await burst(base, o, o.burstMs);
-      await burst(head, o, o.burstMs);
+      // Base first in even pairs, head first in odd ones: a drift within a
+      // pair does not always fall on the same build.
+      const order = i % 2 === 0 ? [base, head] : [head, base];
+      for (const side of order) await burst(side, o, o.burstMs);
       if ((head.totals.perBurst[i] as number) < (base.totals.perBurst[i] as number)) headCheaper++;
     }
     return { base: base.totals, head: head.totals, headCheaper };
   } finally {
-    for (const side of sides) {
-      await side.server.stop();
-      await side.redis?.stop();
-    }
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    for (const side of sides) await stopSide(side);
     worktree.remove();
   }
 }
@@ -243,6 +303,16 @@ async function main(): Promise<void> {
     `compare-builds: ${options.call} on ${options.store}, base ${options.baseRef} against this checkout, ` +
       `${options.bursts} bursts of ${options.burstMs / 1000} s each (h2load, ${CONCURRENCY} in flight)\n`,
   );
+  try {
+    git(checkout, ["rev-parse", "--verify", "--quiet", `${options.baseRef}^{commit}`]);
+  } catch {
+    throw new UsageError(`--base-ref ${options.baseRef} is not a commit of this repository`);
+  }
+  if (lockfileDiffers(checkout, options.baseRef)) {
+    process.stdout.write(
+      `note: ${options.baseRef}'s package-lock.json differs from this checkout's; the base is built and run with this checkout's node_modules\n`,
+    );
+  }
   process.stdout.write(`${summarize(await compareBuilds(options, checkout))}\n`);
 }
 

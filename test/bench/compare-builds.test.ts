@@ -46,6 +46,16 @@ describe("the compare-builds bench", () => {
     expect(refusal(["--base-ref"])).toMatch(/--base-ref needs a value/);
   });
 
+  it("says when no call succeeded, and when failed calls make CPU per call incomparable", () => {
+    const none = { cpuMicros: 1000, calls: 0, failed: 5, perBurst: [Number.NaN] };
+    const some = { cpuMicros: 1000, calls: 10, failed: 0, perBurst: [100] };
+    expect(summarize({ base: some, head: none, headCheaper: 0 })).toMatch(/nothing to compare/);
+    expect(summarize({ base: some, head: { ...some, failed: 1 }, headCheaper: 0 })).toMatch(
+      /calls failed: CPU per call is not comparable/,
+    );
+    expect(summarize({ base: some, head: some, headCheaper: 0 })).not.toMatch(/not comparable/);
+  });
+
   it("gives each build's CPU per call over all its bursts, their ratio and the paired count", () => {
     const text = summarize({
       base: { cpuMicros: 2_000_000, calls: 10_000, failed: 0, perBurst: [210, 190] },
