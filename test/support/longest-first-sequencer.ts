@@ -29,11 +29,24 @@ export function longestRank(path: string): number {
   return rank === -1 ? LONGEST_FILES.length : rank;
 }
 
-/** Vitest's own order (BaseSequencer), with the files of LONGEST_FILES moved to the front. */
+/**
+ * Vitest's own order (BaseSequencer), with the files of LONGEST_FILES moved
+ * to the front of their group and project (which still run in vitest's order).
+ */
 export default class LongestFirstSequencer extends BaseSequencer {
   override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
     const byVitest = await super.sort(files);
-    // Array.prototype.sort is stable: files outside the list keep vitest's order.
-    return byVitest.sort((a, b) => longestRank(a.moduleId) - longestRank(b.moduleId));
+    const position = new Map(byVitest.map((f, i) => [f, i]));
+    const group = (f: TestSpecification): number =>
+      f.project === undefined ? 0 : f.project.config.sequence.groupOrder;
+    const project = (f: TestSpecification): string => f.project?.name ?? "";
+    return byVitest.sort(
+      (a, b) =>
+        group(a) - group(b) ||
+        // As vitest compares project names.
+        (project(a) === project(b) ? 0 : project(a) < project(b) ? -1 : 1) ||
+        longestRank(a.moduleId) - longestRank(b.moduleId) ||
+        (position.get(a) ?? 0) - (position.get(b) ?? 0),
+    );
   }
 }
