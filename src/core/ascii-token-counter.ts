@@ -36,21 +36,12 @@ const LINE_BREAK = 4; // \r \n
 const SPACE = 5; // \t \v \f and space: whitespace that is not a line break
 const OTHER = 6;
 
-const CLASS = new Uint8Array(128);
-for (let c = 0; c < 128; c++) {
-  CLASS[c] =
-    c >= 65 && c <= 90
-      ? UPPER
-      : c >= 97 && c <= 122
-        ? LOWER
-        : c >= 48 && c <= 57
-          ? DIGIT
-          : c === 10 || c === 13
-            ? LINE_BREAK
-            : c === 32 || c === 9 || c === 11 || c === 12
-              ? SPACE
-              : OTHER;
-}
+const CLASS = new Uint8Array(128).fill(OTHER);
+for (let c = 65; c <= 90; c++) CLASS[c] = UPPER; // A-Z
+for (let c = 97; c <= 122; c++) CLASS[c] = LOWER; // a-z
+for (let c = 48; c <= 57; c++) CLASS[c] = DIGIT; // 0-9
+for (const c of [10, 13]) CLASS[c] = LINE_BREAK;
+for (const c of [9, 11, 12, 32]) CLASS[c] = SPACE;
 
 const APOSTROPHE = 39;
 const SLASH = 47;
@@ -248,10 +239,5 @@ export function asciiTokenCounter(
     }
     return tokens;
   };
-  return {
-    count,
-    prepare: () => {
-      prepare();
-    },
-  };
+  return { count, prepare };
 }

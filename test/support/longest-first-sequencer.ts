@@ -36,17 +36,16 @@ export function longestRank(path: string): number {
 export default class LongestFirstSequencer extends BaseSequencer {
   override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
     const byVitest = await super.sort(files);
-    const position = new Map(byVitest.map((f, i) => [f, i]));
     const group = (f: TestSpecification): number =>
       f.project === undefined ? 0 : f.project.config.sequence.groupOrder;
     const project = (f: TestSpecification): string => f.project?.name ?? "";
+    // Array.prototype.sort is stable: files that compare equal keep vitest's order.
     return byVitest.sort(
       (a, b) =>
         group(a) - group(b) ||
         // As vitest compares project names.
         (project(a) === project(b) ? 0 : project(a) < project(b) ? -1 : 1) ||
-        longestRank(a.moduleId) - longestRank(b.moduleId) ||
-        (position.get(a) ?? 0) - (position.get(b) ?? 0),
+        longestRank(a.moduleId) - longestRank(b.moduleId),
     );
   }
 }
