@@ -1,7 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { strategyKey } from "../../src/core/strategy.js";
 import type { Strategy } from "../../src/core/types.js";
-import { newThreadIncarnation, strategyArgs } from "../../src/store/redis/codec.js";
+import {
+  decodeThread,
+  decodeThreadValues,
+  LINEAGE_VALUE,
+  newThreadIncarnation,
+  strategyArgs,
+  THREAD_FIELDS,
+} from "../../src/store/redis/codec.js";
 import { buffer, summary, window20 } from "./fixtures.js";
 
 /** The Redis store's script arguments that are kept or made cheaply (codec.ts). */
@@ -29,5 +36,54 @@ describe("Redis codec", () => {
     expect(made.size).toBe(100_000);
     // A random part per process: two processes never share one.
     expect(newThreadIncarnation()).toMatch(/^[0-9a-f-]{36}\.[0-9a-z]+$/);
+  });
+
+  it("decodes a thread the same from HGETALL's pairs and from an HMGET of THREAD_FIELDS", () => {
+    const base: Record<string, string> = {
+      thread_id: "t",
+      incarnation: "inc.1",
+      strategy: JSON.stringify(summary),
+      strategy_key: strategyKey(summary),
+      kind: "summary",
+      last_seq: "42",
+      summarized_through_seq: "30",
+      summary: "so far",
+      summary_time: "1700",
+      create_time: "1000",
+      update_time: "1900",
+      counted: "1",
+      bytes: "1234",
+    };
+    const parent = { threadId: "p", atSeq: 7, forkTime: 1500, parentCreateTime: 900 };
+    const hashes: Record<string, string>[] = [
+      base,
+      { ...base, labels: JSON.stringify({ team: "a", "b/c": "d" }) },
+      { ...base, ttl_ms: "60000", expire_at: "61900" },
+      { ...base, parent: JSON.stringify(parent), lineage: "[]" },
+      {
+        ...base,
+        labels: '{"x":"y"}',
+        ttl_ms: "5",
+        expire_at: "1905",
+        parent: JSON.stringify(parent),
+      },
+    ];
+    for (const hash of hashes) {
+      const flat = Object.entries(hash).flat();
+      const values = THREAD_FIELDS.map((name) => hash[name] ?? null);
+      const state = decodeThread(flat);
+      expect(decodeThreadValues(values)).toEqual(state);
+      expect(state.lastSeq).toBe(42);
+      expect(state.labels !== undefined).toBe(hash.labels !== undefined);
+      expect(state.expireTime !== undefined).toBe(hash.expire_at !== undefined);
+      expect(state.parent).toEqual(hash.parent === undefined ? undefined : parent);
+      expect(values[LINEAGE_VALUE] !== null).toBe(hash.lineage !== undefined);
+    }
+    // A record without a field a thread must have is refused, by either path.
+    const { summary: _dropped, ...damaged } = base;
+    expect(() => decodeThread(Object.entries(damaged).flat())).toThrow(/no field summary/);
+    expect(() => decodeThreadValues(THREAD_FIELDS.map((name) => damaged[name] ?? null))).toThrow(
+      /no field summary/,
+    );
   });
 });

@@ -11,8 +11,8 @@ import { appendCommands, buffer, summary, user, window20 } from "./fixtures.js";
 
 /**
  * A single-node store answers a Get's read without Lua once it has read the
- * thread before (reads.ts readTail: HGETALL, LLEN and the list's tail in one
- * MULTI, cut to the window the READ script would return). Against a real
+ * thread before (reads.ts readTail: an HMGET of the thread's fields, LLEN and
+ * the list's tail in one MULTI, cut to the window the READ script would return). Against a real
  * redis-server: after any sequence of Adds, summary commits, Rewinds and
  * Clears, a store that reads by tail answers exactly what a fresh store
  * (whose first read is the script's) answers, and the tail path is the one
@@ -203,6 +203,30 @@ describe("Redis tail reads", () => {
       expect((await evalshaCalls()) - before).toBe(11);
     } finally {
       await store.close();
+    }
+  });
+
+  it("read a thread's labels and ttl as the script does", async () => {
+    const prefix = `tail-${randomUUID()}`;
+    const store = await createRedisStore(redis.url, {}, { keyPrefix: prefix });
+    const fresh = await createRedisStore(redis.url, {}, { keyPrefix: prefix });
+    try {
+      // Now, not the other tests' small times: a ttl is checked against the clock on read.
+      const now = Date.now();
+      await store.append(
+        cmd({ messages: [user("a")], labels: { team: "blue" }, ttlMs: 3_600_000, now }),
+      );
+      await store.read("ns", "t", { limit: undefined });
+      const before = await evalshaCalls();
+      const got = await store.read("ns", "t", { limit: undefined });
+      expect(await evalshaCalls()).toBe(before);
+      expect(got?.thread.labels).toEqual({ team: "blue" });
+      expect(got?.thread.ttlMs).toBe(3_600_000);
+      expect(got?.thread.expireTime).toBe(now + 3_600_000);
+      expect(shape(got)).toEqual(shape(await fresh.read("ns", "t", { limit: undefined })));
+    } finally {
+      await store.close();
+      await fresh.close();
     }
   });
 

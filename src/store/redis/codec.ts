@@ -180,26 +180,95 @@ function field(map: Map<string, string>, name: string): string {
   return v;
 }
 
+/**
+ * The thread hash fields a ThreadState is made of, in the order
+ * decodeThreadValues reads them: what an HMGET of a thread asks for (a Get
+ * reads the thread this way, with half the strings of an HGETALL and no
+ * map), and where decodeThread puts an HGETALL's fields. `lineage` comes
+ * last: no ThreadState field, but a read must know whether the thread has
+ * frozen segments (forks.ts).
+ */
+export const THREAD_FIELDS = [
+  "thread_id",
+  "incarnation",
+  "strategy",
+  "last_seq",
+  "summarized_through_seq",
+  "summary",
+  "summary_time",
+  "create_time",
+  "update_time",
+  "labels",
+  "ttl_ms",
+  "expire_at",
+  "parent",
+  "lineage",
+] as const;
+
+/** Where each of THREAD_FIELDS is in decodeThreadValues' array. */
+const THREAD_FIELD_INDEX = new Map<string, number>(THREAD_FIELDS.map((name, i) => [name, i]));
+
+function at(name: (typeof THREAD_FIELDS)[number]): number {
+  return THREAD_FIELDS.indexOf(name);
+}
+
+const LABELS = at("labels");
+const TTL_MS = at("ttl_ms");
+const EXPIRE_AT = at("expire_at");
+const PARENT = at("parent");
+/** THREAD_FIELDS' index of `lineage`: a value there means the thread has frozen segments. */
+export const LINEAGE_VALUE = at("lineage");
+
+/** A thread hash as HGETALL's flat field/value array. */
 export function decodeThread(flat: unknown): ThreadState {
-  const f = pairs(flat);
+  const list = asArray(flat);
+  const values = new Array<unknown>(THREAD_FIELDS.length).fill(null);
+  for (let i = 0; i + 1 < list.length; i += 2) {
+    const index = THREAD_FIELD_INDEX.get(asString(list[i]));
+    if (index !== undefined) values[index] = asString(list[i + 1]);
+  }
+  return decodeThreadValues(values);
+}
+
+/**
+ * A thread hash as an HMGET of THREAD_FIELDS replies: each value in its
+ * field's place, null for a field the hash does not have.
+ */
+export function decodeThreadValues(values: readonly unknown[]): ThreadState {
+  const labels = optionalValue(values, LABELS);
+  const expireAt = optionalValue(values, EXPIRE_AT);
+  const parent = optionalValue(values, PARENT);
   return {
-    threadId: field(f, "thread_id"),
-    incarnation: field(f, "incarnation"),
-    strategy: strategyFromJson(field(f, "strategy")),
-    lastSeq: Number(field(f, "last_seq")),
-    summarizedThroughSeq: Number(field(f, "summarized_through_seq")),
-    summary: field(f, "summary"),
-    summaryTime: Number(field(f, "summary_time")),
-    createTime: Number(field(f, "create_time")),
-    updateTime: Number(field(f, "update_time")),
+    threadId: requiredValue(values, 0),
+    incarnation: requiredValue(values, 1),
+    strategy: strategyFromJson(requiredValue(values, 2)),
+    lastSeq: Number(requiredValue(values, 3)),
+    summarizedThroughSeq: Number(requiredValue(values, 4)),
+    summary: requiredValue(values, 5),
+    summaryTime: Number(requiredValue(values, 6)),
+    createTime: Number(requiredValue(values, 7)),
+    updateTime: Number(requiredValue(values, 8)),
     // Written by the scripts' set_labels from Labels.
-    ...(f.has("labels") ? { labels: JSON.parse(field(f, "labels")) as Labels } : {}),
-    ...(f.has("expire_at")
-      ? { ttlMs: Number(field(f, "ttl_ms")), expireTime: Number(field(f, "expire_at")) }
-      : {}),
+    ...(labels === undefined ? {} : { labels: JSON.parse(labels) as Labels }),
+    ...(expireAt === undefined
+      ? {}
+      : { ttlMs: Number(requiredValue(values, TTL_MS)), expireTime: Number(expireAt) }),
     // Written by FORK and IMPORT_THREAD from ForkOrigin.
-    ...(f.has("parent") ? { parent: JSON.parse(field(f, "parent")) as ForkOrigin } : {}),
+    ...(parent === undefined ? {} : { parent: JSON.parse(parent) as ForkOrigin }),
   };
+}
+
+function requiredValue(values: readonly unknown[], index: number): string {
+  const v = values[index];
+  if (typeof v !== "string") {
+    throw new Error(`redis store: a record has no field ${THREAD_FIELDS[index]}`);
+  }
+  return v;
+}
+
+function optionalValue(values: readonly unknown[], index: number): string | undefined {
+  const v = values[index];
+  return v === null || v === undefined ? undefined : asString(v);
 }
 
 /** The `lineage` field of a thread hash as a flat field array (keys.ts); "" when none. */

@@ -4,7 +4,14 @@ import { isExpired } from "../../core/ttl.js";
 import type { Labels, StoredMessage, ThreadState } from "../../core/types.js";
 import { livePage } from "../live-page.js";
 import { READ_SLACK, type ReadView, type ThreadSnapshot } from "../store.js";
-import { asArray, asString, decodeThread } from "./codec.js";
+import {
+  asArray,
+  asString,
+  decodeThread,
+  decodeThreadValues,
+  LINEAGE_VALUE,
+  THREAD_FIELDS,
+} from "./codec.js";
 import type { RedisContext } from "./context.js";
 import { type NamespaceKeys, shardIndex } from "./keys.js";
 import { LIST_LABELED } from "./lua/list-labeled.js";
@@ -64,10 +71,10 @@ export async function readThread(
 }
 
 /**
- * A Get's read without Lua: the thread hash, the list's length and its last
- * `tail` entries in one MULTI (what this thread's last Get needed; see
- * tailSize), cut to the window the READ script would
- * have returned (windowStart mirrors it). Redis copies a script's replies
+ * A Get's read without Lua: the thread's fields (an HMGET of THREAD_FIELDS),
+ * the list's length and its last `tail` entries in one MULTI (what this
+ * thread's last Get needed; see tailSize), cut to the window the READ
+ * script would have returned (windowStart mirrors it). Redis copies a script's replies
  * through Lua, which costs it several times the commands themselves
  * (bench/redis-read-cost.ts). "script" when the tail fell short of the window (a summary
  * thread's unfolded turns grew past it) or the thread has frozen segments
@@ -81,20 +88,21 @@ async function readTail(
   view: ReadView,
 ): Promise<ThreadSnapshot | undefined | "script"> {
   const [thread, length, entries] = await ctx.io.atomic([
-    ["HGETALL", threadKey],
+    ["HMGET", threadKey, ...THREAD_FIELDS],
     ["LLEN", messagesKey],
     ["LRANGE", messagesKey, String(-tail), "-1"],
   ]);
-  const fields = asArray(thread);
-  if (fields.length === 0) {
+  const values = asArray(thread);
+  // No field at all: no thread (one without thread_id fails to decode, as a damaged record).
+  if (values.every((v) => v === null)) {
     ctx.readTails.delete(threadKey);
     return undefined;
   }
-  if (hasLineage(fields)) {
+  if (values[LINEAGE_VALUE] !== null) {
     ctx.readTails.delete(threadKey);
     return "script";
   }
-  const state = decodeThread(fields);
+  const state = decodeThreadValues(values);
   const len = Number(length);
   const start = windowStart(state, len, view.limit);
   const fetchedFrom = Math.max(0, len - tail);
