@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { strategyKey } from "../../src/core/strategy.js";
 import type { Strategy } from "../../src/core/types.js";
 import {
+  decodeResult,
   decodeThread,
   decodeThreadValues,
   LINEAGE_VALUE,
@@ -85,5 +86,28 @@ describe("Redis codec", () => {
     expect(() => decodeThreadValues(THREAD_FIELDS.map((name) => damaged[name] ?? null))).toThrow(
       /no field summary/,
     );
+  });
+
+  it("reads an append result with the thread as pairs (recorded) or as values after '='", () => {
+    const hash: Record<string, string> = {
+      thread_id: "t",
+      incarnation: "inc.2",
+      strategy: JSON.stringify(window20),
+      last_seq: "5",
+      summarized_through_seq: "0",
+      summary: "",
+      summary_time: "0",
+      create_time: "1000",
+      update_time: "1005",
+      labels: '{"k":"v"}',
+    };
+    const pairs = `4\n5\n${JSON.stringify(Object.entries(hash).flat())}`;
+    // What lua/append.ts's cjson.encode of the HMGET gives: false for Lua's nil.
+    const values = `4\n5\n=${JSON.stringify(THREAD_FIELDS.map((name) => hash[name] ?? false))}`;
+    const fromPairs = decodeResult(pairs, true);
+    expect(decodeResult(values, false)).toEqual({ ...fromPairs, replayed: false });
+    expect(fromPairs).toMatchObject({ firstSeq: 4, lastSeq: 5, replayed: true });
+    expect(fromPairs.thread).toMatchObject({ lastSeq: 5, labels: { k: "v" }, updateTime: 1005 });
+    expect(fromPairs.thread.expireTime).toBeUndefined();
   });
 });

@@ -232,7 +232,8 @@ export function decodeThread(flat: unknown): ThreadState {
 
 /**
  * A thread hash as an HMGET of THREAD_FIELDS replies: each value in its
- * field's place, null for a field the hash does not have.
+ * field's place, null for a field the hash does not have (false where a
+ * script encoded the HMGET as JSON: Lua's nil).
  */
 export function decodeThreadValues(values: readonly unknown[]): ThreadState {
   const labels = optionalValue(values, LABELS);
@@ -268,7 +269,7 @@ function requiredValue(values: readonly unknown[], index: number): string {
 
 function optionalValue(values: readonly unknown[], index: number): string | undefined {
   const v = values[index];
-  return v === null || v === undefined ? undefined : asString(v);
+  return v === null || v === undefined || v === false ? undefined : asString(v);
 }
 
 /** The `lineage` field of a thread hash as a flat field array (keys.ts); "" when none. */
@@ -276,17 +277,28 @@ export function lineageField(flat: unknown): string {
   return pairs(flat).get("lineage") ?? "";
 }
 
-/** An append result as the script records it: `"<first>\n<last>\n<thread as JSON array>"`. */
+/**
+ * An append result (lua/append.ts): `"<first>\n<last>\n<thread>"`, the thread
+ * as the JSON of HGETALL's flat pairs (what a request record holds, so
+ * every release can replay it), or, for an Add without a request id, `=`
+ * and the JSON of THREAD_FIELDS' values (false for a field the hash lacks).
+ */
 export function decodeResult(text: string, replayed: boolean): AppendResult {
   const a = text.indexOf("\n");
   const b = text.indexOf("\n", a + 1);
+  const thread =
+    text.charCodeAt(b + 1) === EQUALS
+      ? decodeThreadValues(JSON.parse(text.slice(b + 2)) as unknown[])
+      : decodeThread(JSON.parse(text.slice(b + 1)) as unknown);
   return {
-    thread: decodeThread(JSON.parse(text.slice(b + 1)) as unknown),
+    thread,
     firstSeq: Number(text.slice(0, a)),
     lastSeq: Number(text.slice(a + 1, b)),
     replayed,
   };
 }
+
+const EQUALS = 61;
 
 /**
  * A Rewind's result as the script records it (lua/idempotency.ts):
