@@ -63,3 +63,30 @@ export function machineBusyMicros(): number | undefined {
   );
   return Number.isFinite(busy) ? (busy * 1_000_000) / ticksPerSecond() : undefined;
 }
+
+/** Of one thread, from its schedstat: time on a CPU, and time runnable but waiting for one. */
+export interface ThreadSchedMicros {
+  readonly onCpu: number;
+  readonly waiting: number;
+}
+
+/**
+ * /proc/PID/task/TID/schedstat's first two fields (nanoseconds): time spent
+ * on a CPU and time spent runnable on a run queue, waiting for one.
+ */
+export function parseSchedstat(text: string): ThreadSchedMicros | undefined {
+  const [onCpu, waiting] = text.trim().split(/\s+/).map(Number);
+  if (onCpu === undefined || waiting === undefined) return undefined;
+  if (!Number.isFinite(onCpu) || !Number.isFinite(waiting)) return undefined;
+  return { onCpu: onCpu / 1000, waiting: waiting / 1000 };
+}
+
+/**
+ * The main thread's (TID = PID) scheduling of a process. A node server's
+ * event loop runs there: the time it neither ran nor waited for a CPU, it
+ * slept with nothing to do (an idle loop waiting on its sockets).
+ */
+export function mainThreadSchedMicros(pid: number): ThreadSchedMicros | undefined {
+  const text = readProc(`/proc/${pid}/task/${pid}/schedstat`);
+  return text === undefined ? undefined : parseSchedstat(text);
+}

@@ -1,3 +1,4 @@
+import type { ThreadSchedMicros } from "./cpu-time.js";
 import { type DriverKind, type LoadResult, quantile } from "./load.js";
 import type { StoreKind } from "./stores.js";
 
@@ -23,6 +24,11 @@ export interface Measurement {
   readonly otherCpuMicros: number | undefined;
   /** CPU time redis-server or PostgreSQL used during the run: those stores only, and only with /proc. */
   readonly storeCpuMicros: number | undefined;
+  /**
+   * The server's main thread (its event loop) over the run: time on a CPU and
+   * time runnable but waiting for one (schedstat); undefined without /proc.
+   */
+  readonly serverMainThread?: ThreadSchedMicros | undefined;
   /**
    * Commands Redis ran during the run, by name, including those run inside
    * Lua scripts (INFO commandstats); redis store only.
@@ -107,6 +113,9 @@ interface Row {
   readonly otherCpuPercent: number | undefined;
   /** redis-server CPU per call (redis store only). */
   readonly storeCpuUsPerCall: number | undefined;
+  /** Of the wall time, the server's main thread on a CPU, waiting for one, and the rest asleep (idle). */
+  readonly mainOnCpuPercent: number | undefined;
+  readonly mainWaitingPercent: number | undefined;
 }
 
 interface Ratio {
@@ -151,6 +160,8 @@ function rows(result: BenchResult): Row[] {
       latencies.sort();
       const serverCpu = sumDefined(ms.map((m) => m.serverCpuMicros));
       const otherCpu = sumDefined(ms.map((m) => m.otherCpuMicros));
+      const mainOnCpu = sumDefined(ms.map((m) => m.serverMainThread?.onCpu));
+      const mainWaiting = sumDefined(ms.map((m) => m.serverMainThread?.waiting));
       const driverCpu = sum(ms.map((m) => m.driverCpuMicros));
       const storeCpu = hasStoreProcess(target)
         ? sumDefined(ms.map((m) => m.storeCpuMicros))
@@ -174,6 +185,9 @@ function rows(result: BenchResult): Row[] {
         driverCpuPercent: percent(driverCpu),
         otherCpuPercent: otherCpu === undefined ? undefined : percent(otherCpu),
         storeCpuUsPerCall: storeCpu === undefined ? undefined : storeCpu / calls,
+        // Time, not CPU: of the wall time, as a share of one thread's.
+        mainOnCpuPercent: mainOnCpu === undefined ? undefined : percent(mainOnCpu),
+        mainWaitingPercent: mainWaiting === undefined ? undefined : percent(mainWaiting),
       });
     }
   }
@@ -298,6 +312,8 @@ export function formatTable(result: BenchResult): string {
     "drv CPU us/call",
     "drv CPU %",
     "other CPU %",
+    "main on CPU %",
+    "main waits %",
     "calls",
     "errors",
     "calls/s per round",
@@ -317,6 +333,8 @@ export function formatTable(result: BenchResult): string {
     fixed(r.driverCpuUsPerCall, 1),
     fixed(r.driverCpuPercent, 0),
     fixed(r.otherCpuPercent, 0),
+    fixed(r.mainOnCpuPercent, 0),
+    fixed(r.mainWaitingPercent, 0),
     String(r.calls),
     String(r.errors),
     r.roundCallsPerSec.join(" "),
@@ -341,7 +359,9 @@ export function formatTable(result: BenchResult): string {
     "other processes, noise). A side near 100 % is the bottleneck;",
     "CPU us/call is the steadier figure when the machine is shared. store CPU is the bench's",
     "redis-server (redis store) or PostgreSQL's processes (postgres store: postmaster and",
-    "backends), serving the real server (not counted in other).",
+    "backends), serving the real server (not counted in other). main on CPU % and main waits %",
+    "are of the wall time, for the server's main thread (its event loop; schedstat): on a CPU,",
+    "and runnable but waiting for one; the rest of the time it slept, with nothing to do.",
     "",
   ];
   const busiest = Math.max(0, ...all.map((r) => r.otherCpuPercent ?? 0));
@@ -455,6 +475,8 @@ export function formatJson(result: BenchResult): string {
       driverCpuUsPerCall: round(r.driverCpuUsPerCall, 1),
       driverCpuPercent: round(r.driverCpuPercent, 0),
       otherCpuPercent: round(r.otherCpuPercent, 0),
+      mainOnCpuPercent: round(r.mainOnCpuPercent, 0),
+      mainWaitingPercent: round(r.mainWaitingPercent, 0),
       storeCpuUsPerCall: round(r.storeCpuUsPerCall, 1),
       calls: r.calls,
       errors: r.errors,

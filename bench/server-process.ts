@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { processCpuMicros } from "./cpu-time.js";
+import { mainThreadSchedMicros, processCpuMicros, type ThreadSchedMicros } from "./cpu-time.js";
 
 /**
  * A server under test running in its own node process, so that on a small
@@ -15,6 +15,8 @@ export interface ServerProcess {
   readonly httpPort: number | undefined;
   /** User + system CPU time the process has used so far, in microseconds; undefined without /proc. */
   cpuMicros(): number | undefined;
+  /** Its main thread's (the event loop's) time on a CPU and waiting for one so far; undefined without /proc. */
+  mainThreadSched(): ThreadSchedMicros | undefined;
   /** The last few KB the process wrote to stderr (e.g. the inspector's URL). */
   stderrText(): string;
   /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
@@ -142,6 +144,7 @@ export function startServerProcess(options: StartServerProcessOptions): Promise<
           HTTP_LISTENING.exec(stdout),
         ),
         cpuMicros: () => processCpuMicros(pid),
+        mainThreadSched: () => mainThreadSchedMicros(pid),
         stderrText: () => stderrTail,
         stop,
       });

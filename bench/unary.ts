@@ -401,7 +401,9 @@ async function measure(
   const storeBefore = store?.cpuMicros();
   const machineBefore = machineBusyMicros();
   const serverBefore = server.cpuMicros();
+  const schedBefore = server.mainThreadSched();
   const { load, driverCpuMicros } = await drive(scenario, concurrency, durationMs);
+  const schedAfter = server.mainThreadSched();
   const serverAfter = server.cpuMicros();
   const machineAfter = machineBusyMicros();
   const storeAfter = store?.cpuMicros();
@@ -432,6 +434,13 @@ async function measure(
               (storeCpuMicros ?? 0),
           ),
     storeCpuMicros,
+    serverMainThread:
+      schedBefore === undefined || schedAfter === undefined
+        ? undefined
+        : {
+            onCpu: schedAfter.onCpu - schedBefore.onCpu,
+            waiting: schedAfter.waiting - schedBefore.waiting,
+          },
     redisCommands:
       commandsBefore === undefined || commandsAfter === undefined
         ? undefined
