@@ -286,9 +286,32 @@ const byCommand = (counts: ReadonlyMap<string, number>): string =>
     .map(([name, n]) => `${name} ${n >= 0.1 || n === 0 ? n.toFixed(2) : n.toPrecision(2)}`)
     .join(", ") || "none";
 
+/**
+ * Commands the server sends on its own timers, whatever the load, which a
+ * counted batch of calls catches now and then: the store's incarnation check
+ * (SET … NX GET, every second: src/store/redis/incarnation.ts) and the TTL
+ * sweep's scan of the namespaces that have a ttl (SSCAN, clears.ts). No Add
+ * sends either, so the target's count leaves them out (they stay in the
+ * per-command figures).
+ */
+export const PERIODIC_COMMANDS: ReadonlySet<string> = new Set(["set", "sscan"]);
+
+/** Commands the server sent per call, those of its own timers left out. */
+export function sentPerCallByCalls(r: {
+  readonly sentPerCall: number | undefined;
+  readonly sentByCommand: ReadonlyMap<string, number>;
+}): number | undefined {
+  if (r.sentPerCall === undefined) return undefined;
+  let periodic = 0;
+  for (const [name, n] of r.sentByCommand) if (PERIODIC_COMMANDS.has(name)) periodic += n;
+  return r.sentPerCall - periodic;
+}
+
 /** Whether the server sends at most the target number of commands per Add. */
 function meetsRedisTarget(r: RedisPerCall, target: number): boolean | undefined {
-  return r.sentPerCall === undefined ? undefined : r.sentPerCall <= target;
+  const byCalls = sentPerCallByCalls(r);
+  // Quotients subtracted: 1.002 - 0.001 - 0.001 is a hair over 1 in floating point.
+  return byCalls === undefined ? undefined : byCalls <= target + 1e-9;
 }
 
 const fixed = (n: number | undefined, digits: number): string =>
@@ -407,9 +430,14 @@ export function formatTable(result: BenchResult): string {
       `Redis commands per call, redis store (target: at most ${result.redisTargetPerAdd} sent per Add):`,
     );
     for (const r of redis) {
+      const periodic = [...r.sentByCommand.keys()].filter((name) => PERIODIC_COMMANDS.has(name));
+      const apart =
+        periodic.length === 0
+          ? ""
+          : ` (${fixed(sentPerCallByCalls(r), 2)} without ${periodic.join(" and ")}, sent on the server's own timers)`;
       const verdict =
         r.scenario === "Add"
-          ? `: ${meetsRedisTarget(r, result.redisTargetPerAdd) ? "meets the target" : "ABOVE the target"}`
+          ? `: ${meetsRedisTarget(r, result.redisTargetPerAdd) ? "meets the target" : "ABOVE the target"}${apart}`
           : "";
       out.push(
         `  ${r.scenario}: sent by the server ${fixed(r.sentPerCall, 2)} per call (${byCommand(r.sentByCommand)}; ` +
