@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { THREAD_FIELDS } from "../src/store/redis/codec.js";
 import { READ } from "../src/store/redis/lua/read.js";
 import { parseRedisUrl } from "../src/store/redis/redis-url.js";
 import { RespConnection } from "../src/store/redis/resp-connection.js";
@@ -113,10 +114,10 @@ async function main(): Promise<void> {
           c.sendCommand(["EVALSHA", READ.sha, "2", thread, list, "view", "", String(READ_SLACK)]),
       },
       {
-        name: "MULTI HGETALL LLEN LRANGE EXEC",
+        name: "MULTI HMGET LLEN LRANGE EXEC",
         call: () =>
           c.sendAtomic([
-            ["HGETALL", thread],
+            ["HMGET", thread, ...THREAD_FIELDS],
             ["LLEN", list],
             ["LRANGE", list, `-${tail}`, "-1"],
           ]),

@@ -5,7 +5,7 @@ import {
   decodeResult,
   decodeThread,
   decodeThreadValues,
-  LINEAGE_VALUE,
+  LINEAGE_INDEX,
   newThreadIncarnation,
   strategyArgs,
   THREAD_FIELDS,
@@ -78,7 +78,7 @@ describe("Redis codec", () => {
       expect(state.labels !== undefined).toBe(hash.labels !== undefined);
       expect(state.expireTime !== undefined).toBe(hash.expire_at !== undefined);
       expect(state.parent).toEqual(hash.parent === undefined ? undefined : parent);
-      expect(values[LINEAGE_VALUE] !== null).toBe(hash.lineage !== undefined);
+      expect(values[LINEAGE_INDEX] !== null).toBe(hash.lineage !== undefined);
     }
     // A record without a field a thread must have is refused, by either path.
     const { summary: _dropped, ...damaged } = base;

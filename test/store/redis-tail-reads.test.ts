@@ -230,6 +230,34 @@ describe("Redis tail reads", () => {
     }
   });
 
+  it("leave a hash with none of a thread's fields to the script, and fail as it does", async () => {
+    const prefix = `tail-${randomUUID()}`;
+    const store = await createRedisStore(redis.url, {}, { keyPrefix: prefix });
+    const fresh = await createRedisStore(redis.url, {}, { keyPrefix: prefix });
+    const c = createClient({ url: redis.url });
+    await c.connect();
+    try {
+      await store.append(cmd({ messages: [user("a")] }));
+      await store.read("ns", "t", { limit: undefined });
+      const [threadKey] = await c.keys(`${prefix}*:t:t`);
+      expect(threadKey).toBeDefined();
+      // Damaged: the thread's hash holds only a counter, none of the fields a thread has.
+      await c.del(threadKey as string);
+      await c.hSet(threadKey as string, "bytes", "5");
+      const before = await evalshaCalls();
+      const byTail = await store.read("ns", "t", { limit: undefined }).catch((e: Error) => e);
+      expect(await evalshaCalls()).toBe(before + 1);
+      const byScript = await fresh.read("ns", "t", { limit: undefined }).catch((e: Error) => e);
+      // Not answered as a missing thread: the same failure as a store reading by script.
+      expect(byTail).toBeInstanceOf(Error);
+      expect((byTail as Error).message).toBe((byScript as Error).message);
+    } finally {
+      await c.close();
+      await store.close();
+      await fresh.close();
+    }
+  });
+
   it("fall back to the script for good where Redis refuses MULTI (a proxy without it)", async () => {
     const noMulti = await startRedisServer({ args: ["--rename-command", "MULTI", ""] });
     try {

@@ -212,12 +212,21 @@ function at(name: (typeof THREAD_FIELDS)[number]): number {
   return THREAD_FIELDS.indexOf(name);
 }
 
+const THREAD_ID = at("thread_id");
+const INCARNATION = at("incarnation");
+const STRATEGY = at("strategy");
+const LAST_SEQ = at("last_seq");
+const SUMMARIZED_THROUGH_SEQ = at("summarized_through_seq");
+const SUMMARY = at("summary");
+const SUMMARY_TIME = at("summary_time");
+const CREATE_TIME = at("create_time");
+const UPDATE_TIME = at("update_time");
 const LABELS = at("labels");
 const TTL_MS = at("ttl_ms");
 const EXPIRE_AT = at("expire_at");
 const PARENT = at("parent");
 /** THREAD_FIELDS' index of `lineage`: a value there means the thread has frozen segments. */
-export const LINEAGE_VALUE = at("lineage");
+export const LINEAGE_INDEX = at("lineage");
 
 /** A thread hash as HGETALL's flat field/value array. */
 export function decodeThread(flat: unknown): ThreadState {
@@ -240,15 +249,15 @@ export function decodeThreadValues(values: readonly unknown[]): ThreadState {
   const expireAt = optionalValue(values, EXPIRE_AT);
   const parent = optionalValue(values, PARENT);
   return {
-    threadId: requiredValue(values, 0),
-    incarnation: requiredValue(values, 1),
-    strategy: strategyFromJson(requiredValue(values, 2)),
-    lastSeq: Number(requiredValue(values, 3)),
-    summarizedThroughSeq: Number(requiredValue(values, 4)),
-    summary: requiredValue(values, 5),
-    summaryTime: Number(requiredValue(values, 6)),
-    createTime: Number(requiredValue(values, 7)),
-    updateTime: Number(requiredValue(values, 8)),
+    threadId: requiredValue(values, THREAD_ID),
+    incarnation: requiredValue(values, INCARNATION),
+    strategy: strategyFromJson(requiredValue(values, STRATEGY)),
+    lastSeq: Number(requiredValue(values, LAST_SEQ)),
+    summarizedThroughSeq: Number(requiredValue(values, SUMMARIZED_THROUGH_SEQ)),
+    summary: requiredValue(values, SUMMARY),
+    summaryTime: Number(requiredValue(values, SUMMARY_TIME)),
+    createTime: Number(requiredValue(values, CREATE_TIME)),
+    updateTime: Number(requiredValue(values, UPDATE_TIME)),
     // Written by the scripts' set_labels from Labels.
     ...(labels === undefined ? {} : { labels: JSON.parse(labels) as Labels }),
     ...(expireAt === undefined
@@ -277,6 +286,9 @@ export function lineageField(flat: unknown): string {
   return pairs(flat).get("lineage") ?? "";
 }
 
+/** The '=' before an append result's HMGET values. */
+const EQUALS = 61;
+
 /**
  * An append result (lua/append.ts): `"<first>\n<last>\n<thread>"`, the thread
  * as the JSON of HGETALL's flat pairs (what a request record holds, so
@@ -288,7 +300,7 @@ export function decodeResult(text: string, replayed: boolean): AppendResult {
   const b = text.indexOf("\n", a + 1);
   const thread =
     text.charCodeAt(b + 1) === EQUALS
-      ? decodeThreadValues(JSON.parse(text.slice(b + 2)) as unknown[])
+      ? decodeThreadValues(asArray(JSON.parse(text.slice(b + 2))))
       : decodeThread(JSON.parse(text.slice(b + 1)) as unknown);
   return {
     thread,
@@ -297,8 +309,6 @@ export function decodeResult(text: string, replayed: boolean): AppendResult {
     replayed,
   };
 }
-
-const EQUALS = 61;
 
 /**
  * A Rewind's result as the script records it (lua/idempotency.ts):

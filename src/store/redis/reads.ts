@@ -9,7 +9,7 @@ import {
   asString,
   decodeThread,
   decodeThreadValues,
-  LINEAGE_VALUE,
+  LINEAGE_INDEX,
   THREAD_FIELDS,
 } from "./codec.js";
 import type { RedisContext } from "./context.js";
@@ -93,12 +93,10 @@ async function readTail(
     ["LRANGE", messagesKey, String(-tail), "-1"],
   ]);
   const values = asArray(thread);
-  // No field at all: no thread (one without thread_id fails to decode, as a damaged record).
-  if (values.every((v) => v === null)) {
-    ctx.readTails.delete(threadKey);
-    return undefined;
-  }
-  if (values[LINEAGE_VALUE] !== null) {
+  // To the script: a thread with frozen segments (it reads across them), and a
+  // hash with none of the fields, which is no thread (or a damaged one: the
+  // script refuses it as before); the script gives a missing thread no tail size.
+  if (values.every((v) => v === null) || values[LINEAGE_INDEX] !== null) {
     ctx.readTails.delete(threadKey);
     return "script";
   }

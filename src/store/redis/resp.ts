@@ -28,10 +28,21 @@ export const MAX_LINE_BYTES = 64 * 1024;
  * Buffer's own utf8Slice, which toString("utf8", start, end) calls after
  * checking its arguments (Node has had it since its first releases; it is
  * not in @types/node). A Get's reply holds dozens of bulk strings, and the
- * wrapper was a third of their decoding's CPU.
+ * wrapper was a third of their decoding's CPU. Should a Node release drop
+ * it, bulk strings go through toString again.
  */
 interface Utf8Slicing {
   utf8Slice(start: number, end: number): string;
+}
+
+const HAS_UTF8_SLICE =
+  typeof (Buffer.prototype as unknown as Partial<Utf8Slicing>).utf8Slice === "function";
+
+/** The UTF-8 text of buf[start, end), bounds already checked. */
+function utf8(buf: Buffer, start: number, end: number): string {
+  return HAS_UTF8_SLICE
+    ? (buf as unknown as Utf8Slicing).utf8Slice(start, end)
+    : buf.toString("utf8", start, end);
 }
 
 /** Bytes Redis sent that are not RESP2: the connection cannot go on. */
@@ -112,7 +123,7 @@ export class RespReader {
             if (buf[stop] !== CR || buf[stop + 1] !== LF) {
               throw new RespProtocolError("a bulk string does not end where its length says");
             }
-            value = (buf as unknown as Utf8Slicing).utf8Slice(next, stop);
+            value = utf8(buf, next, stop);
             next = stop + 2;
           }
         } else if (type === STAR) {

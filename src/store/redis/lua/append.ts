@@ -62,10 +62,10 @@ end
  * thread's own, or the default for a new thread), the default ttl, then per
  * message "<bytes> <json>" (bytes: quota.ts messageBytes). Returns
  * {"expired"} (nothing written) when the thread has expired: the store
- * removes it with EXPIRE_THREAD and calls again.
- * The result is codec.ts decodeResult's text. Returns {"ok", result} | {"replayed", result} | {"request_id_reused"} |
- * {"last_seq_mismatch", last_seq} | {"strategy_mismatch", thread strategy key} |
- * {"quota", quota name, limit}.
+ * removes it with EXPIRE_THREAD and calls again. Returns {"ok", result} |
+ * {"replayed", result} | {"request_id_reused"} | {"last_seq_mismatch",
+ * last_seq} | {"strategy_mismatch", thread strategy key} | {"quota", quota
+ * name, limit}; a result is the text codec.ts decodeResult reads.
  */
 export const APPEND = script(
   "append",
