@@ -4,6 +4,8 @@
  * with a replica each, and its failover, slot migration and kill/restart
  * do what the fault tests rely on.
  */
+import { once } from "node:events";
+import { createServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   clusterCli,
@@ -12,6 +14,7 @@ import {
   slotOfKey,
   startRedisCluster,
 } from "../support/redis-cluster.js";
+import { freePort, startRedisServer } from "../support/redis-server.js";
 
 let cluster: RedisCluster;
 
@@ -35,6 +38,31 @@ describe("the Redis Cluster harness", () => {
     for (const p of primaries) expect(await cluster.replicasOf(p)).toHaveLength(1);
     expect(cluster.url).toMatch(/^redis-cluster:\/\/127\.0\.0\.1:\d+(,127\.0\.0\.1:\d+){5}$/);
     expect(cluster.nodes.every((n) => typeof n.pid === "number")).toBe(true);
+  });
+
+  it("starts a node on another bus port when another process holds the first one", async () => {
+    // What a parallel test file's process can do between the probe and redis's bind.
+    const holder = createServer();
+    holder.listen(await freePort(), "127.0.0.1");
+    await once(holder, "listening");
+    const held = (holder.address() as { port: number }).port;
+    const chosen: number[] = [];
+    try {
+      const node = await startRedisServer({
+        args: ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"],
+        portArgs: async () => {
+          const port = chosen.length === 0 ? held : await freePort();
+          chosen.push(port);
+          return ["--cluster-port", String(port)];
+        },
+      });
+      await node.stop();
+    } finally {
+      holder.close();
+    }
+    expect(chosen).toHaveLength(2);
+    expect(chosen[0]).toBe(held);
+    expect(chosen[1]).not.toBe(held);
   });
 
   it("names a key's slot and its primary", async () => {

@@ -116,10 +116,14 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     ...(options.args ?? []),
   ];
   // The bus port is the client port + 10000 unless set: above 55535 that is
-  // no port at all, so each node gets a free one of its own.
+  // no port at all, so each node gets a free one of its own (again on each
+  // attempt: another test's process may take it first).
   const servers = await Promise.all(
     Array.from({ length: NODE_COUNT }, async () =>
-      startRedisServer({ args: [...args, "--cluster-port", String(await freePort())] }),
+      startRedisServer({
+        args,
+        portArgs: async () => ["--cluster-port", String(await freePort())],
+      }),
     ),
   );
   try {

@@ -46,6 +46,13 @@ export interface RedisServerOptions {
   args?: readonly string[];
   /** Require it (`--requirepass`; also `--masterauth`, for a replica); the url then carries it. */
   password?: string;
+  /**
+   * More arguments that name ports of their own (a cluster node's
+   * `--cluster-port`): chosen again on every attempt, as the port is, since
+   * another process may take either between the probe and redis's bind.
+   * Kept with `args` for restart().
+   */
+  portArgs?: () => Promise<readonly string[]>;
 }
 
 const BINARY = process.env.REDIS_SERVER ?? "redis-server";
@@ -64,13 +71,15 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
   const dir = mkdtempSync(join(tmpdir(), "windlass-redis-"));
   let child: ChildProcess | undefined;
   let port = 0;
+  const baseArgs = args;
   for (let attempt = 1; ; attempt++) {
     port = await freePort();
+    args = [...baseArgs, ...((await options.portArgs?.()) ?? [])];
     try {
       child = await launch(port, dir, args, options.password);
       break;
     } catch (err) {
-      // Another process took the port between our probe and redis's bind.
+      // Another process took a port between our probe and redis's bind.
       if (!(err instanceof PortInUse) || attempt >= 5) {
         rmSync(dir, { recursive: true, force: true });
         throw err;
