@@ -17,7 +17,9 @@ import { type ServerProcess, serveArgs, startServerProcess } from "./server-proc
  * shared 2-core VM). Both servers run at once, each on its own store, and
  * take short h2load bursts in turn, so any drift falls on both alike; the
  * figure is each build's server CPU per call over all its bursts, and how
- * many of the paired bursts the head build was cheaper in.
+ * many of the paired bursts the head build was cheaper in; on Redis, also
+ * redis-server's CPU per call; and the calls each build answered, which
+ * compare throughput, since both take bursts of the same length in turn.
  *
  *   npm run build && node dist/bench/compare-builds.js --base-ref REF \
  *     [--store memory|redis] [--call add|get] [--bursts 12] [--burst-seconds 3]
@@ -85,6 +87,8 @@ export function parseCompareArgs(argv: readonly string[]): CompareOptions {
 /** Per build: CPU and calls summed over its bursts, and each burst's CPU per call. */
 export interface BuildTotals {
   cpuMicros: number;
+  /** redis-server's CPU over the same bursts; undefined on the memory store. */
+  storeCpuMicros?: number;
   calls: number;
   failed: number;
   readonly perBurst: number[];
@@ -104,11 +108,17 @@ export function summarize(c: Comparison): string {
   const perCall = (t: BuildTotals): number => t.cpuMicros / t.calls;
   const base = perCall(c.base);
   const head = perCall(c.head);
+  const store = (t: BuildTotals): string =>
+    t.storeCpuMicros === undefined
+      ? ""
+      : `, ${(t.storeCpuMicros / t.calls).toFixed(1)} µs redis-server CPU per call`;
   const lines = [
-    `base: ${c.base.calls} calls, ${base.toFixed(1)} µs server CPU per call, ${c.base.failed} failed`,
-    `head: ${c.head.calls} calls, ${head.toFixed(1)} µs server CPU per call, ${c.head.failed} failed`,
+    `base: ${c.base.calls} calls, ${base.toFixed(1)} µs server CPU per call${store(c.base)}, ${c.base.failed} failed`,
+    `head: ${c.head.calls} calls, ${head.toFixed(1)} µs server CPU per call${store(c.head)}, ${c.head.failed} failed`,
     `head/base: ${(head / base).toFixed(3)}; head cheaper in ${c.headCheaper} of ${c.head.perBurst.length} paired bursts` +
       (c.base.failed + c.head.failed > 0 ? " (calls failed: CPU per call is not comparable)" : ""),
+    // Both builds take the same bursts in turn: their calls compare throughput.
+    `calls head/base: ${(c.head.calls / c.base.calls).toFixed(3)}`,
     `bursts (µs per call, base/head): ${c.base.perBurst
       .map((b, i) => `${b.toFixed(0)}/${(c.head.perBurst[i] ?? Number.NaN).toFixed(0)}`)
       .join(" ")}`,
@@ -201,7 +211,13 @@ async function startSide(checkout: string, label: string, o: CompareOptions): Pr
       server,
       redis,
       redisDir,
-      totals: { cpuMicros: 0, calls: 0, failed: 0, perBurst: [] },
+      totals: {
+        cpuMicros: 0,
+        ...(redis === undefined ? {} : { storeCpuMicros: 0 }),
+        calls: 0,
+        failed: 0,
+        perBurst: [],
+      },
     };
   } catch (err) {
     await redis?.stop();
@@ -227,6 +243,7 @@ async function burst(side: Side, o: CompareOptions, durationMs: number): Promise
   // A gRPC error is HTTP 200 to h2load: the server's own counts tell them.
   const failedBefore = await rpcFailures(httpPort, method);
   const before = side.server.cpuMicros();
+  const storeBefore = side.redis?.cpuMicros();
   const run = await runH2load(address, path, body, {
     concurrency: CONCURRENCY,
     connections: CONNECTIONS,
@@ -234,6 +251,7 @@ async function burst(side: Side, o: CompareOptions, durationMs: number): Promise
     callTimeoutMs: CALL_TIMEOUT_MS,
   });
   const after = side.server.cpuMicros();
+  const storeAfter = side.redis?.cpuMicros();
   if (before === undefined || after === undefined) {
     throw new Error("compare-builds: no CPU times (it needs Linux's /proc)");
   }
@@ -241,6 +259,12 @@ async function burst(side: Side, o: CompareOptions, durationMs: number): Promise
   const grpcFailed = (await rpcFailures(httpPort, method)) - failedBefore;
   const calls = Math.max(0, run.load.calls - grpcFailed);
   side.totals.cpuMicros += after - before;
+  if (side.totals.storeCpuMicros !== undefined) {
+    if (storeBefore === undefined || storeAfter === undefined) {
+      throw new Error("compare-builds: no CPU times for redis-server (it needs Linux's /proc)");
+    }
+    side.totals.storeCpuMicros += storeAfter - storeBefore;
+  }
   side.totals.calls += calls;
   side.totals.failed += run.load.errors + grpcFailed;
   side.totals.perBurst.push(calls === 0 ? Number.NaN : (after - before) / calls);
@@ -275,6 +299,7 @@ export async function compareBuilds(o: CompareOptions, checkout: string): Promis
       }
       await burst(side, o, WARM_UP_MS);
       side.totals.cpuMicros = 0;
+      if (side.totals.storeCpuMicros !== undefined) side.totals.storeCpuMicros = 0;
       side.totals.calls = 0;
       side.totals.failed = 0;
       side.totals.perBurst.length = 0;

@@ -66,5 +66,34 @@ describe("the compare-builds bench", () => {
     expect(text).toContain("head: 10000 calls, 180.0 µs server CPU per call, 3 failed");
     expect(text).toContain("head/base: 0.900; head cheaper in 1 of 2 paired bursts");
     expect(text).toContain("210/180 190/195");
+    expect(text).toContain("calls head/base: 1.000");
+    expect(text).not.toContain("redis-server");
+  });
+
+  it("gives redis-server's CPU per call, and the calls each build answered in the same bursts", () => {
+    const text = summarize({
+      base: {
+        cpuMicros: 900_000,
+        storeCpuMicros: 400_000,
+        calls: 10_000,
+        failed: 0,
+        perBurst: [90],
+      },
+      head: {
+        cpuMicros: 990_000,
+        storeCpuMicros: 330_000,
+        calls: 11_000,
+        failed: 0,
+        perBurst: [90],
+      },
+      headCheaper: 0,
+    });
+    expect(text).toContain(
+      "base: 10000 calls, 90.0 µs server CPU per call, 40.0 µs redis-server CPU per call, 0 failed",
+    );
+    expect(text).toContain(
+      "head: 11000 calls, 90.0 µs server CPU per call, 30.0 µs redis-server CPU per call, 0 failed",
+    );
+    expect(text).toContain("calls head/base: 1.100");
   });
 });
