@@ -29,6 +29,21 @@ describe("the Redis store's Lua scripts", () => {
     },
   );
 
+  it.each(ALL_SCRIPTS.filter((s) => s.fn !== undefined).map((s) => [s.name, s] as const))(
+    "%s, run as a Redis Function, keeps no state between calls: its fragments define only functions",
+    (_name, script) => {
+      // A function's library runs once, so a fragment's top-level value
+      // would outlive a call (as a script, every call defines it again).
+      const library = script.fn?.library ?? "";
+      const top = library.slice(0, library.indexOf("redis.register_function("));
+      const statements = top.split("\n").filter((l) => /^[^\s-]/.test(l) && !l.startsWith("#!lua"));
+      for (const line of statements) {
+        expect(line, `${script.name}: ${line}`).toMatch(/^(local function \w+\(|end\b)/);
+      }
+      expect(statements.length).toBeGreaterThan(10);
+    },
+  );
+
   it("puts a fragment's own needs first and each fragment once", () => {
     const a = { name: "a", source: "", needs: [] };
     const b = { name: "b", source: "", needs: [a] };

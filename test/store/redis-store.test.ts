@@ -6,6 +6,7 @@ import { MemoryError } from "../../src/core/errors.js";
 import type { ChatMessage, MemoryEvent, Strategy } from "../../src/core/types.js";
 import { createMemoryStore } from "../../src/store/memory/index.js";
 import { createRedisStore } from "../../src/store/redis/index.js";
+import { APPEND } from "../../src/store/redis/lua/append.js";
 import { ResumeTokens, tokenParts } from "../../src/store/resume-token.js";
 import type { Store, StoreLimits } from "../../src/store/store.js";
 import { type RedisServer, startRedisServer } from "../support/redis-server.js";
@@ -117,7 +118,7 @@ describe("redis store", () => {
     await Promise.all(stores.splice(0).map((s) => s.close()));
   });
 
-  it("does an Add and a read in one round trip each (one EVALSHA)", async () => {
+  it("does an Add and a read in one round trip each (one FCALL, one EVALSHA)", async () => {
     const store = await track(open());
     await store.append(cmd({ messages: [user("warm-up")] }));
     await store.read("ns", "t");
@@ -134,9 +135,11 @@ describe("redis store", () => {
       await marker.sendCommand(["ECHO", end]);
       await waitFor(() => lines.some((l) => l.includes(end)));
       const fromClients = lines.filter((l) => !l.includes(" lua]") && !l.includes(end));
-      expect(fromClients.map((l) => /\] "(\w+)"/.exec(l)?.[1])).toEqual(
-        Array.from({ length: 21 }, () => "EVALSHA"),
-      );
+      // The Add runs as a Redis Function (lua/fragment.ts LuaFunction), the read as a script.
+      expect(fromClients.map((l) => /\] "(\w+)"/.exec(l)?.[1])).toEqual([
+        ...Array.from({ length: 20 }, () => "FCALL"),
+        "EVALSHA",
+      ]);
       // The work happened inside the scripts.
       expect(lines.filter((l) => l.includes(' lua] "RPUSH"')).length).toBe(20);
       expect(lines.filter((l) => l.includes(' lua] "XADD"')).length).toBe(20);
@@ -146,7 +149,7 @@ describe("redis store", () => {
     }
   });
 
-  it("runs a script by its text, with the same keys and arguments, once Redis has lost its scripts", async () => {
+  it("runs a script by its text, with the same keys and arguments, once Redis has lost its scripts and functions", async () => {
     const store = await track(open());
     await store.append(cmd({ messages: [user("before")], requestId: "r-before" }));
     const admin = await inspector();
@@ -154,7 +157,9 @@ describe("redis store", () => {
     const lines: string[] = [];
     await monitor.monitor((line) => lines.push(String(line)));
     try {
+      // What a Redis restarted empty has lost.
       await admin.sendCommand(["SCRIPT", "FLUSH"]);
+      await admin.sendCommand(["FUNCTION", "FLUSH"]);
       const added = await store.append(cmd({ messages: [user("after")], requestId: "r-after" }));
       expect([added.firstSeq, added.lastSeq, added.replayed]).toEqual([2, 2, false]);
       const read = await store.read("ns", "t");
@@ -164,15 +169,31 @@ describe("redis store", () => {
       await waitFor(() => lines.some((l) => l.includes(end)));
       // What follows the script (its SHA or its text): numkeys, keys, arguments.
       const calls = lines
-        .filter((l) => !l.includes(" lua]") && /\] "EVAL(SHA)?"/.test(l))
+        .filter((l) => !l.includes(" lua]") && /\] "(EVAL(SHA)?|FCALL)"/.test(l))
         .map((l) => {
           const args = [...l.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1]);
           return { name: args[0], tail: args.slice(2).join(" ") };
         });
-      // The Add and the read (two scripts): each refused by SHA, then sent with its text.
-      expect(calls.map((c) => c.name)).toEqual(["EVALSHA", "EVAL", "EVALSHA", "EVAL"]);
+      // The Add: refused as a function and by SHA, then sent with its text;
+      // the read (a script only): refused by SHA, then sent with its text.
+      expect(calls.map((c) => c.name)).toEqual(["FCALL", "EVALSHA", "EVAL", "EVALSHA", "EVAL"]);
       expect(calls[1]?.tail).toBe(calls[0]?.tail);
-      expect(calls[3]?.tail).toBe(calls[2]?.tail);
+      expect(calls[2]?.tail).toBe(calls[0]?.tail);
+      expect(calls[4]?.tail).toBe(calls[3]?.tail);
+      // The miss loaded the function again: the next Add calls it.
+      const fn = APPEND.fn?.name ?? "";
+      expect(fn).toMatch(/^windlass_append_[0-9a-f]{16}$/);
+      await waitFor(async () => String(await admin.sendCommand(["FUNCTION", "LIST"])).includes(fn));
+      lines.length = 0;
+      await store.append(cmd({ messages: [user("later")], requestId: "r-later" }));
+      const end2 = `end-${randomUUID()}`;
+      await admin.sendCommand(["ECHO", end2]);
+      await waitFor(() => lines.some((l) => l.includes(end2)));
+      expect(
+        lines
+          .filter((l) => !l.includes(" lua]") && /\] "(EVAL(SHA)?|FCALL)"/.test(l))
+          .map((l) => /\] "(\w+)"/.exec(l)?.[1]),
+      ).toEqual(["FCALL"]);
     } finally {
       await monitor.close();
       await admin.close();

@@ -113,14 +113,16 @@ export function clusterClients(url: string): RedisClients {
 }
 
 /**
- * The key a command is routed by: EVAL/EVALSHA's first key, XREAD's first
- * stream, else the first argument; none for INFO, SCRIPT, WAIT …
+ * The key a command is routed by: EVAL/EVALSHA/FCALL's first key, XREAD's
+ * first stream, else the first argument; none for INFO, SCRIPT, FUNCTION,
+ * WAIT …
  */
 export function routingKey(args: readonly string[]): string | undefined {
   const name = args[0]?.toUpperCase();
   switch (name) {
     case "EVAL":
     case "EVALSHA":
+    case "FCALL":
       return Number(args[2]) > 0 ? args[3] : undefined;
     case "XREAD": {
       const at = args.findIndex((a) => a.toUpperCase() === "STREAMS");
@@ -128,6 +130,7 @@ export function routingKey(args: readonly string[]): string | undefined {
     }
     case "INFO":
     case "SCRIPT":
+    case "FUNCTION":
     case "WAIT":
     case "PING":
       return undefined;

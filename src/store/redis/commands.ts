@@ -1,6 +1,14 @@
 import { MemoryError } from "../../core/errors.js";
 import type { RedisConnection } from "./connection.js";
-import { CommandTimeout, isNoScript, storeClosed, storeError, unavailable } from "./errors.js";
+import {
+  CommandTimeout,
+  isFunctionNotFound,
+  isNoScript,
+  storeClosed,
+  storeError,
+  unavailable,
+} from "./errors.js";
+import type { RedisFunctions } from "./functions.js";
 import type { LuaScript } from "./lua/fragment.js";
 
 /**
@@ -16,6 +24,8 @@ export class Commands {
     readonly target: string,
     readonly main: RedisConnection,
     readonly timeoutMs: number,
+    /** The scripts callable as Redis Functions; none: every script by EVALSHA. */
+    readonly functions?: RedisFunctions,
   ) {}
 
   get closed(): boolean {
@@ -63,13 +73,31 @@ export class Commands {
     }
   }
 
-  /** One script call: EVALSHA, or EVAL when Redis lost its script cache (restart, SCRIPT FLUSH). */
+  /**
+   * One script call: FCALL where it runs as a Redis Function (functions.ts),
+   * else EVALSHA, or EVAL when Redis lost its script cache (restart, SCRIPT
+   * FLUSH). A primary without the function (it restarted empty) runs this
+   * call by EVALSHA while the function is loaded again.
+   */
   async run(
     script: LuaScript,
     keys: readonly string[],
     args: readonly string[],
     via: RedisConnection = this.main,
   ): Promise<unknown> {
+    const fn = this.functions?.callable(script);
+    if (fn !== undefined) {
+      try {
+        return await this.send(
+          via,
+          ["FCALL", fn.name, String(keys.length), ...keys, ...args],
+          this.timeoutMs,
+        );
+      } catch (err) {
+        if (!isFunctionNotFound(err)) throw storeError(err, this.target);
+        this.functions?.missing(fn);
+      }
+    }
     const call = ["EVALSHA", script.sha, String(keys.length), ...keys, ...args];
     try {
       return await this.send(via, call, this.timeoutMs);

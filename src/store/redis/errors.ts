@@ -54,6 +54,11 @@ export function isNoScript(err: unknown): boolean {
   return err instanceof ErrorReply && err.message.startsWith("NOSCRIPT");
 }
 
+/** Whether Redis answered FCALL that it has no such function (restarted empty, FUNCTION FLUSH). */
+export function isFunctionNotFound(err: unknown): boolean {
+  return err instanceof ErrorReply && err.message.startsWith("ERR Function not found");
+}
+
 /** The error of a script reply this version does not know: a bug. */
 export function unexpectedReply(what: string, status: unknown): Error {
   return new Error(`redis store: unexpected ${what} reply ${String(status)}`);

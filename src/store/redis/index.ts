@@ -26,6 +26,7 @@ import type { RedisContext } from "./context.js";
 import { storeError } from "./errors.js";
 import { headCursor, readEvents } from "./events.js";
 import { fork } from "./forks.js";
+import { RedisFunctions } from "./functions.js";
 import { currentIncarnation, DEFAULT_INCARNATION_CHECK_MS, Incarnation } from "./incarnation.js";
 import { DEFAULT_KEY_PREFIX, type KeyLayout, keyLayout } from "./keys.js";
 import { acquireFoldLease, commitSummary, recordFoldFailure, releaseFoldLease } from "./leases.js";
@@ -85,10 +86,11 @@ export interface RedisStoreOptions {
  * and event; rewind; commit with its incarnation, coverage and fencing
  * checks; clear; lease take and release; fork and an import sharing its
  * parent's prefix, after reading the parent's hash and head length, forks.ts)
- * is one Lua script run by EVALSHA (lua/), so it is
- * atomic on the server and costs one round trip. Scripts are loaded at
- * start-up; after a Redis restart the first NOSCRIPT reply falls back to
- * EVAL, which loads it (commands.ts). A Get's read is the READ script the
+ * is one Lua script run by EVALSHA (lua/), or for the Add by FCALL as a
+ * Redis Function (functions.ts), so it is atomic on the server and costs one
+ * round trip. Scripts and functions are loaded at start-up; after a Redis
+ * restart the first NOSCRIPT reply falls back to EVAL, which loads it, and
+ * a missing function to the script while it is loaded again (commands.ts). A Get's read is the READ script the
  * first time a replica reads a thread, then (on one node, where one
  * connection carries a MULTI) the thread hash and the list's tail in one
  * MULTI, no Lua: Redis copies a script's replies through Lua at several
@@ -134,18 +136,32 @@ export async function createRedisStore(
     lastError = err;
   });
   await connectWithin(client, options.connectWaitMs ?? 5000, redis.target, () => lastError);
+  const functions = new RedisFunctions((library) =>
+    redis.eachPrimary(["FUNCTION", "LOAD", "REPLACE", library]),
+  );
   let incarnation: string;
   try {
-    incarnation = await prepare(redis, keys);
+    incarnation = await prepare(redis, keys, functions);
   } catch (err) {
     client.destroy();
     throw err;
   }
-  return new RedisStore(redis, keys, { ...DEFAULT_STORE_LIMITS, ...limits }, options, incarnation);
+  return new RedisStore(
+    redis,
+    keys,
+    { ...DEFAULT_STORE_LIMITS, ...limits },
+    options,
+    incarnation,
+    functions,
+  );
 }
 
-/** Checks the server's version, loads the scripts and returns the incarnation in force. */
-async function prepare(redis: RedisClients, keys: KeyLayout): Promise<string> {
+/** Checks the server's version, loads the scripts and functions, returns the incarnation in force. */
+async function prepare(
+  redis: RedisClients,
+  keys: KeyLayout,
+  functions: RedisFunctions,
+): Promise<string> {
   const client = redis.main;
   const target = redis.target;
   const info = String(await client.sendCommand(["INFO", "server"]));
@@ -156,6 +172,7 @@ async function prepare(redis: RedisClients, keys: KeyLayout): Promise<string> {
     );
   }
   for (const s of ALL_SCRIPTS) await redis.eachPrimary(["SCRIPT", "LOAD", s.source]);
+  await functions.loadAll(ALL_SCRIPTS);
   await checkNamespaceShards(keys, (args) => client.sendCommand(args));
   return currentIncarnation(keys.incarnation, (args) => client.sendCommand(args));
 }
@@ -196,9 +213,10 @@ class RedisStore implements Store {
     lim: StoreLimits,
     options: RedisStoreOptions,
     incarnation: string,
+    functions: RedisFunctions,
   ) {
     this.#redis = redis;
-    const io = new Commands(redis.target, redis.main, options.commandTimeoutMs ?? 5000);
+    const io = new Commands(redis.target, redis.main, options.commandTimeoutMs ?? 5000, functions);
     const decoded = new DecodedMessages(DECODED_MESSAGES_KEPT);
     const minReplicas = options.minReplicas ?? 0;
     this.#ctx = {

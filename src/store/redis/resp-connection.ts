@@ -9,7 +9,7 @@ import { encodeCommand, RespReader } from "./resp.js";
 /**
  * The single-node Redis connection: one socket, commands pipelined, RESP2
  * (resp.ts). It stands in for node-redis's client on redis:// and rediss://
- * because the store's hot path is one EVALSHA per Add and one read per
+ * because the store's hot path is one script call per Add and one read per
  * Get, and node-redis spent more CPU per command than the rest of the
  * store's own code did: a generic reply decoder and a command queue built
  * for every option it offers. Here every command sent in one turn of the

@@ -214,4 +214,6 @@ if count > 0 then
 end
 return {'ok', result}
 `,
+  // The store's hot write: called as a Redis Function where Redis has it (commands.ts).
+  { asFunction: true },
 );

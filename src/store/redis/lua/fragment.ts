@@ -19,15 +19,63 @@ export interface LuaScript {
   readonly name: string;
   readonly source: string;
   readonly sha: string;
+  /** The same Lua as a Redis Function, for the scripts that run as one (see LuaFunction). */
+  readonly fn?: LuaFunction;
+}
+
+/**
+ * A script as a Redis Function (FUNCTION LOAD, FCALL): its fragments run
+ * once, when the library is loaded, and each call runs only the body. As a
+ * script (EVAL), every call first defines every fragment's local functions
+ * again: for the Add's script, 44 closures, ~5 µs of Redis CPU per Add.
+ * The library and function are named after the script and a hash of the
+ * library, so two releases of the server on one Redis (a rolling upgrade)
+ * each call their own, as EVALSHA does, and loading one again changes
+ * nothing. Only the fragments' functions outlive a call: the fragments
+ * define nothing else at their top level (test/store/redis-lua-scripts.test.ts).
+ */
+export interface LuaFunction {
+  /** The library's name, which is also the function's. */
+  readonly name: string;
+  /** The FUNCTION LOAD payload. */
+  readonly library: string;
+}
+
+export interface ScriptOptions {
+  /** Also build the script as a Redis Function (LuaScript.fn). */
+  readonly asFunction?: boolean;
 }
 
 export function fragment(name: string, needs: readonly LuaFragment[], source: string): LuaFragment {
   return { name, source, needs };
 }
 
-export function script(name: string, needs: readonly LuaFragment[], body: string): LuaScript {
-  const source = [...inOrder(needs).map((f) => f.source), body].join("\n");
-  return { name, source, sha: createHash("sha1").update(source).digest("hex") };
+export function script(
+  name: string,
+  needs: readonly LuaFragment[],
+  body: string,
+  options: ScriptOptions = {},
+): LuaScript {
+  const fragments = inOrder(needs).map((f) => f.source);
+  const source = [...fragments, body].join("\n");
+  const sha = createHash("sha1").update(source).digest("hex");
+  if (options.asFunction !== true) return { name, source, sha };
+  return { name, source, sha, fn: luaFunction(name, fragments, body) };
+}
+
+/**
+ * The library of one function: the fragments at its top level, the body as
+ * the function, with KEYS and ARGV as its parameters (a script's globals).
+ */
+function luaFunction(name: string, fragments: readonly string[], body: string): LuaFunction {
+  const register = (fnName: string): string =>
+    [...fragments, `redis.register_function('${fnName}', function(KEYS, ARGV)`, body, "end)"].join(
+      "\n",
+    );
+  // The hash is of the library with a placeholder for its own name.
+  const hash = createHash("sha1").update(register("NAME")).digest("hex").slice(0, 16);
+  const fnName = `windlass_${name}_${hash}`;
+  return { name: fnName, library: `#!lua name=${fnName}\n${register(fnName)}` };
 }
 
 /** The fragments and everything they need, dependencies first, each once. */
