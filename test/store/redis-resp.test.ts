@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { ErrorReply } from "redis";
 import { describe, expect, it } from "vitest";
-import { encodeCommand, RespProtocolError, RespReader } from "../../src/store/redis/resp.js";
+import { CommandWriter, RespProtocolError, RespReader } from "../../src/store/redis/resp.js";
 
 /**
  * The RESP2 reader and writer of the single-node connection, on bytes
@@ -70,16 +70,66 @@ describe("RespReader", () => {
     expect(readAll([...WIRE].map((b) => Buffer.from([b])))).toEqual(EXPECTED);
   });
 
-  it("reads what encodeCommand writes (a command is an array of bulk strings)", () => {
+  it("reads what CommandWriter writes (a command is an array of bulk strings)", () => {
     fc.assert(
       fc.property(
-        fc.array(fc.string({ unit: "grapheme" }), { minLength: 1, maxLength: 8 }),
-        (args) => {
-          expect(readAll([Buffer.from(encodeCommand(args), "utf8")])).toEqual([args]);
+        fc.array(fc.array(fc.string({ unit: "grapheme" }), { minLength: 1, maxLength: 8 }), {
+          minLength: 1,
+          maxLength: 4,
+        }),
+        (commands) => {
+          const writer = new CommandWriter();
+          for (const args of commands) writer.write(args);
+          expect(readAll([writer.take()])).toEqual(commands);
+          expect(writer.empty).toBe(true);
         },
       ),
       { numRuns: 300 },
     );
+  });
+
+  it("writes each argument's UTF-8 bytes and their count, short or long, ASCII or not", () => {
+    // The string form, byte for byte: lone surrogates become U+FFFD as Buffer makes them.
+    const asText = (args: readonly string[]): Buffer =>
+      Buffer.from(
+        `*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a, "utf8")}\r\n${a}\r\n`).join("")}`,
+        "utf8",
+      );
+    const unit = fc.oneof(
+      fc.string({ unit: "binary", maxLength: 300 }),
+      fc.string({ maxLength: 600 }),
+      fc.string({
+        unit: fc.constantFrom("a", "é", "€", "\ud83d\ude00", "\ud800", "\udc00"),
+        maxLength: 400,
+      }),
+    );
+    fc.assert(
+      fc.property(fc.array(unit, { minLength: 1, maxLength: 6 }), (args) => {
+        const writer = new CommandWriter();
+        writer.write(args);
+        expect(writer.take().equals(asText(args))).toBe(true);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("grows for a large batch, gives it out whole, and keeps no more than 64 KiB afterwards", () => {
+    const writer = new CommandWriter();
+    const big = "x".repeat(300_000);
+    writer.write(["SET", "k", big]);
+    writer.write(["SET", "k2", "v"]);
+    expect(writer.capacity).toBeGreaterThanOrEqual(300_000);
+    const out = writer.take();
+    expect(readAll([out])).toEqual([
+      ["SET", "k", big],
+      ["SET", "k2", "v"],
+    ]);
+    expect(writer.capacity).toBeLessThanOrEqual(64 * 1024);
+    // What was taken is its own copy: the next commands do not overwrite it.
+    writer.write(["PING"]);
+    expect(readAll([out])[1]).toEqual(["SET", "k2", "v"]);
+    writer.clear();
+    expect(writer.empty).toBe(true);
   });
 
   it("holds only the element not yet complete", () => {
@@ -122,8 +172,10 @@ describe("RespReader", () => {
   });
 });
 
-describe("encodeCommand", () => {
+describe("CommandWriter", () => {
   it("counts lengths in UTF-8 bytes", () => {
-    expect(encodeCommand(["SET", "k", "é🙂"])).toBe("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$6\r\né🙂\r\n");
+    const writer = new CommandWriter();
+    writer.write(["SET", "k", "é🙂"]);
+    expect(writer.take().toString("utf8")).toBe("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$6\r\né🙂\r\n");
   });
 });

@@ -4,7 +4,7 @@ import * as tls from "node:tls";
 import { AwaitingQueue, execReplies, IGNORED } from "./awaiting-replies.js";
 import type { RedisConnection } from "./connection.js";
 import type { RedisEndpoint } from "./redis-url.js";
-import { encodeCommand, RespReader } from "./resp.js";
+import { CommandWriter, RespReader } from "./resp.js";
 
 /**
  * The single-node Redis connection: one socket, commands pipelined, RESP2
@@ -70,7 +70,7 @@ interface Link {
   readonly socket: net.Socket;
   readonly awaiting: AwaitingQueue;
   /** Commands encoded since the last write. */
-  out: string;
+  readonly out: CommandWriter;
   ready: boolean;
   /** Set by close(): end the socket once every reply has come. */
   endWhenDone: boolean;
@@ -201,8 +201,8 @@ export class RespConnection extends EventEmitter implements RedisConnection {
   }
 
   #send(link: Link, args: readonly string[]): Promise<unknown> {
-    if (link.out === "") this.#toFlush.push(link);
-    link.out += encodeCommand(args);
+    if (link.out.empty) this.#toFlush.push(link);
+    link.out.write(args);
     if (!this.#flushScheduled) {
       this.#flushScheduled = true;
       setImmediate(this.#flush);
@@ -214,8 +214,8 @@ export class RespConnection extends EventEmitter implements RedisConnection {
 
   /** Sends a command whose reply is not wanted (it still takes its place in the queue). */
   #queueIgnored(link: Link, args: readonly string[]): void {
-    if (link.out === "") this.#toFlush.push(link);
-    link.out += encodeCommand(args);
+    if (link.out.empty) this.#toFlush.push(link);
+    link.out.write(args);
     link.awaiting.push(IGNORED);
   }
 
@@ -227,10 +227,8 @@ export class RespConnection extends EventEmitter implements RedisConnection {
   };
 
   #write(link: Link): void {
-    if (link.out === "" || link.failure !== undefined) return;
-    const out = link.out;
-    link.out = "";
-    link.socket.write(out);
+    if (link.out.empty || link.failure !== undefined) return;
+    link.socket.write(link.out.take());
   }
 
   #dial(): void {
@@ -248,7 +246,7 @@ export class RespConnection extends EventEmitter implements RedisConnection {
     const link: Link = {
       socket,
       awaiting: new AwaitingQueue(),
-      out: "",
+      out: new CommandWriter(),
       ready: false,
       endWhenDone: false,
       socketClosed: new Promise<void>((resolve) => socket.once("close", () => resolve())),
@@ -343,7 +341,7 @@ export class RespConnection extends EventEmitter implements RedisConnection {
     if (link.done) return;
     link.done = true;
     link.ready = false;
-    link.out = "";
+    link.out.clear();
     const why = new ConnectionLost(
       `redis connection closed${link.failure === undefined ? "" : ` (${link.failure.message})`}`,
       { cause: link.failure },

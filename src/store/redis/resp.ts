@@ -50,11 +50,117 @@ export class RespProtocolError extends Error {
   override readonly name = "RespProtocolError";
 }
 
-/** One command as RESP2: an array of bulk strings (lengths in UTF-8 bytes). */
-export function encodeCommand(args: readonly string[]): string {
-  let out = `*${args.length}\r\n`;
-  for (const arg of args) out += `$${Buffer.byteLength(arg, "utf8")}\r\n${arg}\r\n`;
-  return out;
+/** What a CommandWriter starts with; it doubles as needed. */
+const WRITER_START_BYTES = 4 * 1024;
+/** The most it keeps between writes: a larger buffer (an import's) is let go. */
+const WRITER_KEPT_BYTES = 64 * 1024;
+/** Up to this many UTF-16 units an argument is copied byte by byte while it is ASCII. */
+const COPY_BY_BYTE_UNITS = 256;
+
+/**
+ * Commands as RESP2 (each an array of bulk strings, lengths in UTF-8
+ * bytes), encoded straight into one buffer for one write. This takes about
+ * half the CPU of building the command as a string: that built some 150
+ * strings for an Add's 38 arguments, asked Buffer for each argument's UTF-8
+ * length and had the socket encode the whole text again (3.7 µs against
+ * 2.0 µs a command, encoding 30 Adds' commands in a loop). An
+ * argument of ASCII, as almost all are (keys, numbers, JSON of ASCII text),
+ * is copied unit by unit; one with any other character is measured and
+ * written by Buffer's UTF-8 encoder.
+ */
+export class CommandWriter {
+  #buf = Buffer.allocUnsafe(WRITER_START_BYTES);
+  #pos = 0;
+
+  /** Whether nothing is waiting to be taken. */
+  get empty(): boolean {
+    return this.#pos === 0;
+  }
+
+  write(args: readonly string[]): void {
+    // The most the command can take: 3 bytes per UTF-16 unit, and a header each.
+    let most = 16;
+    for (const arg of args) most += arg.length * 3 + 16;
+    this.#reserve(most);
+    const buf = this.#buf;
+    let pos = this.#pos;
+    buf[pos++] = STAR;
+    pos = writeDecimal(buf, pos, args.length);
+    for (const arg of args) {
+      const units = arg.length;
+      const start = pos;
+      buf[pos++] = DOLLAR;
+      pos = writeDecimal(buf, pos, units);
+      let ascii = true;
+      if (units <= COPY_BY_BYTE_UNITS) {
+        for (let i = 0; i < units; i++) {
+          const unit = arg.charCodeAt(i);
+          if (unit > 0x7f) {
+            ascii = false;
+            break;
+          }
+          buf[pos++] = unit;
+        }
+      } else {
+        ascii = Buffer.byteLength(arg, "utf8") === units;
+        if (ascii) pos += buf.write(arg, pos, units, "latin1");
+      }
+      if (!ascii) {
+        pos = start;
+        buf[pos++] = DOLLAR;
+        pos = writeDecimal(buf, pos, Buffer.byteLength(arg, "utf8"));
+        pos += buf.write(arg, pos, "utf8");
+      }
+      buf[pos++] = CR;
+      buf[pos++] = LF;
+    }
+    this.#pos = pos;
+  }
+
+  /** The bytes written since the last take, as a buffer of their own; the writer is empty again. */
+  take(): Buffer {
+    const out = Buffer.from(this.#buf.subarray(0, this.#pos));
+    this.#pos = 0;
+    this.#shrink();
+    return out;
+  }
+
+  /** Forgets what was written and not taken. */
+  clear(): void {
+    this.#pos = 0;
+    this.#shrink();
+  }
+
+  /** The bytes it holds for the next commands (for tests). */
+  get capacity(): number {
+    return this.#buf.length;
+  }
+
+  #shrink(): void {
+    // A batch of large commands (an import) grew it: that memory is not kept.
+    if (this.#buf.length > WRITER_KEPT_BYTES) this.#buf = Buffer.allocUnsafe(WRITER_START_BYTES);
+  }
+
+  #reserve(bytes: number): void {
+    if (this.#pos + bytes <= this.#buf.length) return;
+    const grown = Buffer.allocUnsafe(Math.max(this.#buf.length * 2, this.#pos + bytes));
+    this.#buf.copy(grown, 0, 0, this.#pos);
+    this.#buf = grown;
+  }
+}
+
+/** Writes n (a whole number >= 0) in decimal, then CRLF; returns the position after. */
+function writeDecimal(buf: Buffer, at: number, n: number): number {
+  let pos = at;
+  if (n < 10) {
+    buf[pos++] = 48 + n;
+  } else {
+    const digits = String(n);
+    for (let i = 0; i < digits.length; i++) buf[pos++] = digits.charCodeAt(i);
+  }
+  buf[pos++] = CR;
+  buf[pos++] = LF;
+  return pos;
 }
 
 interface ArrayFrame {
