@@ -61,6 +61,21 @@ describe("the sharded key layout", () => {
     );
   });
 
+  it("makes a namespace's keys once and keeps those of the last 4,096 namespaces, sharded or not", () => {
+    for (const shards of [1, 4]) {
+      const keys = keyLayout("wm", false, shards);
+      const first = keys.forThread("tenant", "a");
+      expect(keys.forThread("tenant", "a")).toBe(first);
+      expect(keys.shardsOf("tenant")).toBe(keys.shardsOf("tenant"));
+      expect(first.thread("a")).toBe(`${first.base}t:a`);
+      // Bounded: past 4,096 namespaces they are made again, alike.
+      for (let i = 0; i < 4096; i++) keys.forThread(`other-${i}`, "a");
+      const again = keys.forThread("tenant", "a");
+      expect(again).not.toBe(first);
+      expect(again.base).toBe(first.base);
+    }
+  });
+
   it("spreads threads over the shards about evenly", () => {
     const counts = [0, 0, 0, 0];
     for (let i = 0; i < 4000; i++) {
