@@ -121,6 +121,35 @@ describe("acknowledged means replicated (minReplicas)", () => {
     expect(await contents(promoted)).toEqual(["before", "while frozen", "also while frozen"]);
   });
 
+  it("acknowledges an Add on a primary that lost the Add's Redis Function, by script on the same session", async () => {
+    const keyPrefix = prefix();
+    const store = await open(primary, { keyPrefix, minReplicas: 1, replicaWaitMs: WAIT_MS });
+    await store.append(add("r1", "before"));
+    // What a primary restarted empty has lost (the replica too: FUNCTION FLUSH replicates).
+    await ask(primary.port, ["FUNCTION", "FLUSH"]);
+    const after = await store.append(add("r2", "after the flush"));
+    expect([after.firstSeq, after.replayed]).toEqual([2, false]);
+    // Reloaded: later Adds are function calls again, and acknowledged.
+    const fcalls = async () =>
+      Number(
+        /cmdstat_fcall:calls=(\d+)/.exec(
+          String(await ask(primary.port, ["INFO", "commandstats"])),
+        )?.[1] ?? 0,
+      );
+    const before = await fcalls();
+    let n = 0;
+    while ((await fcalls()) - before < 2 && n < 50) {
+      await store.append(add(`r-more-${n}`, `more ${n}`));
+      n += 1;
+    }
+    expect((await fcalls()) - before).toBeGreaterThanOrEqual(2);
+    await caughtUp();
+    await failOver();
+    const promoted = await open(replica, { keyPrefix });
+    expect((await contents(promoted)).slice(0, 2)).toEqual(["before", "after the flush"]);
+    expect(await contents(promoted)).toHaveLength(2 + n);
+  });
+
   it("shows a Watch no event, and no head token, that the replica has not confirmed", async () => {
     const store = await open(primary, { keyPrefix: prefix(), minReplicas: 1, replicaWaitMs: 300 });
     await store.append(add("r1", "before"));

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { RedisFunctions } from "../../src/store/redis/functions.js";
-import { script } from "../../src/store/redis/lua/fragment.js";
+import { type LuaFunction, script } from "../../src/store/redis/lua/fragment.js";
 
 const asFunction = script("demo", [], "return 1", { asFunction: true });
 const onlyScript = script("plain", [], "return 2");
@@ -30,6 +30,21 @@ function loads(): {
   };
 }
 
+/** RedisFunctions whose start-up load of asFunction succeeded (or failed), on the clock `now`. */
+async function afterStartUp(
+  ok: boolean,
+  now: () => number,
+): Promise<{ l: ReturnType<typeof loads>; functions: RedisFunctions; fn: LuaFunction }> {
+  const l = loads();
+  const functions = new RedisFunctions(l.load, now);
+  const started = functions.loadAll([asFunction]);
+  await l.settle(ok);
+  await started;
+  const fn = asFunction.fn;
+  if (fn === undefined) throw new Error("no function");
+  return { l, functions, fn };
+}
+
 describe("Redis Functions", () => {
   it("names a function after its script and its library's hash, and leaves other scripts without one", () => {
     expect(asFunction.fn?.name).toMatch(/^windlass_demo_[0-9a-f]{16}$/);
@@ -41,6 +56,10 @@ describe("Redis Functions", () => {
       asFunction.fn?.name,
     );
     expect(onlyScript.fn).toBeUndefined();
+    // A library's name holds letters, digits and underscores only.
+    expect(() => script("two-words", [], "return 1", { asFunction: true })).toThrow(
+      /must be a word: two-words/,
+    );
   });
 
   it("calls a function only once its load succeeded, and never a script without one", async () => {
@@ -55,35 +74,46 @@ describe("Redis Functions", () => {
     expect(functions.callable(onlyScript)).toBeUndefined();
   });
 
-  it("leaves a function Redis refused to load to EVALSHA, and asks again on a miss at most once a second", async () => {
+  it("leaves a function Redis refused to load to EVALSHA, and loads it again when asked for, after 1 s, then 2 s", async () => {
     let now = 0;
-    const l = loads();
-    const functions = new RedisFunctions(l.load, () => now);
-    const started = functions.loadAll([asFunction]);
-    await l.settle(false);
-    await started;
+    const { l, functions } = await afterStartUp(false, () => now);
     expect(functions.callable(asFunction)).toBeUndefined();
-    const fn = asFunction.fn;
-    if (fn === undefined) throw new Error("no function");
-    functions.missing(fn);
+    expect(l.asked).toHaveLength(1);
+    now = 999;
+    functions.callable(asFunction);
     expect(l.asked).toHaveLength(1);
     now = 1000;
-    functions.missing(fn);
-    functions.missing(fn);
+    expect(functions.callable(asFunction)).toBeUndefined();
+    functions.callable(asFunction);
     // One load at a time.
+    expect(l.asked).toHaveLength(2);
+    await l.settle(false);
+    now = 2999;
+    functions.callable(asFunction);
+    expect(l.asked).toHaveLength(2);
+    now = 3000;
+    functions.callable(asFunction);
+    expect(l.asked).toHaveLength(3);
+    await l.settle(true);
+    expect(functions.callable(asFunction)).toBe(asFunction.fn);
+  });
+
+  it("calls by EVALSHA for a minute a function the ACL forbids, then tries it again", async () => {
+    let now = 0;
+    const { l, functions, fn } = await afterStartUp(true, () => now);
+    functions.refused(fn);
+    now = 59_999;
+    expect(functions.callable(asFunction)).toBeUndefined();
+    expect(l.asked).toHaveLength(1);
+    now = 60_000;
+    functions.callable(asFunction);
     expect(l.asked).toHaveLength(2);
     await l.settle(true);
     expect(functions.callable(asFunction)).toBe(fn);
   });
 
   it("stops calling a function a primary said it lacks, until it is loaded again", async () => {
-    const l = loads();
-    const functions = new RedisFunctions(l.load, () => 0);
-    const started = functions.loadAll([asFunction]);
-    await l.settle(true);
-    await started;
-    const fn = asFunction.fn;
-    if (fn === undefined) throw new Error("no function");
+    const { l, functions, fn } = await afterStartUp(true, () => 0);
     functions.missing(fn);
     expect(functions.callable(asFunction)).toBeUndefined();
     expect(l.asked).toHaveLength(2);

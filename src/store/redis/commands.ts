@@ -2,6 +2,8 @@ import { MemoryError } from "../../core/errors.js";
 import type { RedisConnection } from "./connection.js";
 import {
   CommandTimeout,
+  fcallGoesByScript,
+  isFcallForbidden,
   isFunctionNotFound,
   isNoScript,
   storeClosed,
@@ -76,8 +78,10 @@ export class Commands {
   /**
    * One script call: FCALL where it runs as a Redis Function (functions.ts),
    * else EVALSHA, or EVAL when Redis lost its script cache (restart, SCRIPT
-   * FLUSH). A primary without the function (it restarted empty) runs this
-   * call by EVALSHA while the function is loaded again.
+   * FLUSH). An FCALL errors.ts fcallGoesByScript names is run again by
+   * EVALSHA: a primary without the function (it restarted empty) while it
+   * is loaded again, one refusing it before it ran (full, read-only), and
+   * one whose ACL forbids FCALL.
    */
   async run(
     script: LuaScript,
@@ -94,8 +98,9 @@ export class Commands {
           this.timeoutMs,
         );
       } catch (err) {
-        if (!isFunctionNotFound(err)) throw storeError(err, this.target);
-        this.functions?.missing(fn);
+        if (!fcallGoesByScript(err)) throw storeError(err, this.target);
+        if (isFunctionNotFound(err)) this.functions?.missing(fn);
+        else if (isFcallForbidden(err)) this.functions?.refused(fn);
       }
     }
     const call = ["EVALSHA", script.sha, String(keys.length), ...keys, ...args];

@@ -59,6 +59,33 @@ export function isFunctionNotFound(err: unknown): boolean {
   return err instanceof ErrorReply && err.message.startsWith("ERR Function not found");
 }
 
+/** Whether Redis answered FCALL that this user may not call functions (its ACL). */
+export function isFcallForbidden(err: unknown): boolean {
+  return err instanceof ErrorReply && err.message.startsWith("NOPERM");
+}
+
+/**
+ * Refusals Redis gives a write function before running it, where a script
+ * without a shebang runs until its first write: full memory, a failing
+ * disk, too few replicas, a read-only replica. A call that writes nothing
+ * (an Add's replay, or its refusal) is still answered by the script, as
+ * before the Add became a function.
+ */
+const REFUSED_BEFORE_RUNNING = /^(OOM|MISCONF|NOREPLICAS|READONLY)\b/;
+
+/**
+ * Whether an FCALL that failed with `err` is run again as a script
+ * (commands.ts Commands.run): the function is missing or may not be called,
+ * or Redis refused it before running it (see above).
+ */
+export function fcallGoesByScript(err: unknown): boolean {
+  return (
+    isFunctionNotFound(err) ||
+    isFcallForbidden(err) ||
+    (err instanceof ErrorReply && REFUSED_BEFORE_RUNNING.test(err.message))
+  );
+}
+
 /** The error of a script reply this version does not know: a bug. */
 export function unexpectedReply(what: string, status: unknown): Error {
   return new Error(`redis store: unexpected ${what} reply ${String(status)}`);

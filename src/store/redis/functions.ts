@@ -8,7 +8,8 @@ import type { LuaFunction, LuaScript } from "./lua/fragment.js";
  * cluster). Until a load succeeds the script goes by EVALSHA, as every
  * other script does: a function is only a cheaper way to run the same Lua,
  * so a Redis that refuses FUNCTION LOAD (an ACL without it, a full memory)
- * costs speed, never a call.
+ * costs speed, never a call; so do the FCALLs commands.ts runs again as
+ * scripts (errors.ts fcallGoesByScript).
  */
 export class RedisFunctions {
   /** FUNCTION LOAD REPLACE on every primary; rejects if any refused it. */
@@ -18,35 +19,56 @@ export class RedisFunctions {
   readonly #loaded = new Set<string>();
   /** Loads under way, one per function. */
   readonly #loading = new Set<string>();
-  /** When a function whose load failed may be tried again. */
-  readonly #retryAt = new Map<string, number>();
+  /** Per function not loaded: loads failed in a row, and when the next may start. */
+  readonly #backoff = new Map<string, { failures: number; retryAt: number }>();
 
   constructor(loadEverywhere: (library: string) => Promise<void>, now: () => number = Date.now) {
     this.#loadEverywhere = loadEverywhere;
     this.#now = now;
   }
 
-  /** Loads every script's function (start-up); one that fails is left to EVALSHA. */
+  /** Loads every script's function (start-up); one that fails is left to EVALSHA, and tried again. */
   async loadAll(scripts: readonly LuaScript[]): Promise<void> {
     for (const script of scripts) {
       if (script.fn !== undefined) await this.#load(script.fn);
     }
   }
 
-  /** The function to FCALL for `script`, or undefined: call it by EVALSHA. */
+  /**
+   * The function to FCALL for `script`, or undefined: call it by EVALSHA.
+   * Asking for one not loaded starts its load again once its backoff is
+   * over (1 s after a failed load, doubling to a minute), so a load that
+   * failed (Redis restarting, full, or refusing it) is not the last.
+   */
   callable(script: LuaScript): LuaFunction | undefined {
     const fn = script.fn;
-    return fn !== undefined && this.#loaded.has(fn.name) ? fn : undefined;
+    if (fn === undefined) return undefined;
+    if (this.#loaded.has(fn.name)) return fn;
+    this.#loadWhenDue(fn);
+    return undefined;
+  }
+
+  /** A primary answered that it has not got `fn`: calls go by EVALSHA until it is loaded again. */
+  missing(fn: LuaFunction): void {
+    this.#loaded.delete(fn.name);
+    this.#loadWhenDue(fn);
   }
 
   /**
-   * A primary answered that it has not got `fn`: calls go by EVALSHA until
-   * it is loaded again, which starts now (at most once a second after a
-   * failed load, so a Redis that refuses it is not asked on every call).
+   * Redis may not be asked to call `fn` (an ACL with FUNCTION LOAD but not
+   * FCALL): calls go by EVALSHA, and the function is tried again only after
+   * the longest backoff.
    */
-  missing(fn: LuaFunction): void {
+  refused(fn: LuaFunction): void {
     this.#loaded.delete(fn.name);
-    if (this.#loading.has(fn.name) || this.#now() < (this.#retryAt.get(fn.name) ?? 0)) return;
+    const failures = (this.#backoff.get(fn.name)?.failures ?? 0) + 1;
+    this.#backoff.set(fn.name, { failures, retryAt: this.#now() + MAX_RETRY_MS });
+  }
+
+  #loadWhenDue(fn: LuaFunction): void {
+    if (this.#loading.has(fn.name) || this.#now() < (this.#backoff.get(fn.name)?.retryAt ?? 0)) {
+      return;
+    }
     void this.#load(fn);
   }
 
@@ -55,14 +77,18 @@ export class RedisFunctions {
     try {
       await this.#loadEverywhere(fn.library);
       this.#loaded.add(fn.name);
-      this.#retryAt.delete(fn.name);
+      this.#backoff.delete(fn.name);
     } catch {
-      this.#retryAt.set(fn.name, this.#now() + RETRY_AFTER_MS);
+      const failures = (this.#backoff.get(fn.name)?.failures ?? 0) + 1;
+      const wait = Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** Math.min(failures - 1, 16));
+      this.#backoff.set(fn.name, { failures, retryAt: this.#now() + wait });
     } finally {
       this.#loading.delete(fn.name);
     }
   }
 }
 
-/** How long after a failed load the next miss tries again. */
-const RETRY_AFTER_MS = 1000;
+/** How long after a first failed load the next may start; it doubles with each failure. */
+const FIRST_RETRY_MS = 1000;
+/** The longest wait between loads. */
+const MAX_RETRY_MS = 60_000;

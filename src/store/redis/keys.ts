@@ -174,7 +174,7 @@ export function keyLayout(prefix: string, clustered = false, shards = 1): KeyLay
       : namespaceKeys(base, shard, incarnation, fence);
   // Recent namespaces' keys: every call needs them, and making them costs a
   // base64 of the namespace and an object of a dozen strings and closures
-  // (on one shard, about 1.5 KB of garbage per Add when made per call).
+  // (on one shard, about 1 KB of garbage per Add when made per call).
   const recent = new Map<string, readonly NamespaceKeys[]>();
   const shardsOf = (namespace: string): readonly NamespaceKeys[] => {
     let found = recent.get(namespace);

@@ -1,5 +1,6 @@
 import { MemoryError } from "../../core/errors.js";
 import type { RedisConnection } from "./connection.js";
+import { fcallGoesByScript, isNoScript } from "./errors.js";
 
 /** How the store sends one command on a given connection (its timeout and closed check). */
 export type SendOn = (
@@ -152,16 +153,17 @@ export class ReplicaConfirmation {
     const existing = this.#sessions.get(primary);
     if (existing !== undefined && !existing.session.ended) return existing.ready;
     const opened = this.#primaries.open(key);
-    // Any failed command but NOSCRIPT (answered by EVAL on the same session)
-    // ends the session: a READONLY means it reached a demoted primary, and
-    // the next session asks where the primary is now.
+    // Any failed command ends the session but NOSCRIPT, and an FCALL run
+    // again as a script (commands.ts), both answered on the same session
+    // (READONLY still ends it): a READONLY means it reached a demoted
+    // primary, and the next session asks where the primary is now.
     const link: RedisConnection = {
       get isOpen() {
         return opened.isOpen;
       },
       sendCommand: (args) =>
         opened.sendCommand(args).catch((err: unknown) => {
-          if (!(err instanceof Error && err.message.startsWith("NOSCRIPT"))) this.#end(session);
+          if (!answeredOnTheSameSession(args, err)) this.#end(session);
           // The slot has another primary now: the next session must find it.
           if (isMoved(err) || (err instanceof Error && err.message.startsWith("ASK "))) {
             session.relocating ??= this.#primaries.moved(fenceKey).catch(() => {});
@@ -285,4 +287,14 @@ function notConfirmed(cause?: unknown): MemoryError {
 
 function isMoved(err: unknown): boolean {
   return err instanceof Error && err.message.startsWith("MOVED ");
+}
+
+/** Whether a failed command is answered again on its session (see #current). */
+function answeredOnTheSameSession(args: readonly string[], err: unknown): boolean {
+  if (isNoScript(err)) return true;
+  return args[0] === "FCALL" && fcallGoesByScript(err) && !isReadOnly(err);
+}
+
+function isReadOnly(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith("READONLY");
 }

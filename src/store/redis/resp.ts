@@ -65,8 +65,9 @@ const COPY_BY_BYTE_UNITS = 256;
  * length and had the socket encode the whole text again (3.7 µs against
  * 2.0 µs a command, encoding 30 Adds' commands in a loop). An
  * argument of ASCII, as almost all are (keys, numbers, JSON of ASCII text),
- * is copied unit by unit; one with any other character is measured and
- * written by Buffer's UTF-8 encoder.
+ * is copied unit by unit up to 256 units, and by Buffer's latin1 writer
+ * once its UTF-8 length is found to equal its length; one with any other
+ * character is measured and written by Buffer's UTF-8 encoder.
  */
 export class CommandWriter {
   #buf = Buffer.allocUnsafe(WRITER_START_BYTES);
