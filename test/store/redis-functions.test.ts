@@ -36,7 +36,7 @@ async function afterStartUp(
   now: () => number,
 ): Promise<{ l: ReturnType<typeof loads>; functions: RedisFunctions; fn: LuaFunction }> {
   const l = loads();
-  const functions = new RedisFunctions(l.load, now);
+  const functions = new RedisFunctions(l.load, 60_000, now);
   const started = functions.loadAll([asFunction]);
   await l.settle(ok);
   await started;
@@ -64,7 +64,7 @@ describe("Redis Functions", () => {
 
   it("calls a function only once its load succeeded, and never a script without one", async () => {
     const l = loads();
-    const functions = new RedisFunctions(l.load);
+    const functions = new RedisFunctions(l.load, 60_000);
     const started = functions.loadAll([onlyScript, asFunction]);
     expect(l.asked).toEqual([asFunction.fn?.library]);
     expect(functions.callable(asFunction)).toBeUndefined();
@@ -110,6 +110,25 @@ describe("Redis Functions", () => {
     expect(l.asked).toHaveLength(2);
     await l.settle(true);
     expect(functions.callable(asFunction)).toBe(fn);
+  });
+
+  it("counts a load Redis never answers (hung) as failed, and tries again after its backoff", async () => {
+    let now = 0;
+    const asked: string[] = [];
+    const functions = new RedisFunctions(
+      (library) => {
+        asked.push(library);
+        return new Promise<void>(() => {});
+      },
+      20,
+      () => now,
+    );
+    await functions.loadAll([asFunction]);
+    expect(functions.callable(asFunction)).toBeUndefined();
+    expect(asked).toHaveLength(1);
+    now = 1000;
+    functions.callable(asFunction);
+    expect(asked).toHaveLength(2);
   });
 
   it("stops calling a function a primary said it lacks, until it is loaded again", async () => {

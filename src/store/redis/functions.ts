@@ -1,3 +1,4 @@
+import { withTimeout } from "./commands.js";
 import type { LuaFunction, LuaScript } from "./lua/fragment.js";
 
 /**
@@ -22,8 +23,16 @@ export class RedisFunctions {
   /** Per function not loaded: loads failed in a row, and when the next may start. */
   readonly #backoff = new Map<string, { failures: number; retryAt: number }>();
 
-  constructor(loadEverywhere: (library: string) => Promise<void>, now: () => number = Date.now) {
+  /** Longest a load may take before it counts as failed (a hung Redis would hold it for good). */
+  readonly #loadTimeoutMs: number;
+
+  constructor(
+    loadEverywhere: (library: string) => Promise<void>,
+    loadTimeoutMs: number,
+    now: () => number = Date.now,
+  ) {
     this.#loadEverywhere = loadEverywhere;
+    this.#loadTimeoutMs = loadTimeoutMs;
     this.#now = now;
   }
 
@@ -75,7 +84,7 @@ export class RedisFunctions {
   async #load(fn: LuaFunction): Promise<void> {
     this.#loading.add(fn.name);
     try {
-      await this.#loadEverywhere(fn.library);
+      await withTimeout(this.#loadEverywhere(fn.library), this.#loadTimeoutMs, fn.name);
       this.#loaded.add(fn.name);
       this.#backoff.delete(fn.name);
     } catch {

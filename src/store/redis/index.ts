@@ -136,8 +136,9 @@ export async function createRedisStore(
     lastError = err;
   });
   await connectWithin(client, options.connectWaitMs ?? 5000, redis.target, () => lastError);
-  const functions = new RedisFunctions((library) =>
-    redis.eachPrimary(["FUNCTION", "LOAD", "REPLACE", library]),
+  const functions = new RedisFunctions(
+    (library) => redis.eachPrimary(["FUNCTION", "LOAD", "REPLACE", library]),
+    options.commandTimeoutMs ?? 5000,
   );
   let incarnation: string;
   try {
